@@ -1,0 +1,82 @@
+package allocator
+
+import (
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-ipam/clusterip/internal/ipmath"
+)
+
+// CheckAddr returns nil if ip is an address an allocator can be asked about: valid, without a
+// zone, and not an IPv4-mapped IPv6 address (use ip.Unmap() first if that is what you mean).
+// Otherwise it returns an *AddrError.
+func CheckAddr(ip netip.Addr) error {
+	switch {
+	case !ip.IsValid():
+		return &AddrError{Addr: ip, Reason: "invalid address"}
+	case ip.Zone() != "":
+		return &AddrError{Addr: ip, Reason: "zoned address"}
+	case ip.Is4In6():
+		return &AddrError{Addr: ip, Reason: "IPv4-mapped IPv6 address"}
+	}
+	return nil
+}
+
+// CheckPrefix returns nil if p is a range an allocator can serve: valid, masked (no host bits
+// set), not IPv4-mapped, and with at least one usable address (so not an IPv4 /31 or /32, nor an
+// IPv6 /128). Otherwise it returns a *PrefixError.
+func CheckPrefix(p netip.Prefix) error {
+	switch {
+	case !p.IsValid():
+		return &PrefixError{Prefix: p, Reason: "invalid prefix"}
+	case p.Addr().Is4In6():
+		return &PrefixError{Prefix: p, Reason: "IPv4-mapped IPv6 prefix"}
+	case p.Masked() != p:
+		return &PrefixError{Prefix: p, Reason: "host bits set, the range is " + p.Masked().String()}
+	case ipmath.Size(p) == 0:
+		return &PrefixError{Prefix: p, Reason: "no usable addresses"}
+	}
+	return nil
+}
+
+// ParseAddr parses s as an address and checks it with CheckAddr. Errors are *AddrError and keep s.
+func ParseAddr(s string) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, &AddrError{Input: s, Reason: err.Error()}
+	}
+	if err := CheckAddr(ip); err != nil {
+		e := err.(*AddrError)
+		e.Input = s
+		return netip.Addr{}, e
+	}
+	return ip, nil
+}
+
+// ParsePrefix parses s as a CIDR such as "10.96.0.0/12" or "fd00::/108" and checks it with
+// CheckPrefix. Errors are *PrefixError and keep s.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, &PrefixError{Input: s, Reason: err.Error()}
+	}
+	if err := CheckPrefix(p); err != nil {
+		e := err.(*PrefixError)
+		e.Input = s
+		return netip.Prefix{}, e
+	}
+	return p, nil
+}
+
+// FamilyOf returns the IP family of ip: IPv4Protocol for an IPv4 address, IPv6Protocol for an
+// IPv6 one (including IPv4-mapped ones), and "" for the zero Addr.
+func FamilyOf(ip netip.Addr) corev1.IPFamily {
+	switch {
+	case ip.Is4():
+		return corev1.IPv4Protocol
+	case ip.Is6():
+		return corev1.IPv6Protocol
+	}
+	return ""
+}

@@ -1,0 +1,15 @@
+// Package allocator defines the one interface every Service ClusterIP allocator in this module
+// implements, the errors they return, and the address checks they share.
+//
+// An allocator hands out addresses of one IP family from one Service CIDR (or, for the multi-CIDR
+// allocator in package servicecidr, from every ServiceCIDR of a family). Addresses are netip.Addr
+// values and prefixes are netip.Prefix values; an IPv4-mapped IPv6 address, a zoned address, or a
+// prefix that leaves no usable address is rejected with a typed error and changes nothing.
+//
+// The implementations are:
+//   - bitmap.Allocator and bitmap.Persistent, the legacy bitmap kept by kube-apiserver in etcd;
+//   - ipaddress.Allocator, which keeps one networking.k8s.io/v1 IPAddress object per address;
+//   - servicecidr.Allocator, one ipaddress.Allocator per ServiceCIDR.
+//
+// Package allocatortest holds the conformance suite they all pass.
+package allocator
