@@ -1,0 +1,228 @@
+package bitmap
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/bitset"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
+)
+
+// MaxIPv6Slots is the number of addresses an IPv6 bitmap holds at most, as in kube-apiserver:
+// network+1 … network+0xffff. Addresses above them are outside the bitmap's range.
+const MaxIPv6Slots = 65535
+
+// MinIPv4Bits is the shortest IPv4 prefix a bitmap accepts: a /8 already takes 2 MiB.
+const MinIPv4Bits = 8
+
+var _ allocator.Interface = (*Allocator)(nil)
+
+// Allocator is the in-memory bitmap allocator of one Service CIDR. Its context arguments are
+// ignored: no method blocks.
+//
+// An Allocator is safe for concurrent use. Create one with New; the zero Allocator is not usable.
+type Allocator struct {
+	cidr   netip.Prefix
+	family corev1.IPFamily
+	max    int // number of slots
+	band   int // offsets [0, band) form the static band
+
+	mu   sync.Mutex // guards set and rand
+	set  *bitset.Set
+	rand *rand.Rand
+}
+
+// New returns an empty allocator for cidr. cidr must pass allocator.CheckPrefix and, for IPv4, be
+// no shorter than MinIPv4Bits; otherwise New returns an *allocator.PrefixError.
+func New(cidr netip.Prefix, opts ...Option) (*Allocator, error) {
+	o := buildOptions(opts)
+	return newAllocator(cidr, o.rand)
+}
+
+func newAllocator(cidr netip.Prefix, r *rand.Rand) (*Allocator, error) {
+	if err := allocator.CheckPrefix(cidr); err != nil {
+		return nil, err
+	}
+	if cidr.Addr().Is4() && cidr.Bits() < MinIPv4Bits {
+		return nil, &allocator.PrefixError{Prefix: cidr, Reason: fmt.Sprintf("too large for a bitmap (shorter than /%d)", MinIPv4Bits)}
+	}
+	size := ipmath.Size(cidr)
+	family := corev1.IPv4Protocol
+	if cidr.Addr().Is6() {
+		family = corev1.IPv6Protocol
+		size = min(size, MaxIPv6Slots)
+	}
+	return &Allocator{
+		cidr:   cidr,
+		family: family,
+		max:    int(size),
+		band:   int(min(ipmath.BandOffset(cidr), size)),
+		set:    bitset.New(int(size)),
+		rand:   r,
+	}, nil
+}
+
+// Clone returns an independent allocator with the same range and allocations. It shares the
+// random source of a, so clones of one allocator keep drawing distinct start points.
+func (a *Allocator) Clone() *Allocator {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &Allocator{
+		cidr:   a.cidr,
+		family: a.family,
+		max:    a.max,
+		band:   a.band,
+		set:    a.set.Clone(),
+		rand:   a.rand,
+	}
+}
+
+// CIDR returns the range the allocator serves.
+func (a *Allocator) CIDR() netip.Prefix { return a.cidr }
+
+// Family returns IPv4Protocol or IPv6Protocol.
+func (a *Allocator) Family() corev1.IPFamily { return a.family }
+
+// Size returns the number of addresses the bitmap can hold: 254 for a /24, 65535 for any IPv6
+// prefix of /112 or shorter.
+func (a *Allocator) Size() int { return a.max }
+
+// StaticBand returns the number of offsets, counted from the start of the range, that form the
+// static band AllocateNext uses only when the dynamic band is full.
+func (a *Allocator) StaticBand() int { return a.band }
+
+// offsetOf returns the slot of ip, or an error if ip is bad input or outside the bitmap.
+func (a *Allocator) offsetOf(ip netip.Addr) (int, error) {
+	if err := allocator.CheckAddr(ip); err != nil {
+		return 0, err
+	}
+	off, ok := ipmath.Offset(a.cidr, ip)
+	if !ok || off >= uint64(a.max) {
+		return 0, &allocator.NotInRangeError{IP: ip, Range: a.cidr}
+	}
+	return int(off), nil
+}
+
+func (a *Allocator) addrAt(off int) netip.Addr {
+	ip, _ := ipmath.AddrAt(a.cidr, uint64(off))
+	return ip
+}
+
+// Allocate reserves ip, which may lie in either band. It returns allocator.ErrAllocated if ip is
+// taken, an *allocator.NotInRangeError if ip is not one of the bitmap's slots (outside the range,
+// the network or IPv4 broadcast address, or above the IPv6 cap) and an *allocator.AddrError for an
+// invalid, zoned or IPv4-mapped ip.
+func (a *Allocator) Allocate(_ context.Context, ip netip.Addr, _ allocator.Owner) error {
+	off, err := a.offsetOf(ip)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.set.Add(off) {
+		return allocator.ErrAllocated
+	}
+	return nil
+}
+
+// AllocateNext reserves a free address and returns it: one of the dynamic band if any is free,
+// else one of the static band. Inside a band it starts at a random offset and takes the next free
+// one, wrapping around. If the bitmap is full it returns the zero Addr and allocator.ErrFull.
+// It does not allocate memory and costs a few word operations at any fill.
+func (a *Allocator) AllocateNext(_ context.Context, _ allocator.Owner) (netip.Addr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	off, ok := a.pickLocked()
+	if !ok {
+		return netip.Addr{}, allocator.ErrFull
+	}
+	a.set.Add(off)
+	return a.addrAt(off), nil
+}
+
+// pickLocked chooses the offset AllocateNext would take.
+func (a *Allocator) pickLocked() (int, bool) {
+	if a.set.Count() >= a.max {
+		return 0, false
+	}
+	if a.band < a.max {
+		start := a.band + a.rand.IntN(a.max-a.band)
+		if off, ok := a.set.NextClearInRange(a.band, a.max, start); ok {
+			return off, true
+		}
+	}
+	if a.band > 0 {
+		start := a.rand.IntN(a.band)
+		return a.set.NextClearInRange(0, a.band, start)
+	}
+	return 0, false
+}
+
+// Release frees ip. It returns nil if ip is not allocated or outside the bitmap, and an
+// *allocator.AddrError for an invalid, zoned or IPv4-mapped ip.
+func (a *Allocator) Release(_ context.Context, ip netip.Addr) error {
+	off, err := a.offsetOf(ip)
+	if err != nil {
+		if _, bad := err.(*allocator.AddrError); bad {
+			return err
+		}
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.set.Remove(off)
+	return nil
+}
+
+// Has reports whether ip is allocated.
+func (a *Allocator) Has(ip netip.Addr) bool {
+	off, err := a.offsetOf(ip)
+	if err != nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.set.Has(off)
+}
+
+// All yields the allocated addresses in ascending order, as they were when iteration started.
+func (a *Allocator) All() iter.Seq[netip.Addr] {
+	a.mu.Lock()
+	offs := slices.Collect(a.set.All())
+	a.mu.Unlock()
+	return func(yield func(netip.Addr) bool) {
+		for _, off := range offs {
+			if !yield(a.addrAt(off)) {
+				return
+			}
+		}
+	}
+}
+
+// Used returns the number of allocated addresses.
+func (a *Allocator) Used() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return uint64(a.set.Count())
+}
+
+// Free returns the number of addresses still free.
+func (a *Allocator) Free() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return uint64(a.max - a.set.Count())
+}
+
+// DryRun returns a view of a that checks calls against its current state and changes nothing.
+func (a *Allocator) DryRun() allocator.Interface { return dryRun{a} }
+
+// Close does nothing and returns nil; an in-memory allocator holds no resources.
+func (a *Allocator) Close() error { return nil }

@@ -1,0 +1,4 @@
+package bitmap
+
+// persistentOptions holds the settings only Persistent uses.
+type persistentOptions struct{}

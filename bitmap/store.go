@@ -1,0 +1,37 @@
+package bitmap
+
+import (
+	"context"
+	"errors"
+)
+
+// Store errors. Implementations wrap them with %w; test them with errors.Is.
+var (
+	// ErrConflict means the stored snapshot changed since the revision passed to Update.
+	ErrConflict = errors.New("bitmap: stored snapshot changed (revision conflict)")
+	// ErrCorrupt means a stored or given snapshot cannot be decoded, or has bits beyond its range.
+	ErrCorrupt = errors.New("bitmap: corrupt snapshot")
+)
+
+// Snapshot is the persisted state of a bitmap, as kube-apiserver's RangeAllocation holds it:
+// Range is the CIDR string and Data the big-endian bytes of the bit set (bit i = offset i), without
+// leading zero bytes. The zero Snapshot means "nothing stored".
+type Snapshot struct {
+	Range string
+	Data  []byte
+}
+
+// Store keeps one Snapshot with compare-and-swap semantics, in the manner of an etcd key.
+//
+// Revisions are opaque, positive and increase with every successful Update; revision 0 means the
+// snapshot is absent. Implementations must be safe for concurrent use.
+type Store interface {
+	// Get returns the stored snapshot and its revision, or the zero Snapshot and revision 0 if
+	// nothing is stored. A stored value that cannot be decoded returns an error wrapping ErrCorrupt.
+	Get(ctx context.Context) (Snapshot, int64, error)
+
+	// Update stores s if the stored revision is still rev, and returns the new revision. rev 0
+	// creates the snapshot only if it is absent. If the revision has moved on it returns an error
+	// wrapping ErrConflict and stores nothing.
+	Update(ctx context.Context, rev int64, s Snapshot) (int64, error)
+}
