@@ -70,8 +70,8 @@ func newAllocator(cidr netip.Prefix, r *rand.Rand) (*Allocator, error) {
 	}, nil
 }
 
-// Clone returns an independent allocator with the same range and allocations. It shares the
-// random source of a, so clones of one allocator keep drawing distinct start points.
+// Clone returns an independent allocator with the same range and allocations, and a random source
+// seeded from a's.
 func (a *Allocator) Clone() *Allocator {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -81,7 +81,7 @@ func (a *Allocator) Clone() *Allocator {
 		max:    a.max,
 		band:   a.band,
 		set:    a.set.Clone(),
-		rand:   a.rand,
+		rand:   rand.New(rand.NewPCG(a.rand.Uint64(), a.rand.Uint64())),
 	}
 }
 
