@@ -40,6 +40,12 @@ func (e *NotInRangeError) Error() string {
 	return fmt.Sprintf("allocator: %s is not in the allocatable range %s", e.IP, e.Range)
 }
 
+// Is reports whether target is ErrMismatchedNetwork and e has no Range: a multi-CIDR allocator
+// returns such an error when no range it serves contains the address.
+func (e *NotInRangeError) Is(target error) bool {
+	return target == ErrMismatchedNetwork && !e.Range.IsValid()
+}
+
 // AddrError reports an address no allocator accepts. It keeps the input.
 type AddrError struct {
 	// Addr is the rejected address; the zero Addr when the input did not parse.
