@@ -1,4 +1,88 @@
 package bitmap
 
-// persistentOptions holds the settings only Persistent uses.
-type persistentOptions struct{}
+import "time"
+
+// Defaults of the options that only Persistent uses.
+const (
+	// DefaultMaxAttempts is how many compare-and-swap attempts Persistent makes for one batch of
+	// operations before it gives up with an error wrapping ErrConflict.
+	DefaultMaxAttempts = 32
+	// DefaultBackoff is the longest wait before the first retry after a conflict; the wait is
+	// random (full jitter) and its bound doubles with every further conflict.
+	DefaultBackoff = time.Millisecond
+	// DefaultMaxBackoff caps the bound of the random wait between retries.
+	DefaultMaxBackoff = 100 * time.Millisecond
+	// DefaultMaxBatch is how many concurrent operations Persistent commits at most in one
+	// compare-and-swap.
+	DefaultMaxBatch = 1024
+)
+
+// persistentOptions holds the settings only Persistent uses. Zero fields mean "the default".
+type persistentOptions struct {
+	maxAttempts int
+	backoff     time.Duration
+	maxBackoff  time.Duration
+	maxBatch    int
+}
+
+// withDefaults returns o with every unset field set to its default.
+func (o persistentOptions) withDefaults() persistentOptions {
+	if o.maxAttempts <= 0 {
+		o.maxAttempts = DefaultMaxAttempts
+	}
+	if o.backoff <= 0 {
+		o.backoff = DefaultBackoff
+	}
+	if o.maxBackoff <= 0 {
+		o.maxBackoff = DefaultMaxBackoff
+	}
+	o.maxBackoff = max(o.maxBackoff, o.backoff)
+	if o.maxBatch <= 0 {
+		o.maxBatch = DefaultMaxBatch
+	}
+	return o
+}
+
+// WithMaxAttempts bounds the compare-and-swap attempts Persistent makes for one batch of
+// operations; when every attempt meets a revision conflict the operations fail with an error
+// wrapping ErrConflict. Default DefaultMaxAttempts (32); n < 1 keeps the default, and 1 means
+// "never retry". The in-memory Allocator ignores it.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) {
+		if n >= 1 {
+			o.persist.maxAttempts = n
+		}
+	}
+}
+
+// WithBackoff sets how long Persistent waits between attempts after a revision conflict: a random
+// duration up to initial before the first retry, with the bound doubling on every further conflict
+// up to max. Defaults DefaultBackoff (1 ms) and DefaultMaxBackoff (100 ms); a value ≤ 0 keeps its
+// default, and a max below initial is raised to initial. The in-memory Allocator ignores it.
+func WithBackoff(initial, max time.Duration) Option {
+	return func(o *options) {
+		if initial > 0 {
+			o.persist.backoff = initial
+		}
+		if max > 0 {
+			o.persist.maxBackoff = max
+		}
+	}
+}
+
+// WithMaxBatch bounds how many concurrent operations Persistent commits together in one
+// compare-and-swap (group commit). Default DefaultMaxBatch (1024); n < 1 keeps the default.
+// WithMaxBatch(1) disables group commit: one compare-and-swap per operation, as kube-apiserver
+// does. The in-memory Allocator ignores it.
+func WithMaxBatch(n int) Option {
+	return func(o *options) {
+		if n >= 1 {
+			o.persist.maxBatch = n
+		}
+	}
+}
+
+// WithoutBatching disables group commit, so that every operation of a Persistent allocator is
+// its own compare-and-swap, as in kube-apiserver. It is WithMaxBatch(1), for comparisons and
+// benchmarks.
+func WithoutBatching() Option { return WithMaxBatch(1) }

@@ -1,0 +1,596 @@
+package bitmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-ipam/clusterip/allocator"
+)
+
+var _ allocator.Interface = (*Persistent)(nil)
+
+// ErrOutcomeUnknown means a write to the Store failed in a way that leaves it unknown whether it
+// was stored, for example because etcd went away before it answered. The operations of that write
+// report failure, but their addresses may be held in the store without an owner: a leak, which a
+// repair pass finds, never a duplicate.
+var ErrOutcomeUnknown = errors.New("bitmap: outcome of the write is unknown")
+
+var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.ErrNotReady)
+
+// Persistent is a bitmap allocator whose state lives in a Store, such as the etcd key that
+// kube-apiserver keeps its own Service IP bitmap in, so that several allocators (in one process or
+// many) share one range without handing out an address twice.
+//
+// Every operation restores the stored snapshot when the local copy is stale, applies the
+// operation to a copy of it, and stores the result with compare-and-swap on the revision read;
+// it adopts the result only once the store has accepted it. A revision conflict reloads the
+// snapshot and retries after a random backoff, at most WithMaxAttempts times; then the operation
+// fails with an error wrapping ErrConflict.
+//
+// Concurrent calls in one process are committed together (group commit): while one
+// compare-and-swap is in flight, new calls queue up; the next of them to lead applies every queued
+// operation, in arrival order, to one copy and stores it with a single compare-and-swap, and each
+// caller gets its own result (an operation that fails, say with allocator.ErrAllocated, fails
+// alone). No lock is held across a Store call, so Has, All, Used, Free, CIDR and DryRun answer at
+// once from the last state the allocator read or wrote; they do not see writes of other
+// allocators until the next operation or Refresh.
+//
+// A caller whose context ends while its operation waits in the queue returns the context's error at
+// once. Once the operation is being stored, the caller waits for that Store call to finish, so that
+// it never reports failure for a change that was stored; the call is abandoned only when every
+// caller in the batch has given up. A Store error other than a conflict is followed by a fencing
+// write (the old snapshot again, with compare-and-swap on the old revision): if that succeeds the
+// operations failed and nothing was stored; if not, they fail with an error wrapping
+// ErrOutcomeUnknown.
+//
+// A Persistent is safe for concurrent use. Create one with NewPersistent; the zero Persistent is
+// not usable.
+type Persistent struct {
+	cidr   netip.Prefix
+	family corev1.IPFamily
+	store  Store
+	opts   persistentOptions
+
+	mu       sync.Mutex // guards every field below
+	cur      *Allocator // the last known state; never changed once published, only replaced
+	rev      int64      // the revision cur was read at or written as
+	stale    bool       // cur may be older than the store: read it before the next write
+	pending  []*op      // operations waiting for a batch, in arrival order
+	inFlight bool       // a leader is committing a batch; the next one waits for its hand-off
+	closed   bool
+}
+
+// NewPersistent returns an allocator for cidr whose state lives in store.
+//
+// If nothing is stored, it stores an empty bitmap (create-if-absent; if another allocator creates
+// one first, it uses that). A stored snapshot of another range makes it fail with an error wrapping
+// allocator.ErrMismatchedNetwork, and one that cannot be decoded with an error wrapping ErrCorrupt;
+// the stored value is never overwritten in either case. cidr must be acceptable to New.
+//
+// Options are those of New plus WithMaxAttempts, WithBackoff, WithMaxBatch and WithoutBatching.
+// NewPersistent starts no goroutine; the store is not closed by Close.
+func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...Option) (*Persistent, error) {
+	if store == nil {
+		return nil, errors.New("bitmap: NewPersistent: nil Store")
+	}
+	o := buildOptions(opts)
+	a, err := newAllocator(cidr, o.rand)
+	if err != nil {
+		return nil, err
+	}
+	p := &Persistent{
+		cidr:   cidr,
+		family: a.family,
+		store:  store,
+		opts:   o.persist.withDefaults(),
+		cur:    a,
+	}
+	s, rev, err := store.Get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bitmap: read stored snapshot of %s: %w", cidr, err)
+	}
+	if rev == 0 {
+		rs, data := a.Snapshot()
+		newRev, cerr := store.Update(ctx, 0, Snapshot{Range: rs, Data: data})
+		if cerr == nil {
+			p.rev = newRev
+			return p, nil
+		}
+		// Someone else created it first, or the outcome of ours is unknown. An empty bitmap is
+		// the same whoever wrote it, so whatever is stored now is what to use.
+		var ce *ConflictError
+		if errors.As(cerr, &ce) && ce.Rev != 0 {
+			s, rev = ce.Current, ce.Rev
+		} else if s, rev, err = store.Get(ctx); err != nil || rev == 0 {
+			return nil, fmt.Errorf("bitmap: create stored snapshot of %s: %w", cidr, cerr)
+		}
+	}
+	if err := p.adopt(s, rev); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// CIDR returns the range the allocator serves.
+func (p *Persistent) CIDR() netip.Prefix { return p.cidr }
+
+// Family returns IPv4Protocol or IPv6Protocol.
+func (p *Persistent) Family() corev1.IPFamily { return p.family }
+
+// Revision returns the store revision of the state Has, All, Used and Free answer from.
+func (p *Persistent) Revision() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rev
+}
+
+// current returns the last known state. The caller must not change it.
+func (p *Persistent) current() *Allocator {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur
+}
+
+// Has reports whether ip was allocated in the last known state.
+func (p *Persistent) Has(ip netip.Addr) bool { return p.current().Has(ip) }
+
+// All yields the addresses allocated in the last known state, in ascending order.
+func (p *Persistent) All() iter.Seq[netip.Addr] { return p.current().All() }
+
+// Used returns the number of addresses allocated in the last known state.
+func (p *Persistent) Used() uint64 { return p.current().Used() }
+
+// Free returns the number of addresses free in the last known state.
+func (p *Persistent) Free() uint64 { return p.current().Free() }
+
+// DryRun returns a view that checks calls against the last known state, as the in-memory
+// Allocator's DryRun does, and never reads or writes the store.
+func (p *Persistent) DryRun() allocator.Interface { return persistentDryRun{p} }
+
+// Close makes every later operation, and every one still queued, fail with an error wrapping
+// allocator.ErrNotReady. An operation being stored finishes normally. Close does not close the
+// store and returns nil.
+func (p *Persistent) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	kept := p.pending[:0]
+	for _, o := range p.pending {
+		if o.taken {
+			kept = append(kept, o)
+			continue
+		}
+		o.finish(netip.Addr{}, errClosed)
+	}
+	clear(p.pending[len(kept):])
+	p.pending = kept
+	return nil
+}
+
+// Refresh reads the stored snapshot and adopts it if it is newer than the last known state, so
+// that Has, All, Used and Free reflect other allocators' writes. It returns an error wrapping
+// allocator.ErrMismatchedNetwork or ErrCorrupt if the store holds another range or garbage, and
+// one wrapping allocator.ErrNotReady if nothing is stored.
+func (p *Persistent) Refresh(ctx context.Context) error {
+	s, rev, err := p.store.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err)
+	}
+	return p.adopt(s, rev)
+}
+
+// Allocate reserves ip in the store. It returns allocator.ErrAllocated if ip is taken in the
+// stored state, an *allocator.NotInRangeError or *allocator.AddrError (without touching the
+// store) for an address the bitmap does not serve, and an error wrapping the Store's error,
+// ErrConflict or ErrOutcomeUnknown if the store could not be updated.
+func (p *Persistent) Allocate(ctx context.Context, ip netip.Addr, _ allocator.Owner) error {
+	if _, err := p.current().offsetOf(ip); err != nil {
+		return err
+	}
+	o := &op{kind: opAllocate, ip: ip}
+	p.submit(ctx, o)
+	return o.err
+}
+
+// AllocateNext reserves a free address in the store, preferring the dynamic band, and returns
+// it. If none is free in the stored state it returns the zero Addr and allocator.ErrFull; other
+// failures are as for Allocate.
+func (p *Persistent) AllocateNext(ctx context.Context, _ allocator.Owner) (netip.Addr, error) {
+	o := &op{kind: opAllocateNext}
+	p.submit(ctx, o)
+	if o.err != nil {
+		return netip.Addr{}, o.err
+	}
+	return o.ip, nil
+}
+
+// Release frees ip in the store. It returns nil if ip is not allocated in the stored state or is
+// not one of the bitmap's addresses, an *allocator.AddrError for an invalid, zoned or IPv4-mapped
+// ip, and an error as for Allocate if the store could not be updated.
+func (p *Persistent) Release(ctx context.Context, ip netip.Addr) error {
+	if _, err := p.current().offsetOf(ip); err != nil {
+		if _, bad := err.(*allocator.AddrError); bad {
+			return err
+		}
+		return nil
+	}
+	o := &op{kind: opRelease, ip: ip}
+	p.submit(ctx, o)
+	return o.err
+}
+
+type opKind uint8
+
+const (
+	opAllocate opKind = iota
+	opAllocateNext
+	opRelease
+)
+
+// op is one queued operation. The caller waits for done; ip and err are final once it is closed.
+type op struct {
+	ctx  context.Context
+	kind opKind
+	ip   netip.Addr // the address of Allocate and Release; the result of AllocateNext
+	err  error
+
+	taken bool          // guarded by Persistent.mu: in a batch or chosen to lead; the caller must wait
+	lead  chan struct{} // receives once when the caller must lead the next batch
+	done  chan struct{} // closed by finish
+
+	// Results of applying the op to the current attempt's copy; final only if that copy is stored.
+	tryIP  netip.Addr
+	tryErr error
+}
+
+func (o *op) finish(ip netip.Addr, err error) {
+	o.ip, o.err = ip, err
+	close(o.done)
+}
+
+// submit queues o and returns when it is finished: as the leader of a batch, or after a leader
+// finished it.
+func (p *Persistent) submit(ctx context.Context, o *op) {
+	o.ctx = ctx
+	o.lead = make(chan struct{}, 1)
+	o.done = make(chan struct{})
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		o.err = errClosed
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		p.mu.Unlock()
+		o.err = err
+		return
+	}
+	p.pending = append(p.pending, o)
+	if !p.inFlight {
+		p.inFlight = true
+		o.taken = true
+		p.mu.Unlock()
+		p.leadBatch(ctx)
+		return
+	}
+	p.mu.Unlock()
+	select {
+	case <-o.done:
+		return
+	case <-o.lead:
+		p.leadBatch(ctx)
+		return
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if !o.taken {
+		select {
+		case <-o.done: // failed by Close
+			p.mu.Unlock()
+			return
+		default:
+		}
+		if i := slices.Index(p.pending, o); i >= 0 {
+			p.pending = slices.Delete(p.pending, i, i+1)
+		}
+		p.mu.Unlock()
+		o.err = ctx.Err()
+		return
+	}
+	p.mu.Unlock()
+	// The operation is being stored, or o must lead: see it through.
+	select {
+	case <-o.done:
+	case <-o.lead:
+		p.leadBatch(ctx)
+	}
+}
+
+// leadBatch commits the next batch of queued operations (which includes the caller's own, at the
+// head of the queue) and then hands leadership to the next queued operation, if any.
+func (p *Persistent) leadBatch(ctx context.Context) {
+	p.mu.Lock()
+	n := min(len(p.pending), p.opts.maxBatch)
+	batch := slices.Clone(p.pending[:n])
+	rest := copy(p.pending, p.pending[n:])
+	clear(p.pending[rest:])
+	p.pending = p.pending[:rest]
+	for _, o := range batch {
+		o.taken = true
+	}
+	closed := p.closed
+	p.mu.Unlock()
+
+	if closed {
+		for _, o := range batch {
+			o.finish(netip.Addr{}, errClosed)
+		}
+	} else {
+		p.commit(ctx, batch)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) == 0 {
+		p.inFlight = false
+		return
+	}
+	next := p.pending[0]
+	next.taken = true
+	next.lead <- struct{}{}
+}
+
+// batchContext returns a context for the Store calls of batch that keeps parent's values and ends
+// when the contexts of all of batch's callers have ended, and a function to release it.
+func batchContext(parent context.Context, batch []*op) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, o := range batch {
+		stops[i] = context.AfterFunc(o.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// commit stores the effect of batch with as few compare-and-swaps as it can and finishes every op.
+func (p *Persistent) commit(parent context.Context, batch []*op) {
+	ctx, release := batchContext(parent, batch)
+	defer release()
+
+	live := batch
+	fresh := false // the base was read from the store during this commit
+	attempts := 0
+	for {
+		live = dropCanceled(live)
+		if len(live) == 0 {
+			return
+		}
+		p.mu.Lock()
+		base, rev, stale := p.cur, p.rev, p.stale
+		p.mu.Unlock()
+		if stale {
+			if err := p.Refresh(ctx); err != nil {
+				failAll(live, err)
+				return
+			}
+			fresh = true
+			continue
+		}
+
+		next := base.Clone()
+		if !apply(next, live) {
+			// Nothing to write, but the answers (already allocated, full, nothing to release) come
+			// from the local state: confirm that it is current before giving them.
+			if fresh {
+				finishAll(live)
+				return
+			}
+			s, r, err := p.store.Get(ctx)
+			if err != nil {
+				failAll(live, fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err))
+				return
+			}
+			if r == rev {
+				finishAll(live)
+				return
+			}
+			if err := p.adopt(s, r); err != nil {
+				failAll(live, err)
+				return
+			}
+			fresh = true
+			continue
+		}
+
+		rs, data := next.Snapshot()
+		newRev, err := p.store.Update(ctx, rev, Snapshot{Range: rs, Data: data})
+		if err == nil {
+			p.publish(next, newRev)
+			finishAll(live)
+			return
+		}
+		attempts++
+		if !errors.Is(err, ErrConflict) {
+			failAll(live, p.fence(ctx, base, rev, err))
+			return
+		}
+		var ce *ConflictError
+		if errors.As(err, &ce) {
+			if aerr := p.adopt(ce.Current, ce.Rev); aerr != nil {
+				failAll(live, aerr)
+				return
+			}
+			fresh = true
+		} else {
+			p.markStale()
+			fresh = false
+		}
+		if attempts >= p.opts.maxAttempts {
+			failAll(live, fmt.Errorf("bitmap: %s: gave up after %d attempts: %w", p.cidr, attempts, err))
+			return
+		}
+		p.sleep(ctx, attempts)
+	}
+}
+
+// apply applies every op to a, recording each result in the op, and reports whether a changed.
+func apply(a *Allocator, ops []*op) bool {
+	changed := false
+	for _, o := range ops {
+		o.tryIP, o.tryErr = netip.Addr{}, nil
+		switch o.kind {
+		case opAllocate:
+			o.tryErr = a.Allocate(o.ctx, o.ip, allocator.Owner{})
+			o.tryIP = o.ip
+			changed = changed || o.tryErr == nil
+		case opAllocateNext:
+			o.tryIP, o.tryErr = a.AllocateNext(o.ctx, allocator.Owner{})
+			changed = changed || o.tryErr == nil
+		case opRelease:
+			if a.Has(o.ip) {
+				o.tryErr = a.Release(o.ctx, o.ip)
+				changed = true
+			}
+			o.tryIP = o.ip
+		}
+	}
+	return changed
+}
+
+// dropCanceled finishes the ops whose callers have given up and returns the others. It must only
+// be called while no Store call that includes them is in flight.
+func dropCanceled(ops []*op) []*op {
+	live := ops[:0:0]
+	for _, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			o.finish(netip.Addr{}, err)
+			continue
+		}
+		live = append(live, o)
+	}
+	return live
+}
+
+func finishAll(ops []*op) {
+	for _, o := range ops {
+		if o.tryErr != nil {
+			o.finish(netip.Addr{}, o.tryErr)
+			continue
+		}
+		o.finish(o.tryIP, nil)
+	}
+}
+
+func failAll(ops []*op, err error) {
+	for _, o := range ops {
+		o.finish(netip.Addr{}, err)
+	}
+}
+
+// fence settles the outcome of an Update of base's successor at rev that failed with cause (not a
+// conflict): it stores base again at rev. If that succeeds, the failed write can never be applied
+// later and the error says the write failed; otherwise its outcome is unknown.
+func (p *Persistent) fence(ctx context.Context, base *Allocator, rev int64, cause error) error {
+	failed := fmt.Errorf("bitmap: store snapshot of %s: %w", p.cidr, cause)
+	if ctx.Err() == nil {
+		rs, data := base.Snapshot()
+		if newRev, err := p.store.Update(ctx, rev, Snapshot{Range: rs, Data: data}); err == nil {
+			p.publish(base, newRev)
+			return failed
+		}
+	}
+	p.markStale()
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, failed)
+}
+
+// adopt makes the stored snapshot s at rev the last known state, unless a newer state is already
+// known.
+func (p *Persistent) adopt(s Snapshot, rev int64) error {
+	if rev == 0 {
+		p.markStale()
+		return fmt.Errorf("%w: no snapshot of %s is stored", allocator.ErrNotReady, p.cidr)
+	}
+	next := p.current().Clone()
+	if err := next.Restore(s.Range, s.Data); err != nil {
+		p.markStale()
+		return fmt.Errorf("bitmap: stored snapshot at revision %d: %w", rev, err)
+	}
+	p.publish(next, rev)
+	return nil
+}
+
+// publish makes a the last known state at rev, unless a newer state is already known.
+func (p *Persistent) publish(a *Allocator, rev int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rev < p.rev && !p.stale {
+		return
+	}
+	p.cur, p.rev, p.stale = a, rev, false
+}
+
+func (p *Persistent) markStale() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stale = true
+}
+
+// sleep waits a random time before attempt n+1 (full jitter, the bound doubling per attempt up to
+// the maximum), or until ctx ends.
+func (p *Persistent) sleep(ctx context.Context, n int) {
+	bound := p.opts.backoff
+	for i := 1; i < n && bound < p.opts.maxBackoff; i++ {
+		bound *= 2
+	}
+	bound = min(bound, p.opts.maxBackoff)
+	t := time.NewTimer(rand.N(bound + 1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// persistentDryRun answers as its Persistent's last known state would and changes nothing.
+type persistentDryRun struct{ p *Persistent }
+
+func (d persistentDryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
+	return d.p.current().DryRun().Allocate(ctx, ip, owner)
+}
+
+func (d persistentDryRun) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	return d.p.current().DryRun().AllocateNext(ctx, owner)
+}
+
+func (d persistentDryRun) Release(ctx context.Context, ip netip.Addr) error {
+	return d.p.current().DryRun().Release(ctx, ip)
+}
+
+func (d persistentDryRun) Has(ip netip.Addr) bool      { return d.p.Has(ip) }
+func (d persistentDryRun) All() iter.Seq[netip.Addr]   { return d.p.All() }
+func (d persistentDryRun) CIDR() netip.Prefix          { return d.p.CIDR() }
+func (d persistentDryRun) Family() corev1.IPFamily     { return d.p.Family() }
+func (d persistentDryRun) Used() uint64                { return d.p.Used() }
+func (d persistentDryRun) Free() uint64                { return d.p.Free() }
+func (d persistentDryRun) DryRun() allocator.Interface { return d }
+func (d persistentDryRun) Close() error                { return nil }

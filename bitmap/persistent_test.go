@@ -1,0 +1,559 @@
+package bitmap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/allocatortest"
+	"github.com/kube-ipam/clusterip/bitmap"
+)
+
+func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.Option) *bitmap.Persistent {
+	t.Helper()
+	p, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix(cidr), store, opts...)
+	if err != nil {
+		t.Fatalf("NewPersistent(%s) = %v", cidr, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// stored returns the addresses set in the store's snapshot, read through a fresh allocator.
+func stored(t testing.TB, store bitmap.Store, cidr string) []netip.Addr {
+	t.Helper()
+	s, rev, err := store.Get(context.Background())
+	if err != nil || rev == 0 {
+		t.Fatalf("store.Get() = rev %d, %v", rev, err)
+	}
+	a, err := bitmap.New(netip.MustParsePrefix(cidr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Restore(s.Range, s.Data); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Collect(a.All())
+}
+
+func snapshotOf(t testing.TB, cidr string, ips ...string) bitmap.Snapshot {
+	t.Helper()
+	a, err := bitmap.New(netip.MustParsePrefix(cidr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range ips {
+		if err := a.Allocate(context.Background(), netip.MustParseAddr(ip), allocator.Owner{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, data := a.Snapshot()
+	return bitmap.Snapshot{Range: rs, Data: data}
+}
+
+// gateUpdates makes every Update of store wait until open is called; started receives when the
+// first one is waiting.
+func gateUpdates(store *bitmap.MemStore) (started <-chan struct{}, open func()) {
+	gate := make(chan struct{})
+	ch := make(chan struct{}, 1)
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		<-gate
+		return nil
+	})
+	return ch, sync.OnceFunc(func() { close(gate) })
+}
+
+// waitFor polls cond until it holds, failing t after a generous deadline.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPersistentConformance(t *testing.T) {
+	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
+		return newPersistent(t, cidr.String(), bitmap.NewMemStore())
+	})
+}
+
+func TestPersistentConformanceWithoutBatching(t *testing.T) {
+	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
+		return newPersistent(t, cidr.String(), bitmap.NewMemStore(), bitmap.WithoutBatching())
+	})
+}
+
+func TestNewPersistentBootstrapsMissingSnapshot(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	s, rev, err := store.Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(bitmap.Snapshot{Range: "10.96.0.0/24"}, s); diff != "" || rev == 0 {
+		t.Errorf("stored after bootstrap: rev %d, mismatch (-want +got):\n%s", rev, diff)
+	}
+	if p.Revision() != rev || p.Used() != 0 {
+		t.Errorf("Revision() = %d, Used() = %d; want %d, 0", p.Revision(), p.Used(), rev)
+	}
+}
+
+func TestNewPersistentAdoptsStoredSnapshot(t *testing.T) {
+	store := bitmap.NewMemStore()
+	rev := store.Put(snapshotOf(t, "10.96.0.0/24", "10.96.0.1", "10.96.0.200"))
+	p := newPersistent(t, "10.96.0.0/24", store)
+	if got := slices.Collect(p.All()); !slices.Equal(got, []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.200")}) {
+		t.Errorf("All() = %v, want the stored addresses", got)
+	}
+	if p.Revision() != rev {
+		t.Errorf("Revision() = %d, want %d", p.Revision(), rev)
+	}
+	if st := store.Stats(); st.Updates != 0 {
+		t.Errorf("store updates = %d, want 0: an existing snapshot is not rewritten", st.Updates)
+	}
+}
+
+func TestNewPersistentUsesSnapshotCreatedConcurrently(t *testing.T) {
+	store := bitmap.NewMemStore()
+	// Another allocator creates the snapshot between our Get and our create-if-absent.
+	store.OnUpdate(func(_ context.Context, rev int64, _ bitmap.Snapshot) error {
+		store.OnUpdate(nil)
+		store.Put(snapshotOf(t, "10.96.0.0/24", "10.96.0.7"))
+		return nil
+	})
+	p := newPersistent(t, "10.96.0.0/24", store)
+	if !p.Has(netip.MustParseAddr("10.96.0.7")) || p.Used() != 1 {
+		t.Errorf("Has(10.96.0.7) = %v, Used() = %d; want the other allocator's snapshot", p.Has(netip.MustParseAddr("10.96.0.7")), p.Used())
+	}
+}
+
+func TestNewPersistentRefusesForeignSnapshots(t *testing.T) {
+	tests := []struct {
+		name string
+		snap bitmap.Snapshot
+		want error
+	}{
+		{name: "another range", snap: snapshotOf(t, "10.0.0.0/24", "10.0.0.1"), want: allocator.ErrMismatchedNetwork},
+		{name: "another family", snap: snapshotOf(t, "fd00::/120", "fd00::1"), want: allocator.ErrMismatchedNetwork},
+		{name: "bits beyond the range", snap: bitmap.Snapshot{Range: "10.96.0.0/24", Data: append([]byte{0xff}, make([]byte, 39)...)}, want: bitmap.ErrCorrupt},
+		{name: "bad range", snap: bitmap.Snapshot{Range: "ten-ninety-six", Data: []byte{1}}, want: bitmap.ErrCorrupt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := bitmap.NewMemStore()
+			rev := store.Put(tt.snap)
+			_, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix("10.96.0.0/24"), store)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("NewPersistent() error = %v, want %v", err, tt.want)
+			}
+			got, gotRev, _ := store.Get(context.Background())
+			if diff := cmp.Diff(tt.snap, got); diff != "" || gotRev != rev {
+				t.Errorf("store changed: rev %d → %d, (-want +got):\n%s", rev, gotRev, diff)
+			}
+		})
+	}
+}
+
+func TestPersistentSeesOtherAllocatorsWrites(t *testing.T) {
+	ctx := context.Background()
+	store := bitmap.NewMemStore()
+	a := newPersistent(t, "10.96.0.0/24", store)
+	b := newPersistent(t, "10.96.0.0/24", store)
+	ip, err := a.AllocateNext(ctx, allocator.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Has(ip) {
+		t.Fatalf("b.Has(%v) before any read = true; b answers from its last known state", ip)
+	}
+	// b's local state is stale (ip looks free), so its write conflicts and it learns the truth.
+	if err := b.Allocate(ctx, ip, allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("b.Allocate(%v) = %v, want ErrAllocated", ip, err)
+	}
+	if !b.Has(ip) {
+		t.Errorf("b.Has(%v) after its Allocate was refused = false, want true", ip)
+	}
+	// A release through b is not skipped just because a's allocation is newer than b's state.
+	ip2, err := a.AllocateNext(ctx, allocator.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, ip2); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, store, "10.96.0.0/24"); !slices.Equal(got, []netip.Addr{ip}) {
+		t.Errorf("stored = %v, want [%v]", got, ip)
+	}
+	// a is now stale; its next write conflicts, reloads and keeps b's release.
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.96.0.3"), allocator.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.96.0.3"), ip}
+	slices.SortFunc(want, netip.Addr.Compare)
+	if got := slices.Collect(a.All()); !slices.Equal(got, want) {
+		t.Errorf("a.All() = %v, want %v", got, want)
+	}
+}
+
+// TestPersistentGroupCommit checks that concurrent callers share compare-and-swaps: with each
+// CAS taking a while, N callers need far fewer than N of them.
+func TestPersistentGroupCommit(t *testing.T) {
+	const callers, each = 32, 4
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		time.Sleep(2 * time.Millisecond) // a CAS in flight for a while, as over the network
+		return nil
+	})
+	before := store.Stats().Updates
+	var (
+		mu  sync.Mutex
+		got []netip.Addr
+		wg  sync.WaitGroup
+	)
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				got = append(got, ip)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	cas := store.Stats().Updates - before
+	t.Logf("%d operations in %d compare-and-swaps", callers*each, cas)
+	if cas >= callers*each/2 {
+		t.Errorf("compare-and-swaps = %d for %d concurrent operations, want fewer than half", cas, callers*each)
+	}
+	slices.SortFunc(got, netip.Addr.Compare)
+	if len(slices.Compact(slices.Clone(got))) != len(got) {
+		t.Errorf("duplicate addresses handed out: %v", got)
+	}
+	if diff := cmp.Diff(got, stored(t, store, "10.96.0.0/24"), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("stored addresses differ from those handed out (-handed +stored):\n%s", diff)
+	}
+	if p.Used() != uint64(len(got)) {
+		t.Errorf("Used() = %d, want %d", p.Used(), len(got))
+	}
+}
+
+// TestPersistentBatchFailuresAreIsolated queues several operations behind a CAS in flight and
+// checks that they are stored with one CAS, that each gets its own answer, and that one failing
+// does not fail the others.
+func TestPersistentBatchFailuresAreIsolated(t *testing.T) {
+	ctx := context.Background()
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithSeed(1))
+	held := netip.MustParseAddr("10.96.0.50")
+	if err := p.Allocate(ctx, held, allocator.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	started, open := gateUpdates(store)
+	defer open()
+	first := make(chan error, 1)
+	go func() { first <- p.Allocate(ctx, netip.MustParseAddr("10.96.0.2"), allocator.Owner{}) }()
+	<-started
+
+	target := netip.MustParseAddr("10.96.0.9")
+	type result struct {
+		name string
+		ip   netip.Addr
+		err  error
+	}
+	results := make(chan result, 4)
+	go func() { results <- result{name: "allocate A", err: p.Allocate(ctx, target, allocator.Owner{})} }()
+	go func() { results <- result{name: "allocate B", err: p.Allocate(ctx, target, allocator.Owner{})} }()
+	go func() { results <- result{name: "release", err: p.Release(ctx, held)} }()
+	go func() {
+		ip, err := p.AllocateNext(ctx, allocator.Owner{})
+		results <- result{name: "next", ip: ip, err: err}
+	}()
+	waitFor(t, "four queued operations", func() bool { return bitmap.QueuedOps(p) == 4 })
+	updatesBefore := store.Stats().Updates // the first CAS is still waiting in the hook: not counted
+	open()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	var allocated, refused int
+	var next netip.Addr
+	for range 4 {
+		r := <-results
+		switch {
+		case r.name == "next" && r.err == nil:
+			next = r.ip
+		case r.name == "release" && r.err == nil:
+		case r.err == nil:
+			allocated++
+		case errors.Is(r.err, allocator.ErrAllocated):
+			refused++
+		default:
+			t.Errorf("%s: %v", r.name, r.err)
+		}
+	}
+	if allocated != 1 || refused != 1 {
+		t.Errorf("two Allocate(%v): %d succeeded and %d got ErrAllocated, want 1 and 1", target, allocated, refused)
+	}
+	// The first CAS, then exactly one for the four queued operations.
+	if got := store.Stats().Updates - updatesBefore; got != 2 {
+		t.Errorf("compare-and-swaps = %d, want 2: the first caller's and one for the queued batch", got)
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.96.0.2"), target, next}
+	slices.SortFunc(want, netip.Addr.Compare)
+	if got := stored(t, store, "10.96.0.0/24"); !slices.Equal(got, want) {
+		t.Errorf("stored = %v, want %v", got, want)
+	}
+}
+
+// conflictingWriter makes the next n Updates of store meet a write of another allocator that
+// takes one more address each time, and returns the addresses it takes.
+func conflictingWriter(t *testing.T, store *bitmap.MemStore, cidr string, n int) *[]string {
+	var mu sync.Mutex
+	var taken []string
+	count := 0
+	store.OnUpdate(func(ctx context.Context, rev int64, s bitmap.Snapshot) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if count >= n {
+			return nil
+		}
+		count++
+		taken = append(taken, fmt.Sprintf("10.96.0.%d", count))
+		store.Put(snapshotOf(t, cidr, taken...))
+		return nil
+	})
+	return &taken
+}
+
+func TestPersistentRetriesConflicts(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Millisecond))
+	taken := conflictingWriter(t, store, "10.96.0.0/24", 3)
+	ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+	if err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	if st := store.Stats(); st.Conflicts != 3 {
+		t.Errorf("conflicts = %d, want 3", st.Conflicts)
+	}
+	var want []netip.Addr
+	for _, s := range *taken {
+		want = append(want, netip.MustParseAddr(s))
+	}
+	want = append(want, ip)
+	slices.SortFunc(want, netip.Addr.Compare)
+	if got := stored(t, store, "10.96.0.0/24"); !slices.Equal(got, want) {
+		t.Errorf("stored = %v, want the other writer's %v plus ours %v", got, *taken, ip)
+	}
+	if got := slices.Collect(p.All()); !slices.Equal(got, want) {
+		t.Errorf("All() = %v, want %v", got, want)
+	}
+}
+
+func TestPersistentGivesUpAfterMaxAttempts(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithMaxAttempts(3), bitmap.WithBackoff(time.Microsecond, time.Microsecond))
+	conflictingWriter(t, store, "10.96.0.0/24", 1000)
+	before := store.Stats().Updates
+	_, err := p.AllocateNext(context.Background(), allocator.Owner{})
+	if !errors.Is(err, bitmap.ErrConflict) {
+		t.Fatalf("AllocateNext() = %v, want ErrConflict", err)
+	}
+	if got := store.Stats().Updates - before; got != 3 {
+		t.Errorf("compare-and-swaps = %d, want 3 (the bound)", got)
+	}
+	// The allocator knows the other writer's state and stored nothing of its own.
+	if got, want := stored(t, store, "10.96.0.0/24"), slices.Collect(p.All()); !slices.Equal(got, want) {
+		t.Errorf("stored = %v, All() = %v; want equal", got, want)
+	}
+}
+
+var errInjected = errors.New("injected store failure")
+
+func TestPersistentWriteFailureLeavesNothing(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		store.OnUpdate(nil) // fail once, before storing; the fencing write then succeeds
+		return errInjected
+	})
+	_, err := p.AllocateNext(context.Background(), allocator.Owner{})
+	if !errors.Is(err, errInjected) || errors.Is(err, bitmap.ErrOutcomeUnknown) {
+		t.Fatalf("AllocateNext() = %v, want the injected error, without ErrOutcomeUnknown", err)
+	}
+	if got := stored(t, store, "10.96.0.0/24"); len(got) != 0 || p.Used() != 0 {
+		t.Errorf("stored = %v, Used() = %d; want nothing", got, p.Used())
+	}
+	if _, err := p.AllocateNext(context.Background(), allocator.Owner{}); err != nil {
+		t.Errorf("AllocateNext() after the failure = %v", err)
+	}
+}
+
+func TestPersistentLostResponseIsOutcomeUnknown(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	store.OnUpdated(func(context.Context, int64) error {
+		store.OnUpdated(nil) // stored, but the answer is lost
+		return errInjected
+	})
+	_, err := p.AllocateNext(context.Background(), allocator.Owner{})
+	if !errors.Is(err, bitmap.ErrOutcomeUnknown) || !errors.Is(err, errInjected) {
+		t.Fatalf("AllocateNext() = %v, want ErrOutcomeUnknown wrapping the injected error", err)
+	}
+	// The allocator must not have claimed anything: the next call reloads and sees the write.
+	ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, store, "10.96.0.0/24"); len(got) != 2 || !slices.Contains(got, ip) {
+		t.Errorf("stored = %v, want the lost write's address and %v", got, ip)
+	}
+}
+
+func TestPersistentQueuedCallerGivesUp(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	started, open := gateUpdates(store)
+	defer open()
+	first := make(chan error, 1)
+	go func() {
+		_, err := p.AllocateNext(context.Background(), allocator.Owner{})
+		first <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("queued AllocateNext() = %v, want DeadlineExceeded", err)
+	}
+	open()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, store, "10.96.0.0/24"); len(got) != 1 || p.Used() != 1 {
+		t.Errorf("stored = %v, Used() = %d; want only the first caller's address", got, p.Used())
+	}
+}
+
+func TestPersistentDryRunNeverWrites(t *testing.T) {
+	ctx := context.Background()
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	held := netip.MustParseAddr("10.96.0.10")
+	if err := p.Allocate(ctx, held, allocator.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	before := store.Stats()
+	d := p.DryRun()
+	if err := d.Allocate(ctx, held, allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+		t.Errorf("DryRun().Allocate(held) = %v, want ErrAllocated", err)
+	}
+	if err := d.Allocate(ctx, netip.MustParseAddr("10.96.0.11"), allocator.Owner{}); err != nil {
+		t.Errorf("DryRun().Allocate(free) = %v", err)
+	}
+	if ip, err := d.AllocateNext(ctx, allocator.Owner{}); err != nil || p.Has(ip) {
+		t.Errorf("DryRun().AllocateNext() = %v, %v; want a free address", ip, err)
+	}
+	if err := d.Release(ctx, held); err != nil || !p.Has(held) {
+		t.Errorf("DryRun().Release() = %v, Has = %v; want nil, still held", err, p.Has(held))
+	}
+	if got := store.Stats(); got != before {
+		t.Errorf("store calls during DryRun: %+v → %+v, want none", before, got)
+	}
+}
+
+func TestPersistentOutOfRangeNeverReachesStore(t *testing.T) {
+	ctx := context.Background()
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	before := store.Stats()
+	var nir *allocator.NotInRangeError
+	if err := p.Allocate(ctx, netip.MustParseAddr("10.97.0.1"), allocator.Owner{}); !errors.As(err, &nir) {
+		t.Errorf("Allocate(outside) = %v, want *NotInRangeError", err)
+	}
+	if err := p.Allocate(ctx, netip.MustParseAddr("::ffff:10.96.0.1"), allocator.Owner{}); !errors.Is(err, allocator.ErrInvalid) {
+		t.Errorf("Allocate(mapped) = %v, want ErrInvalid", err)
+	}
+	if err := p.Release(ctx, netip.MustParseAddr("10.97.0.1")); err != nil {
+		t.Errorf("Release(outside) = %v, want nil", err)
+	}
+	if got := store.Stats(); got != before {
+		t.Errorf("store calls: %+v → %+v, want none", before, got)
+	}
+}
+
+func TestPersistentClose(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.AllocateNext(context.Background(), allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("AllocateNext() after Close = %v, want ErrNotReady", err)
+	}
+}
+
+func TestPersistentMissingSnapshotIsNotReady(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store)
+	store.Delete()
+	if _, err := p.AllocateNext(context.Background(), allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("AllocateNext() with the snapshot deleted = %v, want ErrNotReady", err)
+	}
+	if _, rev, _ := store.Get(context.Background()); rev != 0 {
+		t.Errorf("store recreated the snapshot (rev %d); only NewPersistent bootstraps", rev)
+	}
+}
+
+func ExampleNewPersistent() {
+	ctx := context.Background()
+	store := bitmap.NewMemStore() // or etcdstore.New(client, etcdstore.ServiceIPsKey(""))
+	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix("10.96.0.0/24"), store, bitmap.WithSeed(1))
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+
+	if err := p.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), allocator.Owner{}); err != nil {
+		panic(err)
+	}
+	ip, err := p.AllocateNext(ctx, allocator.Owner{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ip.IsValid(), p.Has(ip), p.Used(), p.Free())
+
+	err = p.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), allocator.Owner{})
+	fmt.Println(errors.Is(err, allocator.ErrAllocated))
+
+	s, _, _ := store.Get(ctx)
+	fmt.Println(s.Range, len(s.Data) > 0)
+	// Output:
+	// true true 2 252
+	// true
+	// 10.96.0.0/24 true
+}
