@@ -364,7 +364,7 @@ func testAll(t *testing.T, f Factory, _ config) {
 		}
 		want[ip] = true
 	}
-	for _, off := range []uint64{0, 1, 62} {
+	for _, off := range []uint64{0, 1, 15} { // static band: the 20 AllocateNext calls above stay in the upper one
 		ip := addr(v6Band, off)
 		if err := a.Allocate(ctx, ip, owner); err != nil {
 			t.Fatal(err)

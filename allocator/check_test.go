@@ -1,0 +1,106 @@
+package allocator_test
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/kube-ipam/clusterip/allocator"
+)
+
+func TestParsePrefix(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // "" means an error
+	}{
+		{"10.96.0.0/12", "10.96.0.0/12"},
+		{"fd00::/108", "fd00::/108"},
+		{"10.0.0.0/30", "10.0.0.0/30"},
+		{"fd00::/127", "fd00::/127"},
+		{"10.0.0.0/31", ""},
+		{"10.0.0.1/32", ""},
+		{"fd00::1/128", ""},
+		{"10.96.0.1/12", ""}, // host bits set
+		{"::ffff:10.0.0.0/104", ""},
+		{"fe80::%eth0/64", ""},
+		{"10.96.0.0", ""},
+		{"10.96.0.0/33", ""},
+		{"", ""},
+		{"010.96.0.0/12", ""},
+	}
+	for _, tt := range tests {
+		p, err := allocator.ParsePrefix(tt.in)
+		if tt.want == "" {
+			var pe *allocator.PrefixError
+			if !errors.As(err, &pe) || pe.Input != tt.in || !errors.Is(err, allocator.ErrInvalid) || p.IsValid() {
+				t.Errorf("ParsePrefix(%q) = %v, %v; want a *PrefixError keeping the input", tt.in, p, err)
+			}
+			continue
+		}
+		if err != nil || p.String() != tt.want {
+			t.Errorf("ParsePrefix(%q) = %v, %v; want %s", tt.in, p, err, tt.want)
+		}
+	}
+}
+
+func TestParseAddr(t *testing.T) {
+	tests := []struct {
+		in string
+		ok bool
+	}{
+		{"10.96.0.1", true},
+		{"fd00::1", true},
+		{"::ffff:10.96.0.1", false},
+		{"fe80::1%eth0", false},
+		{"10.96.0.256", false},
+		{"", false},
+		{"10.96.0.1/32", false},
+	}
+	for _, tt := range tests {
+		ip, err := allocator.ParseAddr(tt.in)
+		if tt.ok != (err == nil) {
+			t.Errorf("ParseAddr(%q) = %v, %v; want ok=%v", tt.in, ip, err, tt.ok)
+		}
+		var ae *allocator.AddrError
+		if err != nil && (!errors.As(err, &ae) || ae.Input != tt.in) {
+			t.Errorf("ParseAddr(%q) error %v is not an *AddrError keeping the input", tt.in, err)
+		}
+	}
+}
+
+func TestNotInRangeErrorWithoutRangeIsMismatchedNetwork(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.1")
+	if err := error(&allocator.NotInRangeError{IP: ip}); !errors.Is(err, allocator.ErrMismatchedNetwork) {
+		t.Errorf("range-less NotInRangeError does not match ErrMismatchedNetwork")
+	}
+	if err := error(&allocator.NotInRangeError{IP: ip, Range: netip.MustParsePrefix("10.1.0.0/16")}); errors.Is(err, allocator.ErrMismatchedNetwork) {
+		t.Errorf("NotInRangeError with a range matches ErrMismatchedNetwork")
+	}
+}
+
+// FuzzParse checks that no input makes the parsers panic, that whatever they accept is canonical
+// and passes the checks, and that what they reject is a typed error.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"10.96.0.0/12", "fd00::/108", "::ffff:1.2.3.4", "fe80::1%eth0", "10.0.0.1/32", "1.2.3.4", "::/0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if p, err := allocator.ParsePrefix(s); err == nil {
+			if allocator.CheckPrefix(p) != nil || p.Masked() != p || p.Addr().Is4In6() {
+				t.Fatalf("ParsePrefix(%q) accepted %v, which fails CheckPrefix", s, p)
+			}
+			if q, err := allocator.ParsePrefix(p.String()); err != nil || q != p {
+				t.Fatalf("ParsePrefix(%q) does not round-trip: %v, %v", p.String(), q, err)
+			}
+		} else if !errors.Is(err, allocator.ErrInvalid) {
+			t.Fatalf("ParsePrefix(%q) error %v is not ErrInvalid", s, err)
+		}
+		if ip, err := allocator.ParseAddr(s); err == nil {
+			if ip.Zone() != "" || ip.Is4In6() || !ip.IsValid() {
+				t.Fatalf("ParseAddr(%q) accepted %v", s, ip)
+			}
+		} else if !errors.Is(err, allocator.ErrInvalid) {
+			t.Fatalf("ParseAddr(%q) error %v is not ErrInvalid", s, err)
+		}
+	})
+}
