@@ -24,7 +24,7 @@ func TestSetMatchesMapModel(t *testing.T) {
 		s := New(n)
 		m := map[int]bool{}
 		for step := range 4000 {
-			i := r.IntN(n + 2) - 1
+			i := r.IntN(n+2) - 1
 			if n > 64 && step%3 == 0 {
 				// Fill a run so that whole words and summaries become full.
 				base := r.IntN(n)
