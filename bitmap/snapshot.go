@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/internal/bitset"
 )
 
 // Snapshot returns the allocator's state in kube-apiserver's RangeAllocation encoding: rangeSpec is
@@ -21,28 +20,25 @@ func (a *Allocator) Snapshot() (rangeSpec string, data []byte) {
 // allocator.ErrMismatchedNetwork if rangeSpec names another range, and one wrapping ErrCorrupt if
 // rangeSpec does not parse or data has bits beyond the bitmap; in both cases nothing changes.
 func (a *Allocator) Restore(rangeSpec string, data []byte) error {
-	set, err := a.decode(rangeSpec, data)
-	if err != nil {
+	if err := a.checkRange(rangeSpec); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.set = set
+	if err := a.set.SetBigEndian(data); err != nil { // checks before it changes anything
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, rangeSpec, err)
+	}
 	return nil
 }
 
-// decode checks a snapshot against a's range and returns its bit set.
-func (a *Allocator) decode(rangeSpec string, data []byte) (*bitset.Set, error) {
+// checkRange returns an error unless rangeSpec names a's range.
+func (a *Allocator) checkRange(rangeSpec string) error {
 	p, err := netip.ParsePrefix(rangeSpec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: range %q: %v", ErrCorrupt, rangeSpec, err)
+		return fmt.Errorf("%w: range %q: %v", ErrCorrupt, rangeSpec, err)
 	}
 	if p.Masked() != a.cidr {
-		return nil, fmt.Errorf("%w: snapshot of %s restored into %s", allocator.ErrMismatchedNetwork, rangeSpec, a.cidr)
+		return fmt.Errorf("%w: snapshot of %s restored into %s", allocator.ErrMismatchedNetwork, rangeSpec, a.cidr)
 	}
-	set := bitset.New(a.max)
-	if err := set.SetBigEndian(data); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, rangeSpec, err)
-	}
-	return set, nil
+	return nil
 }

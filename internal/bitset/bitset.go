@@ -11,6 +11,7 @@ import (
 	"errors"
 	"iter"
 	"math/bits"
+	"slices"
 )
 
 // ErrTooLarge is returned by SetBigEndian when the data has a bit at or beyond the set's length.
@@ -181,32 +182,42 @@ func (s *Set) AppendBigEndian(dst []byte) []byte {
 		return dst
 	}
 	lead := bits.LeadingZeros64(ws[top]) / 8
+	n := (top+1)*8 - lead
 	start := len(dst)
-	dst = append(dst, make([]byte, (top+1)*8)...)
+	dst = slices.Grow(dst, n)[:start+n]
 	out := dst[start:]
-	for k := 0; k <= top; k++ {
-		binary.BigEndian.PutUint64(out[(top-k)*8:], ws[k])
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], ws[top])
+	pos := copy(out, b[lead:])
+	for k := top - 1; k >= 0; k-- {
+		binary.BigEndian.PutUint64(out[pos:], ws[k])
+		pos += 8
 	}
-	return append(dst[:start], out[lead:]...)
+	return dst
 }
 
 // SetBigEndian replaces the members with those encoded in data as by AppendBigEndian (leading zero
 // bytes allowed). It returns ErrTooLarge, leaving s unchanged, if data has a bit at or beyond Len().
+// It allocates nothing.
 func (s *Set) SetBigEndian(data []byte) error {
 	for len(data) > 0 && data[0] == 0 {
 		data = data[1:]
 	}
-	nw := (len(data) + 7) / 8
-	if nw > len(s.levels[0]) || (len(data) > 0 && (len(data)-1)*8+bits.Len8(data[0]) > s.n) {
+	if len(data) > 0 && (len(data)-1)*8+bits.Len8(data[0]) > s.n {
 		return ErrTooLarge
 	}
 	ws := s.levels[0]
 	clear(ws)
-	for k := range nw {
-		end := len(data) - k*8
-		var b [8]byte
-		copy(b[8-min(end, 8):], data[max(end-8, 0):end])
-		ws[k] = binary.BigEndian.Uint64(b[:])
+	k := 0
+	for end := len(data); end > 0; end -= 8 {
+		if end >= 8 {
+			ws[k] = binary.BigEndian.Uint64(data[end-8 : end])
+		} else {
+			var b [8]byte
+			copy(b[8-end:], data[:end])
+			ws[k] = binary.BigEndian.Uint64(b[:])
+		}
+		k++
 	}
 	s.rebuild()
 	return nil
