@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	benchRanges = []string{"10.0.0.0/24", "10.0.0.0/16", "10.96.0.0/12", "fd00::/108"}
+	benchRanges = []string{"10.0.0.0/24", "10.0.0.0/16", "10.96.0.0/12", "fd00::/108", "fd00::/64"} // IPv6 bitmaps are capped at 65535 slots
 	benchFills  = []float64{0, 0.5, 0.99, 0.999, 1}
 )
 

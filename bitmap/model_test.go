@@ -150,3 +150,32 @@ func FuzzBitmapMatchesMapModel(f *testing.F) {
 	f.Add([]byte{6, 0, 0, 0, 0, 2, 0, 2, 1, 3, 1})
 	f.Fuzz(runModel)
 }
+
+// FuzzRestore feeds arbitrary snapshots to Restore: it must never panic, must answer with
+// ErrCorrupt or ErrMismatchedNetwork or nil, and what it accepts must encode back to the same
+// bytes (less leading zeros).
+func FuzzRestore(f *testing.F) {
+	f.Add("10.96.0.0/24", []byte{0x01})
+	f.Add("10.96.0.0/24", []byte{0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add("10.97.0.0/24", []byte{})
+	f.Add("garbage", []byte{0, 0, 1})
+	f.Fuzz(func(t *testing.T, spec string, data []byte) {
+		a, _ := bitmap.New(netip.MustParsePrefix("10.96.0.0/24"))
+		err := a.Restore(spec, data)
+		if err != nil {
+			if !errors.Is(err, bitmap.ErrCorrupt) && !errors.Is(err, allocator.ErrMismatchedNetwork) {
+				t.Fatalf("Restore(%q, %x) = %v, want ErrCorrupt or ErrMismatchedNetwork", spec, data, err)
+			}
+			if a.Used() != 0 {
+				t.Fatalf("a failed Restore changed the allocator")
+			}
+			return
+		}
+		for len(data) > 0 && data[0] == 0 {
+			data = data[1:]
+		}
+		if _, got := a.Snapshot(); string(got) != string(data) {
+			t.Fatalf("Snapshot() after Restore(%x) = %x", data, got)
+		}
+	})
+}
