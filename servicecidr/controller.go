@@ -1,0 +1,79 @@
+package servicecidr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// Run watches ServiceCIDRs and keeps the per-CIDR allocators in step with them until ctx is done.
+// It returns nil then, or an error if the Allocator was already started or ctx ended before the
+// ServiceCIDR informer synced. The informers must be started by their factory.
+//
+// Run does not close the Allocator: call Close when done with it.
+func (a *Allocator) Run(ctx context.Context) error {
+	if !a.started.CompareAndSwap(false, true) {
+		return errors.New("servicecidr: Allocator.Run called twice")
+	}
+	logger := klog.FromContext(ctx).WithValues("controller", "servicecidr-allocator", "family", a.family)
+	ctx = klog.NewContext(ctx, logger)
+
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "servicecidr_allocator_" + string(a.family)},
+	)
+	defer a.queue.ShutDown()
+
+	reg, err := a.cidrs.AddEventHandler(a.handlers(logger))
+	if err != nil {
+		return fmt.Errorf("servicecidr: watch ServiceCIDRs: %w", err)
+	}
+	defer func() {
+		if err := a.cidrs.RemoveEventHandler(reg); err != nil {
+			logger.Error(err, "Removing the ServiceCIDR event handler")
+		}
+	}()
+
+	logger.Info("Starting")
+	defer logger.Info("Stopped")
+	if !cache.WaitForNamedCacheSync("servicecidr-allocator", ctx.Done(), reg.HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("servicecidr: ServiceCIDR informer did not sync")
+	}
+	a.queue.Add(syncAllKey)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for a.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	a.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// processNext syncs the next key; it returns false once the queue is shut down.
+func (a *Allocator) processNext(ctx context.Context) bool {
+	key, quit := a.queue.Get()
+	if quit {
+		return false
+	}
+	defer a.queue.Done(key)
+	if err := a.syncAll(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Syncing ServiceCIDRs, will retry", "requeues", a.queue.NumRequeues(key))
+		a.queue.AddRateLimited(key)
+		return true
+	}
+	a.queue.Forget(key)
+	return true
+}

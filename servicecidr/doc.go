@@ -1,0 +1,27 @@
+// Package servicecidr allocates Service ClusterIPs from every networking.k8s.io/v1 ServiceCIDR of
+// one IP family, as kube-apiserver's multi-CIDR allocator does (KEP-1880).
+//
+// An Allocator watches ServiceCIDRs through a shared informer and keeps one per-CIDR allocator
+// (an ipaddress.Allocator, which records each address as an IPAddress object) for every distinct
+// prefix of its family. It implements allocator.Interface over all of them:
+//
+//   - AllocateNext picks a ready ServiceCIDR at random, weighted by its free space, and skips full
+//     and not-ready ones; no lock is held across API calls, so concurrent callers proceed in
+//     parallel.
+//   - Prefixes may overlap. An address belongs to every prefix that contains it, the network and
+//     IPv4 broadcast address of each prefix excluded: 192.168.1.0 is not allocatable from
+//     192.168.1.0/24 alone but is once 192.168.0.0/16 exists.
+//   - A ServiceCIDR is ready while its Ready condition is True or absent and it is not being
+//     deleted. Addresses only in ServiceCIDRs that are not ready are refused with
+//     allocator.ErrNotReady; addresses in none with a range-less *allocator.NotInRangeError, which
+//     matches allocator.ErrMismatchedNetwork.
+//
+// The LifecycleController is the optional controller that kube-controller-manager runs upstream: it
+// adds the networking.k8s.io/service-cidr-finalizer finalizer and the Ready condition, and holds a
+// ServiceCIDR that is being deleted (Ready=False, reason Terminating) while any IPAddress would be
+// left in no other ready ServiceCIDR.
+//
+// New starts nothing; Allocator.Run and LifecycleController.Run do the work and block until their
+// context is done. Start the informer factory after New and NewLifecycleController so that both
+// informers are registered with it.
+package servicecidr

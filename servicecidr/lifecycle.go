@@ -1,0 +1,384 @@
+package servicecidr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// Finalizer is the finalizer the LifecycleController puts on every ServiceCIDR, so that a
+	// ServiceCIDR is not removed while IPAddresses would be left in no ServiceCIDR.
+	Finalizer = "networking.k8s.io/service-cidr-finalizer"
+
+	// ReasonReady is the reason of the Ready=True condition the LifecycleController sets.
+	ReasonReady = "ServiceCIDRReady"
+
+	// ReasonTerminating is the reason of the Ready=False condition of a ServiceCIDR whose
+	// deletion is blocked by IPAddresses that no other ServiceCIDR contains.
+	ReasonTerminating = networkingv1.ServiceCIDRReasonTerminating
+
+	messageReady       = "Kubernetes Service CIDR is ready"
+	messageTerminating = "There are still IPAddresses referencing the ServiceCIDR, please remove them or create a new ServiceCIDR"
+)
+
+// LifecycleOptions configures NewLifecycleController. The zero value gives the defaults.
+type LifecycleOptions struct {
+	// GracePeriod is how long a ServiceCIDR being deleted must have no IPAddress that would be
+	// orphaned before its finalizer is removed; it lets every allocator see that the ServiceCIDR
+	// is not ready before it goes. Defaults to 10 seconds; a negative value means no wait.
+	GracePeriod time.Duration
+	// RecheckInterval is how often a blocked deletion is checked again, besides the checks that
+	// IPAddress and ServiceCIDR events trigger. Defaults to 10 seconds.
+	RecheckInterval time.Duration
+}
+
+// LifecycleController does for ServiceCIDRs what kube-controller-manager's ServiceCIDR controller
+// does upstream, for clusters or tests where it does not run: it adds Finalizer to every
+// ServiceCIDR and the Ready=True condition to those that lack one, and removes the finalizer of a
+// ServiceCIDR being deleted only once no IPAddress would be left in no other ready ServiceCIDR and
+// that has held for the grace period. While deletion is blocked the ServiceCIDR has Ready=False
+// with reason Terminating.
+//
+// The zero LifecycleController is not usable; use NewLifecycleController. Its methods are safe for
+// concurrent use.
+type LifecycleController struct {
+	client     kubernetes.Interface
+	cidrs      cache.SharedIndexInformer
+	ips        cache.SharedIndexInformer
+	cidrLister networkingv1listers.ServiceCIDRLister
+	ipLister   networkingv1listers.IPAddressLister
+	opts       LifecycleOptions
+	now        func() time.Time
+
+	queue workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
+
+	mu         sync.Mutex           // guards clearSince
+	clearSince map[string]time.Time // ServiceCIDR being deleted → since when it orphans nothing
+}
+
+// NewLifecycleController returns a controller that manages the ServiceCIDRs seen by cidrs, judging
+// orphans with the IPAddresses seen by ips, and writes with client. It registers both informers
+// with their factory and starts nothing; call Run.
+func NewLifecycleController(client kubernetes.Interface, cidrs networkingv1informers.ServiceCIDRInformer, ips networkingv1informers.IPAddressInformer, opts LifecycleOptions) *LifecycleController {
+	if opts.GracePeriod == 0 {
+		opts.GracePeriod = 10 * time.Second
+	}
+	opts.GracePeriod = max(opts.GracePeriod, 0)
+	if opts.RecheckInterval <= 0 {
+		opts.RecheckInterval = 10 * time.Second
+	}
+	return &LifecycleController{
+		client:     client,
+		cidrs:      cidrs.Informer(),
+		ips:        ips.Informer(),
+		cidrLister: cidrs.Lister(),
+		ipLister:   ips.Lister(),
+		opts:       opts,
+		now:        time.Now,
+		clearSince: map[string]time.Time{},
+	}
+}
+
+// Run processes ServiceCIDRs with workers goroutines (at least one) until ctx is done, then
+// returns nil; it returns an error if ctx ends before the informers sync. The informers must be
+// started by their factory.
+func (c *LifecycleController) Run(ctx context.Context, workers int) error {
+	logger := klog.FromContext(ctx).WithValues("controller", "servicecidr-lifecycle")
+	ctx = klog.NewContext(ctx, logger)
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "servicecidr_lifecycle"},
+	)
+	defer c.queue.ShutDown()
+
+	cidrReg, err := c.cidrs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onServiceCIDR,
+		UpdateFunc: func(_, cur any) { c.onServiceCIDR(cur) },
+		DeleteFunc: func(any) { c.enqueueTerminating(func(*networkingv1.ServiceCIDR) bool { return true }) },
+	})
+	if err != nil {
+		return fmt.Errorf("servicecidr: watch ServiceCIDRs: %w", err)
+	}
+	defer c.cidrs.RemoveEventHandler(cidrReg) //nolint:errcheck // only fails for a foreign handle
+	ipReg, err := c.ips.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onIPAddress,
+		UpdateFunc: func(_, cur any) { c.onIPAddress(cur) },
+		DeleteFunc: c.onIPAddress,
+	})
+	if err != nil {
+		return fmt.Errorf("servicecidr: watch IPAddresses: %w", err)
+	}
+	defer c.ips.RemoveEventHandler(ipReg) //nolint:errcheck // only fails for a foreign handle
+
+	logger.Info("Starting", "workers", workers)
+	defer logger.Info("Stopped")
+	if !cache.WaitForNamedCacheSync("servicecidr-lifecycle", ctx.Done(), cidrReg.HasSynced, ipReg.HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("servicecidr: informers did not sync")
+	}
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// onServiceCIDR queues a ServiceCIDR that was added or changed, and every ServiceCIDR being deleted:
+// a new or newly ready ServiceCIDR may now hold their IPAddresses.
+func (c *LifecycleController) onServiceCIDR(obj any) {
+	sc, ok := serviceCIDRFrom(obj)
+	if !ok {
+		return
+	}
+	c.queue.Add(sc.Name)
+	c.enqueueTerminating(func(*networkingv1.ServiceCIDR) bool { return true })
+}
+
+// onIPAddress queues the ServiceCIDRs being deleted that contain the IPAddress's address.
+func (c *LifecycleController) onIPAddress(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	ipa, ok := obj.(*networkingv1.IPAddress)
+	if !ok {
+		return
+	}
+	ip, err := netip.ParseAddr(ipa.Name)
+	if err != nil {
+		return
+	}
+	c.enqueueTerminating(func(sc *networkingv1.ServiceCIDR) bool { return containsAddr(sc, ip) })
+}
+
+func (c *LifecycleController) enqueueTerminating(match func(*networkingv1.ServiceCIDR) bool) {
+	list, err := c.cidrLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, sc := range list {
+		if sc.DeletionTimestamp != nil && match(sc) {
+			c.queue.Add(sc.Name)
+		}
+	}
+}
+
+// containsAddr reports whether some prefix of sc can allocate ip.
+func containsAddr(sc *networkingv1.ServiceCIDR, ip netip.Addr) bool {
+	for _, s := range sc.Spec.CIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil && usable(p.Masked(), ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *LifecycleController) processNext(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.sync(ctx, name); err != nil {
+		logger := klog.FromContext(ctx)
+		if apierrors.IsConflict(err) {
+			logger.V(2).Info("Conflict updating ServiceCIDR, will retry", "serviceCIDR", name)
+		} else {
+			logger.Error(err, "Syncing ServiceCIDR, will retry", "serviceCIDR", name)
+		}
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+// sync brings one ServiceCIDR to its wanted state: finalizer and Ready condition while it lives,
+// and while it is being deleted either a Terminating condition (orphans left) or, after the grace
+// period without orphans, no finalizer.
+func (c *LifecycleController) sync(ctx context.Context, name string) error {
+	sc, err := c.cidrLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.setClearSince(name, time.Time{})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if sc.DeletionTimestamp == nil {
+		return c.syncLive(ctx, sc)
+	}
+	return c.syncDeleting(ctx, sc)
+}
+
+func (c *LifecycleController) syncLive(ctx context.Context, sc *networkingv1.ServiceCIDR) error {
+	logger := klog.FromContext(ctx)
+	if !slices.Contains(sc.Finalizers, Finalizer) {
+		cp := sc.DeepCopy()
+		cp.Finalizers = append(cp.Finalizers, Finalizer)
+		updated, err := c.client.NetworkingV1().ServiceCIDRs().Update(ctx, cp, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("servicecidr: add finalizer to %s: %w", sc.Name, err)
+		}
+		logger.V(2).Info("Added the finalizer", "serviceCIDR", sc.Name)
+		sc = updated
+	}
+	if meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady) != nil {
+		return nil
+	}
+	cp := sc.DeepCopy()
+	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
+		Type:               networkingv1.ServiceCIDRConditionReady,
+		Status:             metav1.ConditionTrue,
+		Reason:             ReasonReady,
+		Message:            messageReady,
+		ObservedGeneration: sc.Generation,
+	})
+	if _, err := c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("servicecidr: set Ready on %s: %w", sc.Name, err)
+	}
+	logger.V(2).Info("Set Ready=True", "serviceCIDR", sc.Name)
+	return nil
+}
+
+func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1.ServiceCIDR) error {
+	logger := klog.FromContext(ctx)
+	if !slices.Contains(sc.Finalizers, Finalizer) {
+		c.setClearSince(sc.Name, time.Time{})
+		return nil
+	}
+	orphans, err := c.orphans(sc)
+	if err != nil {
+		return err
+	}
+	if len(orphans) > 0 {
+		c.setClearSince(sc.Name, time.Time{})
+		logger.V(2).Info("Deletion blocked by IPAddresses in no other ServiceCIDR", "serviceCIDR", sc.Name, "count", len(orphans), "first", orphans[0])
+		c.queue.AddAfter(sc.Name, c.opts.RecheckInterval)
+		cond := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
+		if cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ReasonTerminating {
+			return nil
+		}
+		cp := sc.DeepCopy()
+		meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
+			Type:               networkingv1.ServiceCIDRConditionReady,
+			Status:             metav1.ConditionFalse,
+			Reason:             ReasonTerminating,
+			Message:            fmt.Sprintf("%s (%d IPAddresses, such as %s, are in no other ready ServiceCIDR)", messageTerminating, len(orphans), orphans[0]),
+			ObservedGeneration: sc.Generation,
+		})
+		if _, err := c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("servicecidr: set Terminating on %s: %w", sc.Name, err)
+		}
+		return nil
+	}
+
+	// Nothing would be orphaned now. An allocator that has not yet seen the deletion may still be
+	// allocating from it, so wait out the grace period and check again before letting it go.
+	now := c.now()
+	since := c.clearSinceOf(sc.Name)
+	if since.IsZero() {
+		c.setClearSince(sc.Name, now)
+		since = now
+	}
+	if wait := since.Add(c.opts.GracePeriod).Sub(now); wait > 0 {
+		c.queue.AddAfter(sc.Name, wait)
+		return nil
+	}
+	cp := sc.DeepCopy()
+	cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool { return f == Finalizer })
+	if _, err := c.client.NetworkingV1().ServiceCIDRs().Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("servicecidr: remove finalizer from %s: %w", sc.Name, err)
+	}
+	c.setClearSince(sc.Name, time.Time{})
+	logger.Info("Removed the finalizer of a deleted ServiceCIDR", "serviceCIDR", sc.Name)
+	return nil
+}
+
+// orphans returns the addresses of IPAddresses that sc contains and no other ready ServiceCIDR
+// does, in ascending order.
+func (c *LifecycleController) orphans(sc *networkingv1.ServiceCIDR) ([]netip.Addr, error) {
+	cidrs, err := c.cidrLister.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	var others []netip.Prefix
+	for _, o := range cidrs {
+		if o.Name == sc.Name || !isReady(o) {
+			continue
+		}
+		for _, s := range o.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				others = append(others, p.Masked())
+			}
+		}
+	}
+	ips, err := c.ipLister.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, ipa := range ips {
+		ip, err := netip.ParseAddr(ipa.Name)
+		if err != nil || !containsAddr(sc, ip) {
+			continue
+		}
+		if !slices.ContainsFunc(others, func(p netip.Prefix) bool { return usable(p, ip) }) {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+func (c *LifecycleController) clearSinceOf(name string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clearSince[name]
+}
+
+// setClearSince records since when name orphans nothing; the zero time forgets it.
+func (c *LifecycleController) setClearSince(name string, t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.IsZero() {
+		delete(c.clearSince, name)
+	} else {
+		c.clearSince[name] = t
+	}
+}

@@ -1,0 +1,40 @@
+package servicecidr
+
+import (
+	"net/netip"
+
+	"github.com/kube-ipam/clusterip/allocator"
+)
+
+// cidrAllocator is what the Allocator needs from a per-CIDR allocator: allocator.Interface plus a
+// switch for the readiness of its ServiceCIDR. ipaddress.Allocator is one.
+type cidrAllocator interface {
+	allocator.Interface
+	// SetReady marks the ServiceCIDR ready or not; a not-ready allocator refuses Allocate and
+	// AllocateNext with allocator.ErrNotReady and still releases.
+	SetReady(ready bool)
+	// Ready reports whether the allocator can allocate: its ServiceCIDR is ready and its own state
+	// (such as an informer) is in sync.
+	Ready() bool
+}
+
+// allocatorFactory builds the per-CIDR allocator of a prefix. It must start no goroutines that
+// outlive Close.
+type allocatorFactory func(cidr netip.Prefix) (cidrAllocator, error)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	factory allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
+}
+
+// withAllocatorFactory replaces the per-CIDR allocator; tests use in-memory ones. Default: an
+// ipaddress.Allocator per prefix. A nil f keeps the default.
+func withAllocatorFactory(f allocatorFactory) Option {
+	return func(o *options) {
+		if f != nil {
+			o.factory = f
+		}
+	}
+}
