@@ -1,0 +1,181 @@
+package testenv
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+func clusterIPService(name string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.ServiceSpec{
+			Type:  corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{Port: 80}},
+		},
+	}
+}
+
+// TestKubeAPIServerDualWrite runs a v1.33 apiserver with its defaults and
+// checks it allocates ClusterIPs and serves networking.k8s.io/v1.
+func TestKubeAPIServerDualWrite(t *testing.T) {
+	etcd := NewEtcd(t)
+	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	v, err := s.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatalf("ServerVersion() error = %v", err)
+	}
+	if v.GitVersion != KubeAPIServerVersion {
+		t.Errorf("ServerVersion() = %s, want %s", v.GitVersion, KubeAPIServerVersion)
+	}
+
+	svc, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService("web"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Service: %v", err)
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil {
+		t.Fatalf("ClusterIP %q: %v", svc.Spec.ClusterIP, err)
+	}
+	if want := netip.MustParsePrefix("10.96.0.0/24"); !want.Contains(ip) {
+		t.Errorf("ClusterIP = %s, want one in %s", ip, want)
+	}
+
+	// Dual write: the apiserver records its allocation as an IPAddress too.
+	ipa, err := s.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get IPAddress %s: %v", ip, err)
+	}
+	if ref := ipa.Spec.ParentRef; ref == nil || ref.Resource != "services" || ref.Name != "web" {
+		t.Errorf("IPAddress %s parentRef = %+v, want services default/web", ip, ref)
+	}
+	ipas, err := s.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list IPAddresses: %v", err)
+	}
+	t.Logf("%d IPAddresses", len(ipas.Items))
+
+	// The apiserver creates the default ServiceCIDR from its flags shortly
+	// after it is ready.
+	var cidr *networkingv1.ServiceCIDR
+	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list, err := s.Client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			if list.Items[i].Name == "kubernetes" {
+				cidr = &list.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for ServiceCIDR kubernetes: %v", err)
+	}
+	if got, want := cidr.Spec.CIDRs, []string{"10.96.0.0/24"}; len(got) != 1 || got[0] != want[0] {
+		t.Errorf("ServiceCIDR kubernetes CIDRs = %v, want %v", got, want)
+	}
+}
+
+// TestKubeAPIServerLegacyAllocator checks that with MultiCIDRServiceAllocator
+// off, the apiserver keeps its allocations in the bitmap key in etcd.
+func TestKubeAPIServerLegacyAllocator(t *testing.T) {
+	etcd := NewEtcd(t)
+	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{FeatureGates: "MultiCIDRServiceAllocator=false"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	if _, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService("web"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Service: %v", err)
+	}
+	c := etcd.TestClient(t)
+	resp, err := c.Get(ctx, "/registry/ranges/serviceips")
+	if err != nil {
+		t.Fatalf("etcd Get: %v", err)
+	}
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("etcd key /registry/ranges/serviceips: got %d values, want 1", len(resp.Kvs))
+	}
+}
+
+// TestKubeAPIServerDualStackPrefix checks a dual-stack range and a custom
+// etcd prefix.
+func TestKubeAPIServerDualStackPrefix(t *testing.T) {
+	etcd := NewEtcd(t)
+	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{
+		ServiceClusterIPRange: "10.97.0.0/24,fd00:97::/112",
+		EtcdPrefix:            "/other",
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	svc := clusterIPService("web")
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	svc.Spec.IPFamilyPolicy = &policy
+	svc, err := s.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Service: %v", err)
+	}
+	if len(svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("ClusterIPs = %v, want one IPv4 and one IPv6", svc.Spec.ClusterIPs)
+	}
+	for i, want := range []netip.Prefix{netip.MustParsePrefix("10.97.0.0/24"), netip.MustParsePrefix("fd00:97::/112")} {
+		if ip, err := netip.ParseAddr(svc.Spec.ClusterIPs[i]); err != nil || !want.Contains(ip) {
+			t.Errorf("ClusterIPs[%d] = %s, want one in %s", i, svc.Spec.ClusterIPs[i], want)
+		}
+	}
+	c := etcd.TestClient(t)
+	resp, err := c.Get(ctx, "/other/services/specs/default/web", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("etcd Get: %v", err)
+	}
+	if resp.Count != 1 {
+		t.Errorf("etcd key /other/services/specs/default/web: count %d, want 1", resp.Count)
+	}
+}
+
+// TestKubeAPIServerSurvivesEtcdRestart checks the fault the interop tests
+// inject: etcd goes away under a running apiserver and comes back.
+func TestKubeAPIServerSurvivesEtcdRestart(t *testing.T) {
+	etcd := NewEtcd(t)
+	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	etcd.Stop()
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	_, err := s.Client.CoreV1().Services("default").Create(short, clusterIPService("down"), metav1.CreateOptions{})
+	cancelShort()
+	if err == nil {
+		t.Errorf("create Service with etcd stopped succeeded, want an error")
+	}
+	if err := etcd.Restart(ctx); err != nil {
+		t.Fatalf("Restart() error = %v", err)
+	}
+	start := time.Now()
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService("up"), metav1.CreateOptions{})
+		if err != nil && !strings.Contains(err.Error(), "already exists") {
+			t.Logf("create Service: %v", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("apiserver did not recover after etcd restart: %v", err)
+	}
+	t.Logf("apiserver served again %v after etcd restart", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,11 @@
+//go:build !unix
+
+package testenv
+
+import "context"
+
+// lockFile does nothing where flock is missing: concurrent builds then race,
+// and the last rename wins.
+func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	return func() {}, nil
+}

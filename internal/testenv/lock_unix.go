@@ -1,0 +1,41 @@
+//go:build unix
+
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// lockFile takes an exclusive flock on path, creating the file if needed, and
+// returns the function that releases it. It polls so that cancelling ctx
+// ends the wait.
+func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("testenv: lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("testenv: waiting for %s: %w", path, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package testenv
+
+import "syscall"
+
+// childProcAttr returns nil: only Linux can kill the child when the parent
+// dies.
+func childProcAttr() *syscall.SysProcAttr { return nil }
