@@ -555,11 +555,16 @@ func (p *Persistent) markStale() {
 	p.stale = true
 }
 
-// sleep waits a random time before attempt n+1 (full jitter, the bound doubling per attempt up to
-// the maximum), or until ctx ends.
+// sleep waits before attempt n+1, or until ctx ends. The first retry is immediate: a conflict
+// usually brings the current state along, and a loser that waited would lose again to a writer
+// that does not. Later ones wait a random time (full jitter) whose bound doubles per attempt up to
+// the maximum.
 func (p *Persistent) sleep(ctx context.Context, n int) {
+	if n < 2 {
+		return
+	}
 	bound := p.opts.backoff
-	for i := 1; i < n && bound < p.opts.maxBackoff; i++ {
+	for i := 2; i < n && bound < p.opts.maxBackoff; i++ {
 		bound *= 2
 	}
 	bound = min(bound, p.opts.maxBackoff)

@@ -6,12 +6,15 @@ import "time"
 const (
 	// DefaultMaxAttempts is how many compare-and-swap attempts Persistent makes for one batch of
 	// operations before it gives up with an error wrapping ErrConflict.
-	DefaultMaxAttempts = 32
-	// DefaultBackoff is the longest wait before the first retry after a conflict; the wait is
-	// random (full jitter) and its bound doubles with every further conflict.
-	DefaultBackoff = time.Millisecond
-	// DefaultMaxBackoff caps the bound of the random wait between retries.
-	DefaultMaxBackoff = 100 * time.Millisecond
+	// Eight writers storming one key each win one round in eight, so losing 100 in a row is a
+	// one-in-a-million event.
+	DefaultMaxAttempts = 100
+	// DefaultBackoff bounds the random wait (full jitter) before the second retry after a
+	// conflict; the first retry is immediate, and the bound doubles with every further conflict.
+	DefaultBackoff = 100 * time.Microsecond
+	// DefaultMaxBackoff caps the bound of the random wait between retries. It is kept near an
+	// etcd round trip: a writer that waits longer loses every round to one that does not wait.
+	DefaultMaxBackoff = 2 * time.Millisecond
 	// DefaultMaxBatch is how many concurrent operations Persistent commits at most in one
 	// compare-and-swap.
 	DefaultMaxBatch = 1024
@@ -45,7 +48,7 @@ func (o persistentOptions) withDefaults() persistentOptions {
 
 // WithMaxAttempts bounds the compare-and-swap attempts Persistent makes for one batch of
 // operations; when every attempt meets a revision conflict the operations fail with an error
-// wrapping ErrConflict. Default DefaultMaxAttempts (32); n < 1 keeps the default, and 1 means
+// wrapping ErrConflict. Default DefaultMaxAttempts (100); n < 1 keeps the default, and 1 means
 // "never retry". The in-memory Allocator ignores it.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) {
@@ -55,10 +58,11 @@ func WithMaxAttempts(n int) Option {
 	}
 }
 
-// WithBackoff sets how long Persistent waits between attempts after a revision conflict: a random
-// duration up to initial before the first retry, with the bound doubling on every further conflict
-// up to max. Defaults DefaultBackoff (1 ms) and DefaultMaxBackoff (100 ms); a value ≤ 0 keeps its
-// default, and a max below initial is raised to initial. The in-memory Allocator ignores it.
+// WithBackoff sets how long Persistent waits between attempts after revision conflicts: the first
+// retry is immediate, the second waits a random duration up to initial, and the bound doubles on
+// every further conflict up to max. Defaults DefaultBackoff (100 µs) and DefaultMaxBackoff (2 ms);
+// a value ≤ 0 keeps its default, and a max below initial is raised to initial. The in-memory
+// Allocator ignores it.
 func WithBackoff(initial, max time.Duration) Option {
 	return func(o *options) {
 		if initial > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/internal/churntest"
 )
 
 func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.Option) *bitmap.Persistent {
@@ -556,4 +558,46 @@ func ExampleNewPersistent() {
 	// true true 2 252
 	// true
 	// 10.96.0.0/24 true
+}
+
+// TestPersistentChurnNeverDuplicates runs allocators sharing one store under concurrent
+// AllocateNext and Release, with injected delays, lost responses and failures, and checks that no
+// address is ever held by two callers, that every held address is stored, and that the store holds
+// nothing else but addresses of writes reported as ErrOutcomeUnknown.
+func TestPersistentChurnNeverDuplicates(t *testing.T) {
+	store := bitmap.NewMemStore()
+	var rngMu sync.Mutex // guards rng
+	rng := rand.New(rand.NewPCG(1, 2))
+	chance := func(n int) bool {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return rng.IntN(n) == 0
+	}
+	ps := make([]*bitmap.Persistent, 3)
+	for i := range ps {
+		ps[i] = newPersistent(t, "10.96.0.0/26", store, bitmap.WithBackoff(time.Microsecond, 10*time.Microsecond))
+	}
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		if chance(20) {
+			return errInjected // not stored
+		}
+		if chance(10) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		return nil
+	})
+	store.OnUpdated(func(context.Context, int64) error {
+		if chance(30) {
+			return errInjected // stored, answer lost
+		}
+		return nil
+	})
+	as := make([]allocator.Interface, len(ps))
+	for i, p := range ps {
+		as[i] = p
+	}
+	res := churntest.Run(t, as, churntest.Config{Calls: 150})
+	store.OnUpdate(nil)
+	store.OnUpdated(nil)
+	res.Check(t, stored(t, store, "10.96.0.0/26"))
 }
