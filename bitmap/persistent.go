@@ -51,7 +51,8 @@ var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.E
 // caller in the batch has given up. A Store error other than a conflict is followed by a fencing
 // write (the old snapshot again, with compare-and-swap on the old revision): if that succeeds the
 // operations failed and nothing was stored; if not, they fail with an error wrapping
-// ErrOutcomeUnknown.
+// ErrOutcomeUnknown. So an error that does not wrap ErrOutcomeUnknown always means that the
+// operation changed nothing in the store.
 //
 // A Persistent is safe for concurrent use. Create one with NewPersistent; the zero Persistent is
 // not usable.

@@ -447,6 +447,13 @@ func TestPersistentQueuedCallerGivesUp(t *testing.T) {
 		first <- err
 	}()
 	<-started
+	// The read-only methods answer while a compare-and-swap is in flight.
+	if p.Used() != 0 || p.Has(netip.MustParseAddr("10.96.0.20")) || len(slices.Collect(p.All())) != 0 || p.Free() != 254 {
+		t.Errorf("read-only methods during the CAS: Used %d, Free %d; want the last known state", p.Used(), p.Free())
+	}
+	if _, err := p.DryRun().AllocateNext(context.Background(), allocator.Owner{}); err != nil {
+		t.Errorf("DryRun().AllocateNext() during the CAS = %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if _, err := p.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, context.DeadlineExceeded) {

@@ -1,0 +1,39 @@
+package etcdstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+)
+
+// This allocates from the Service IP bitmap a kube-apiserver started with
+// --service-cluster-ip-range=10.96.0.0/12 keeps in the etcd at 127.0.0.1:2379. It needs that etcd,
+// so it is compiled but not run.
+func ExampleNew() {
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	store := etcdstore.New(client, etcdstore.ServiceIPsKey("/registry"))
+	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix("10.96.0.0/12"), store)
+	if err != nil {
+		panic(err) // wraps allocator.ErrMismatchedNetwork if kube-apiserver serves another range
+	}
+	defer p.Close()
+	ip, err := p.AllocateNext(ctx, allocator.Owner{Resource: "services", Namespace: "default", Name: "web"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("allocated", ip)
+}
