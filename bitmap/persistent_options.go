@@ -6,9 +6,12 @@ import "time"
 const (
 	// DefaultMaxAttempts is how many compare-and-swap attempts Persistent makes for one batch of
 	// operations before it gives up with an error wrapping ErrConflict.
-	// Eight writers storming one key each win one round in eight, so losing 100 in a row is a
-	// one-in-a-million event.
-	DefaultMaxAttempts = 100
+	// Writers that keep one key busy are not served in turn: the one whose write landed first
+	// also hears back first and sends its next write first, so another can lose many rounds in a
+	// row (the demo, two allocators with four workers each on one key, saw more than 100). A
+	// thousand attempts is about a second of losing every round; callers bound it further with
+	// their context.
+	DefaultMaxAttempts = 1000
 	// DefaultBackoff bounds the random wait (full jitter) before the second retry after a
 	// conflict; the first retry is immediate, and the bound doubles with every further conflict.
 	DefaultBackoff = 100 * time.Microsecond
@@ -48,7 +51,7 @@ func (o persistentOptions) withDefaults() persistentOptions {
 
 // WithMaxAttempts bounds the compare-and-swap attempts Persistent makes for one batch of
 // operations; when every attempt meets a revision conflict the operations fail with an error
-// wrapping ErrConflict. Default DefaultMaxAttempts (100); n < 1 keeps the default, and 1 means
+// wrapping ErrConflict. Default DefaultMaxAttempts (1000); n < 1 keeps the default, and 1 means
 // "never retry". The in-memory Allocator ignores it.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) {
