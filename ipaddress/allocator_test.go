@@ -1,0 +1,320 @@
+package ipaddress
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/allocatortest"
+)
+
+var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name: "web"}
+
+func TestConformanceWithFakeClientset(t *testing.T) {
+	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
+		return newFixture(t, cidr, fixtureOptions{}).a
+	})
+}
+
+func TestNewValidatesRange(t *testing.T) {
+	tests := []struct {
+		cidr    string
+		wantErr bool
+	}{
+		{"10.0.0.0/24", false},
+		{"0.0.0.0/0", false},
+		{"10.0.0.0/30", false},
+		{"10.0.0.0/31", true},
+		{"10.0.0.1/24", true},
+		{"fd00::/64", false},
+		{"fd00::/120", false},
+		{"fd00::/63", true},
+		{"::/0", true},
+		{"fd00::/128", true},
+		{"::ffff:10.0.0.0/120", true},
+	}
+	client, _ := newFakeClient(t)
+	for _, tt := range tests {
+		t.Run(tt.cidr, func(t *testing.T) {
+			factoryInformer := newInformer(client)
+			a, err := New(netip.MustParsePrefix(tt.cidr), client, factoryInformer)
+			if tt.wantErr {
+				var pe *allocator.PrefixError
+				if !errors.As(err, &pe) || !errors.Is(err, allocator.ErrInvalid) {
+					t.Fatalf("New(%s) = %v, want a *PrefixError", tt.cidr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New(%s) = %v", tt.cidr, err)
+			}
+			a.Close()
+		})
+	}
+}
+
+func TestSizesOfTheWidestRanges(t *testing.T) {
+	tests := []struct {
+		cidr     string
+		wantSize uint64
+		wantBand uint64
+	}{
+		{"0.0.0.0/0", 1<<32 - 2, 256},
+		{"fd00::/64", 1<<64 - 1, 256},
+		{"10.0.0.0/28", 14, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cidr, func(t *testing.T) {
+			f := newFixture(t, netip.MustParsePrefix(tt.cidr), fixtureOptions{}, WithSeed(1))
+			if f.a.Size() != tt.wantSize || f.a.StaticBand() != tt.wantBand {
+				t.Fatalf("Size(), StaticBand() = %d, %d, want %d, %d", f.a.Size(), f.a.StaticBand(), tt.wantSize, tt.wantBand)
+			}
+			ip, err := f.a.AllocateNext(context.Background(), testOwner)
+			if err != nil {
+				t.Fatalf("AllocateNext() = %v", err)
+			}
+			if off, ok := ipOffset(f.a.CIDR(), ip); !ok || off < tt.wantBand {
+				t.Errorf("AllocateNext() = %v (offset %d), want one of the dynamic band", ip, off)
+			}
+			if got, want := f.a.Free(), tt.wantSize-1; got != want {
+				t.Errorf("Free() = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+func TestAllocateNextRetriesOnceOnAlreadyExists(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.1.0.0/24"), fixtureOptions{}, WithSeed(7))
+	calls := 0
+	f.client.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		calls++
+		if calls == 1 {
+			// Another writer holds the address; our informer has not seen it yet.
+			name := action.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress).Name
+			return true, nil, alreadyExists(name)
+		}
+		return false, nil, nil
+	})
+	f.client.ClearActions()
+
+	ip, err := f.a.AllocateNext(context.Background(), testOwner)
+	if err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	creates := createActions(f.client)
+	if len(creates) != 2 {
+		t.Fatalf("AllocateNext() sent %d creates, want 2", len(creates))
+	}
+	first := netip.MustParseAddr(creates[0].GetObject().(*networkingv1.IPAddress).Name)
+	second := netip.MustParseAddr(creates[1].GetObject().(*networkingv1.IPAddress).Name)
+	if first == second {
+		t.Errorf("retry asked for %v again", first)
+	}
+	if second != ip {
+		t.Errorf("AllocateNext() = %v, want the second create's %v", ip, second)
+	}
+	if !f.a.Has(first) {
+		t.Errorf("Has(%v) = false, want the colliding address marked allocated", first)
+	}
+	if got := f.a.Used(); got != 2 {
+		t.Errorf("Used() = %d, want 2 (ours and the collision)", got)
+	}
+}
+
+func TestAllocateNextReturnsServerErrorsAtOnce(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.1.0.0/24"), fixtureOptions{})
+	f.client.PrependReactor("create", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("etcd is down"))
+	})
+	f.client.ClearActions()
+
+	ip, err := f.a.AllocateNext(context.Background(), testOwner)
+	if err == nil {
+		t.Fatalf("AllocateNext() = %v, nil; want an error", ip)
+	}
+	if !apierrors.IsInternalError(err) {
+		t.Errorf("AllocateNext() = %v, want apierrors.IsInternalError", err)
+	}
+	if errors.Is(err, allocator.ErrFull) {
+		t.Errorf("AllocateNext() = %v, must not be ErrFull", err)
+	}
+	if n := len(createActions(f.client)); n != 1 {
+		t.Errorf("AllocateNext() sent %d creates, want 1", n)
+	}
+	if got := f.a.Used(); got != 0 {
+		t.Errorf("Used() = %d after a failed create, want 0", got)
+	}
+
+	err = f.a.Allocate(context.Background(), netip.MustParseAddr("10.1.0.9"), testOwner)
+	if !apierrors.IsInternalError(err) || errors.Is(err, allocator.ErrAllocated) {
+		t.Errorf("Allocate() = %v, want apierrors.IsInternalError", err)
+	}
+	if f.a.Has(netip.MustParseAddr("10.1.0.9")) {
+		t.Error("Has() = true after a failed Allocate")
+	}
+}
+
+func TestAllocateOfATakenAddressIsErrAllocatedAndAlreadyExists(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.1.0.0/24"), fixtureOptions{})
+	ip := netip.MustParseAddr("10.1.0.20")
+	// Another writer's object, not yet seen by the informer of a second allocator.
+	if _, err := f.client.NetworkingV1().IPAddresses().Create(context.Background(), ipAddressObject(ip.String(), "", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := f.a.Allocate(context.Background(), ip, testOwner)
+	if !errors.Is(err, allocator.ErrAllocated) || !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("Allocate(%v) = %v, want ErrAllocated and AlreadyExists", ip, err)
+	}
+	if !f.a.Has(ip) {
+		t.Errorf("Has(%v) = false", ip)
+	}
+}
+
+func TestNotReadyUntilSyncedAndWhileSwitchedOff(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.2.0.0/28"), fixtureOptions{noStart: true})
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.2.0.3")
+	if f.a.Ready() {
+		t.Error("Ready() = true before the informer synced")
+	}
+	if _, err := f.a.AllocateNext(ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("AllocateNext() before sync = %v, want ErrNotReady", err)
+	}
+	if err := f.a.Allocate(ctx, ip, testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("Allocate() before sync = %v, want ErrNotReady", err)
+	}
+	if _, err := f.a.DryRun().AllocateNext(ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("DryRun().AllocateNext() before sync = %v, want ErrNotReady", err)
+	}
+	if err := f.a.Release(ctx, ip); err != nil {
+		t.Errorf("Release() before sync = %v, want nil", err)
+	}
+	if n := len(createActions(f.client)); n != 0 {
+		t.Errorf("%d creates sent while not ready", n)
+	}
+
+	g := newFixture(t, netip.MustParsePrefix("10.2.0.0/28"), fixtureOptions{}, WithReady(false))
+	if g.a.Ready() {
+		t.Error("Ready() = true with WithReady(false)")
+	}
+	if err := g.a.Allocate(ctx, ip, testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("Allocate() switched off = %v, want ErrNotReady", err)
+	}
+	g.a.SetReady(true)
+	if err := g.a.Allocate(ctx, ip, testOwner); err != nil {
+		t.Fatalf("Allocate() switched on = %v", err)
+	}
+	g.a.SetReady(false)
+	if _, err := g.a.AllocateNext(ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("AllocateNext() switched off = %v, want ErrNotReady", err)
+	}
+	if err := g.a.Release(ctx, ip); err != nil || g.a.Has(ip) {
+		t.Errorf("Release() switched off = %v, Has = %v; want nil, false", err, g.a.Has(ip))
+	}
+	g.a.SetReady(true)
+	g.a.Close()
+	if _, err := g.a.AllocateNext(ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("AllocateNext() after Close = %v, want ErrNotReady", err)
+	}
+}
+
+func TestIPAddressObjectCarriesLabelsAndParentRef(t *testing.T) {
+	owner := allocator.Owner{Group: "", Resource: "services", Namespace: "prod", Name: "db", UID: "u-1"}
+	tests := []struct {
+		name      string
+		cidr      string
+		opts      []Option
+		family    string
+		managedBy string
+	}{
+		{"IPv4 default", "10.3.0.0/24", nil, "IPv4", "ipallocator.k8s.io"},
+		{"IPv6 custom manager", "fd00:3::/112", []Option{WithManagedBy("example.com/allocator")}, "IPv6", "example.com/allocator"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, netip.MustParsePrefix(tt.cidr), fixtureOptions{}, tt.opts...)
+			ip, err := f.a.AllocateNext(context.Background(), owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := f.client.NetworkingV1().IPAddresses().Get(context.Background(), ip.String(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantLabels := map[string]string{
+				"ipaddress.kubernetes.io/ip-family":  tt.family,
+				"ipaddress.kubernetes.io/managed-by": tt.managedBy,
+			}
+			if diff := cmp.Diff(wantLabels, got.Labels); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+			wantRef := &networkingv1.ParentReference{Resource: "services", Namespace: "prod", Name: "db"}
+			if diff := cmp.Diff(wantRef, got.Spec.ParentRef); diff != "" {
+				t.Errorf("parentRef (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestInformerEventsFeedTheIndex(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.4.0.0/24"), fixtureOptions{})
+	ctx := context.Background()
+	ips := f.client.NetworkingV1().IPAddresses()
+	for _, name := range []string{"10.4.0.7", "10.4.0.0", "10.4.0.255", "10.5.0.1", "fd00::1", "not-an-ip"} {
+		if _, err := ips.Create(ctx, ipAddressObject(name, "", 0), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seven := netip.MustParseAddr("10.4.0.7")
+	waitUntil(t, "the informer to show 10.4.0.7", func() bool { return f.a.Has(seven) })
+	// Only the usable address of the range counts: not its network or broadcast address, nor
+	// addresses of other ranges or families.
+	waitUntil(t, "the informer to show the rest", func() bool {
+		_, ok, _ := f.a.informer.GetIndexer().GetByKey("not-an-ip")
+		return ok
+	})
+	if got := f.a.Used(); got != 1 {
+		t.Errorf("Used() = %d, want 1", got)
+	}
+	if err := ips.Delete(ctx, "10.4.0.7", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the informer to show the deletion", func() bool { return !f.a.Has(seven) })
+	if got, want := f.a.Free(), uint64(254); got != want {
+		t.Errorf("Free() = %d, want %d", got, want)
+	}
+}
+
+func TestDryRunAsksTheServerWhenEnabled(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.6.0.0/24"), fixtureOptions{}, WithServerDryRun(true))
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.6.0.9")
+	f.client.ClearActions()
+	if err := f.a.DryRun().Allocate(ctx, ip, testOwner); err != nil {
+		t.Fatalf("DryRun().Allocate() = %v", err)
+	}
+	var dry int
+	for _, act := range f.client.Actions() {
+		if isDryRun(act) {
+			dry++
+		}
+	}
+	if dry != 1 {
+		t.Errorf("%d dry-run creates sent, want 1", dry)
+	}
+	if f.a.Has(ip) || f.a.Used() != 0 {
+		t.Error("dry run changed the allocator")
+	}
+	if _, err := f.client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Get after a dry run = %v, want NotFound", err)
+	}
+}

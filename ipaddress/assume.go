@@ -1,0 +1,268 @@
+package ipaddress
+
+import (
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The index is the informer's view of the range overlaid with the Allocator's own writes:
+//
+//   - While a write on an address is in flight the address is pending and busy: a create has
+//     already marked it allocated (so no other local caller picks it), a delete leaves it as it was,
+//     and informer events for it are recorded but not applied.
+//   - When the write succeeds, its outcome is assumed: an address we created counts as allocated,
+//     one we deleted as free, until an informer event shows the write or something newer. Events
+//     that are older (an informer running behind; say the Delete of the object we released, arriving
+//     after we created the address again) are ignored. The object's UID tells ours from another, and
+//     resource versions, compared as numbers, tell newer from older.
+//   - An assumption the informer has not caught up with after the assume timeout is dropped, and
+//     the index takes the informer cache's state for the address.
+//   - When the write fails, the address takes the last state the informer reported for it.
+//
+// Every step costs O(1) map operations: nothing scans the index.
+
+// pending is the state of one address with a write in flight or assumed.
+type pending struct {
+	busy bool          // a write is in flight
+	done chan struct{} // closed when the write in flight settles
+
+	// The assumption, when not busy.
+	present  bool      // created (true) or deleted (false)
+	uid      types.UID // created: our object; deleted: the object we deleted, if known
+	rv       uint64    // resourceVersion of that object, if known
+	gen      uint64    // identifies the assumption in the expiry queue
+
+	// prior reports whether an assumption was held when the write in flight began; present, uid
+	// and rv still describe it until the write settles.
+	prior bool
+
+	// Deleted object, recorded when a delete begins.
+	delUID types.UID
+	delRV  uint64
+
+	// The last informer event for the address since the write began.
+	seen bool
+	last event
+}
+
+// event is what an informer event says about one address.
+type event struct {
+	present bool
+	uid     types.UID
+	rv      uint64
+}
+
+// caughtUp reports whether e shows the assumed write or something newer.
+func (p *pending) caughtUp(e event) bool {
+	newer := p.rv != 0 && e.rv > p.rv && e.uid != p.uid
+	if p.present {
+		if p.uid == "" && p.rv == 0 {
+			return true // nothing to tell events apart by (the fake clientset): trust the informer
+		}
+		// Our object (added, updated or deleted since), or a newer one.
+		return (p.uid != "" && e.uid == p.uid) || newer
+	}
+	// The deletion of the object we deleted (of any object, if we did not know which), or a newer
+	// object. An add or update of the object we deleted is stale.
+	return (!e.present && (p.uid == "" || e.uid == p.uid)) || newer
+}
+
+// writeKind is the outcome of a write.
+type writeKind int
+
+const (
+	writeFailed   writeKind = iota // unknown outcome
+	writeCreated                   // Create succeeded
+	writeExists                    // Create: AlreadyExists
+	writeDeleted                   // Delete succeeded
+	writeNotFound                  // Delete: NotFound
+)
+
+type writeResult struct {
+	kind writeKind
+	uid  types.UID
+	rv   uint64
+}
+
+type expiryEntry struct {
+	off      uint64
+	gen      uint64
+	deadline time.Time
+}
+
+// beginLocked starts a write on off and returns nil, or returns the channel that closes when the
+// write already in flight on off settles. A create marks off allocated at once.
+func (a *Allocator) beginLocked(off uint64, create bool) <-chan struct{} {
+	p := a.pending[off]
+	if p != nil && p.busy {
+		return p.done
+	}
+	if p == nil {
+		p = &pending{}
+		a.pending[off] = p
+	}
+	if !create {
+		// Remember which object the delete removes, to tell its stale events from newer ones: our
+		// own object if we created it and the informer has not shown it, else the informer's.
+		p.delUID, p.delRV = "", 0
+		if p.gen != 0 && p.present {
+			p.delUID, p.delRV = p.uid, p.rv
+		} else if obj, ok := a.cached(off); ok {
+			p.delUID, p.delRV = obj.UID, parseRV(obj.ResourceVersion)
+		}
+	}
+	p.prior = p.gen != 0
+	p.busy, p.done, p.seen, p.gen = true, make(chan struct{}), false, 0
+	if create {
+		a.index.Add(off)
+	}
+	return nil
+}
+
+// settleLocked ends the write in flight on off with its outcome.
+func (a *Allocator) settleLocked(off uint64, r writeResult) {
+	p := a.pending[off]
+	if p == nil || !p.busy {
+		return
+	}
+	p.busy = false
+	close(p.done)
+	p.done = nil
+	switch r.kind {
+	case writeCreated:
+		p.present, p.uid, p.rv = true, r.uid, r.rv
+	case writeExists:
+		p.present, p.uid, p.rv = true, "", 0
+	case writeDeleted:
+		p.present, p.uid, p.rv = false, p.delUID, p.delRV
+	case writeNotFound:
+		p.present, p.uid, p.rv = false, "", 0
+	default:
+		// Unknown outcome: keep what was assumed before, unless the informer has caught up with it;
+		// else believe the informer.
+		if p.prior && !(p.seen && p.caughtUp(p.last)) {
+			a.assumeLocked(off, p)
+			return
+		}
+		delete(a.pending, off)
+		if p.seen {
+			a.setLocked(off, p.last.present)
+		} else {
+			_, ok := a.cached(off)
+			a.setLocked(off, ok)
+		}
+		return
+	}
+	if p.seen && p.caughtUp(p.last) {
+		delete(a.pending, off)
+		a.setLocked(off, p.last.present)
+		return
+	}
+	a.assumeLocked(off, p)
+}
+
+// assumeLocked holds p's outcome for off until the informer shows it or the assume timeout passes.
+func (a *Allocator) assumeLocked(off uint64, p *pending) {
+	a.gen++
+	p.gen = a.gen
+	a.setLocked(off, p.present)
+	a.expiry = append(a.expiry, expiryEntry{off: off, gen: p.gen, deadline: a.now().Add(a.assumeTimeout)})
+}
+
+// expireLocked drops the assumptions older than the assume timeout, giving their addresses the
+// informer cache's state. It pops the expired head of the queue: O(1) amortized.
+func (a *Allocator) expireLocked() {
+	if len(a.expiry) == 0 {
+		return
+	}
+	now := a.now()
+	n := 0
+	for _, e := range a.expiry {
+		if e.deadline.After(now) {
+			break
+		}
+		n++
+		p := a.pending[e.off]
+		if p == nil || p.busy || p.gen != e.gen {
+			continue // settled by the informer, or superseded by a newer write
+		}
+		delete(a.pending, e.off)
+		_, ok := a.cached(e.off)
+		a.logger.V(4).Info("Informer did not show a write in time, using its cache", "ip", a.addrAt(e.off), "allocated", ok)
+		a.setLocked(e.off, ok)
+	}
+	if n > 0 {
+		clear(a.expiry[:n])
+		a.expiry = a.expiry[n:]
+		if len(a.expiry) == 0 {
+			a.expiry = nil // let the backing array go
+		}
+	}
+}
+
+// setLocked marks off allocated or free.
+func (a *Allocator) setLocked(off uint64, present bool) {
+	if present {
+		a.index.Add(off)
+	} else {
+		a.index.Remove(off)
+	}
+}
+
+// cached returns the informer cache's IPAddress for off.
+func (a *Allocator) cached(off uint64) (*networkingv1.IPAddress, bool) {
+	obj, ok, err := a.informer.GetIndexer().GetByKey(a.addrAt(off).String())
+	if err != nil || !ok {
+		return nil, false
+	}
+	ip, ok := obj.(*networkingv1.IPAddress)
+	return ip, ok
+}
+
+// onEvent applies an informer event: an IPAddress added or updated (present) or deleted.
+func (a *Allocator) onEvent(obj any, present bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	ipa, ok := obj.(*networkingv1.IPAddress)
+	if !ok || ipa == nil {
+		return
+	}
+	off, ok := a.offsetOfName(ipa.Name)
+	if !ok {
+		return
+	}
+	e := event{present: present, uid: ipa.UID, rv: parseRV(ipa.ResourceVersion)}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expireLocked()
+	a.applyLocked(off, e)
+}
+
+// applyLocked applies the informer event e for off.
+func (a *Allocator) applyLocked(off uint64, e event) {
+	p := a.pending[off]
+	if p == nil {
+		a.setLocked(off, e.present)
+		return
+	}
+	p.seen, p.last = true, e
+	if p.busy || !p.caughtUp(e) {
+		return
+	}
+	delete(a.pending, off)
+	a.setLocked(off, e.present)
+}
+
+// offsetOfName returns the offset of the address an IPAddress is named after, if it is a usable
+// address of the range written canonically (as the API server requires).
+func (a *Allocator) offsetOfName(name string) (uint64, bool) {
+	ip, err := parseCanonical(name)
+	if err != nil {
+		return 0, false
+	}
+	return ipOffset(a.cidr, ip)
+}

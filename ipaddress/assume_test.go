@@ -1,0 +1,225 @@
+package ipaddress
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// step is one thing that happens to the address under test.
+type step struct {
+	do      string    // "begin-create", "begin-delete", "settle", "event", "cache-add", "cache-del", "wait"
+	present bool      // event: added/updated (true) or deleted
+	uid     types.UID // event, settle, cache-add
+	rv      uint64    // event, settle, cache-add
+	result  writeKind // settle
+	want    bool      // Has afterwards
+}
+
+// TestAssumeCache drives the index of one address through writes and informer events in the orders
+// a lagging informer produces, and checks Has after each step.
+func TestAssumeCache(t *testing.T) {
+	const timeout = time.Minute
+	tests := []struct {
+		name        string
+		steps       []step
+		wantPending bool // an entry is left for the address at the end
+	}{
+		{
+			name: "stale Delete after we created the address again is ignored",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "event", present: true, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u2", rv: 9, want: true},
+				{do: "event", present: false, uid: "u1", rv: 5, want: true}, // the stale Delete
+				{do: "event", present: true, uid: "u2", rv: 9, want: true},  // informer caught up
+				{do: "event", present: false, uid: "u2", rv: 12, want: false},
+			},
+		},
+		{
+			name: "stale Add of the object we deleted is ignored",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "event", present: true, uid: "u1", rv: 5, want: false},
+				{do: "event", present: false, uid: "u1", rv: 5, want: false},
+			},
+		},
+		{
+			name: "a newer object after our delete counts",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "event", present: true, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "event", present: true, uid: "u3", rv: 8, want: true},
+			},
+		},
+		{
+			name: "an older object's events do not undo our create",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u2", rv: 9, want: true},
+				{do: "event", present: true, uid: "u0", rv: 3, want: true},
+				{do: "event", present: false, uid: "u0", rv: 3, want: true},
+			},
+			wantPending: true,
+		},
+		{
+			name: "event during the create settles it",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "event", present: true, uid: "u2", rv: 9, want: true},
+				{do: "settle", result: writeCreated, uid: "u2", rv: 9, want: true},
+			},
+		},
+		{
+			name: "deletion by someone else during our create wins",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "event", present: true, uid: "u2", rv: 9, want: true},
+				{do: "event", present: false, uid: "u2", rv: 10, want: true},
+				{do: "settle", result: writeCreated, uid: "u2", rv: 9, want: false},
+			},
+		},
+		{
+			name: "failed create falls back to the informer",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeFailed, want: false},
+			},
+		},
+		{
+			name: "failed create of an address the informer holds",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeFailed, want: true},
+			},
+		},
+		{
+			name: "failed delete keeps our assumed create",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u2", rv: 9, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeFailed, want: true},
+				{do: "event", present: false, uid: "u1", rv: 4, want: true},
+				{do: "event", present: true, uid: "u2", rv: 9, want: true},
+			},
+		},
+		{
+			name: "assumed create expires to the informer cache",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u2", rv: 9, want: true},
+				{do: "wait", want: false},
+			},
+		},
+		{
+			name: "assumed delete expires to the informer cache",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "wait", want: true},
+			},
+		},
+		{
+			name: "AlreadyExists counts as allocated until the informer says otherwise",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeExists, want: true},
+				{do: "event", present: false, uid: "u7", rv: 20, want: false},
+			},
+		},
+		{
+			name: "NotFound on delete counts as free",
+			steps: []step{
+				{do: "event", present: true, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeNotFound, want: false},
+				{do: "event", present: true, uid: "u1", rv: 5, want: false},
+				{do: "event", present: false, uid: "u1", rv: 6, want: false},
+			},
+		},
+		{
+			name: "without UIDs and resource versions any event settles a create",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, want: true},
+				{do: "event", present: false, want: false},
+			},
+		},
+	}
+	cidr := netip.MustParsePrefix("10.9.0.0/24")
+	ip := netip.MustParseAddr("10.9.0.77")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, cidr, fixtureOptions{noStart: true}, WithAssumeTimeout(timeout))
+			a := f.a
+			now := time.Unix(1000, 0)
+			a.now = func() time.Time { return now }
+			off, _ := ipOffset(cidr, ip)
+			store := a.informer.GetIndexer()
+			for i, s := range tt.steps {
+				a.mu.Lock()
+				switch s.do {
+				case "begin-create", "begin-delete":
+					if ch := a.beginLocked(off, s.do == "begin-create"); ch != nil {
+						t.Fatalf("step %d: %s found a write in flight", i, s.do)
+					}
+				case "settle":
+					a.settleLocked(off, writeResult{kind: s.result, uid: s.uid, rv: s.rv})
+				case "event":
+					a.applyLocked(off, event{present: s.present, uid: s.uid, rv: s.rv})
+				case "cache-add":
+					store.Add(ipAddressObject(ip.String(), s.uid, s.rv))
+				case "wait":
+					now = now.Add(timeout + time.Second)
+				}
+				a.mu.Unlock()
+				if s.do == "cache-add" {
+					continue
+				}
+				if got := a.Has(ip); got != s.want {
+					t.Fatalf("step %d (%s %+v): Has() = %v, want %v", i, s.do, s, got, s.want)
+				}
+				if want := map[bool]uint64{false: 0, true: 1}[s.want]; a.Used() != want {
+					t.Fatalf("step %d: Used() = %d, want %d", i, a.Used(), want)
+				}
+			}
+			if _, ok := a.pending[off]; ok != tt.wantPending {
+				t.Errorf("pending entry left = %v, want %v", ok, tt.wantPending)
+			}
+		})
+	}
+}
+
+// TestConcurrentWritesOnOneAddressWait checks that a second write on an address waits for the
+// first to settle.
+func TestConcurrentWritesOnOneAddressWait(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.9.0.0/24"), fixtureOptions{noStart: true})
+	a := f.a
+	a.mu.Lock()
+	if ch := a.beginLocked(5, true); ch != nil {
+		t.Fatal("first begin waited")
+	}
+	ch := a.beginLocked(5, false)
+	if ch == nil {
+		t.Fatal("second begin did not wait")
+	}
+	a.settleLocked(5, writeResult{kind: writeCreated, uid: "u", rv: 1})
+	a.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("settling did not release the waiter")
+	}
+}

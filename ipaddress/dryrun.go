@@ -1,0 +1,71 @@
+package ipaddress
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-ipam/clusterip/allocator"
+)
+
+// dryRun answers as its Allocator would and changes nothing.
+type dryRun struct{ a *Allocator }
+
+func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
+	a := d.a
+	off, err := a.offsetOf(ip)
+	if err != nil {
+		return err
+	}
+	if err := a.readyErr(); err != nil {
+		return err
+	}
+	if a.Has(ip) {
+		return fmt.Errorf("ipaddress: %s: %w", ip, allocator.ErrAllocated)
+	}
+	_ = off
+	if !a.serverDryRun {
+		return nil
+	}
+	_, err = a.client.Create(ctx, a.newIPAddress(ip, owner), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("ipaddress: %s: %w (%w)", ip, allocator.ErrAllocated, err)
+	}
+	return fmt.Errorf("ipaddress: dry-run create IPAddress %s: %w", ip, err)
+}
+
+func (d dryRun) AllocateNext(_ context.Context, _ allocator.Owner) (netip.Addr, error) {
+	a := d.a
+	if err := a.readyErr(); err != nil {
+		return netip.Addr{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expireLocked()
+	off, ok := a.pickLocked()
+	if !ok {
+		return netip.Addr{}, allocator.ErrFull
+	}
+	return a.addrAt(off), nil
+}
+
+func (d dryRun) Release(_ context.Context, ip netip.Addr) error {
+	return allocator.CheckAddr(ip)
+}
+
+func (d dryRun) Has(ip netip.Addr) bool      { return d.a.Has(ip) }
+func (d dryRun) All() iter.Seq[netip.Addr]   { return d.a.All() }
+func (d dryRun) CIDR() netip.Prefix          { return d.a.CIDR() }
+func (d dryRun) Family() corev1.IPFamily     { return d.a.Family() }
+func (d dryRun) Used() uint64                { return d.a.Used() }
+func (d dryRun) Free() uint64                { return d.a.Free() }
+func (d dryRun) DryRun() allocator.Interface { return d }
+func (d dryRun) Close() error                { return nil }
