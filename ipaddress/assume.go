@@ -30,10 +30,10 @@ type pending struct {
 	done chan struct{} // closed when the write in flight settles
 
 	// The assumption, when not busy.
-	present  bool      // created (true) or deleted (false)
-	uid      types.UID // created: our object; deleted: the object we deleted, if known
-	rv       uint64    // resourceVersion of that object, if known
-	gen      uint64    // identifies the assumption in the expiry queue
+	present bool      // created (true) or deleted (false)
+	uid     types.UID // created: our object; deleted: the object we deleted, if known
+	rv      uint64    // resourceVersion of that object, if known
+	gen     uint64    // identifies the assumption in the expiry queue
 
 	// prior reports whether an assumption was held when the write in flight began; present, uid
 	// and rv still describe it until the write settles.
