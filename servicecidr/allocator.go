@@ -89,7 +89,7 @@ func New(family corev1.IPFamily, client kubernetes.Interface, cidrs networkingv1
 		if client == nil {
 			return nil, errors.New("servicecidr: nil client")
 		}
-		o.factory = ipaddressFactory(client, ips)
+		o.factory = ipaddressFactory(client, ips, o.ipaddresses)
 	}
 	return &Allocator{
 		family:  family,
@@ -113,7 +113,7 @@ func usable(p netip.Prefix, ip netip.Addr) bool {
 // serving reports whether v can allocate now: its ServiceCIDR is ready and so is its allocator.
 func (v view) serving() bool { return v.ready && v.alloc.Ready() }
 
-// views copies the entries for which keep returns true, most specific prefix first.
+// views copies the entries for which keep returns true, outermost prefix first.
 func (a *Allocator) views(keep func(*entry) bool) []view {
 	a.mu.RLock()
 	vs := make([]view, 0, len(a.entries))
@@ -124,7 +124,7 @@ func (a *Allocator) views(keep func(*entry) bool) []view {
 	}
 	a.mu.RUnlock()
 	slices.SortFunc(vs, func(x, y view) int {
-		if c := cmp.Compare(y.prefix.Bits(), x.prefix.Bits()); c != 0 {
+		if c := cmp.Compare(x.prefix.Bits(), y.prefix.Bits()); c != 0 {
 			return c
 		}
 		return x.prefix.Addr().Compare(y.prefix.Addr())
@@ -132,7 +132,9 @@ func (a *Allocator) views(keep func(*entry) bool) []view {
 	return vs
 }
 
-// containing returns the entries that can allocate ip, most specific prefix first.
+// containing returns the entries that can allocate ip, outermost prefix first. Going through the
+// outermost one keeps Used and Free, which count outermost prefixes, exact at once; the allocators
+// of the prefixes inside learn of the change from the informer.
 func (a *Allocator) containing(ip netip.Addr) []view {
 	return a.views(func(e *entry) bool { return usable(e.prefix, ip) })
 }
@@ -191,11 +193,11 @@ func (a *Allocator) undo(ctx context.Context, alloc cidrAllocator, ip netip.Addr
 	}
 }
 
-// Allocate reserves ip for owner through a ready ServiceCIDR that contains it. It returns a
-// range-less *allocator.NotInRangeError (matching allocator.ErrMismatchedNetwork) if no ServiceCIDR
-// of the family can allocate ip, allocator.ErrNotReady if only ServiceCIDRs that are not ready
-// can, allocator.ErrAllocated if ip is taken, and an *allocator.AddrError for an invalid, zoned or
-// IPv4-mapped ip.
+// Allocate reserves ip for owner through the outermost ready ServiceCIDR that contains it. It
+// returns a range-less *allocator.NotInRangeError (matching allocator.ErrMismatchedNetwork) if no
+// ServiceCIDR of the family can allocate ip, allocator.ErrNotReady if only ServiceCIDRs that are
+// not ready can, allocator.ErrAllocated if ip is taken, and an *allocator.AddrError for an invalid,
+// zoned or IPv4-mapped ip.
 func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
@@ -226,7 +228,8 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 }
 
 // AllocateNext reserves a free address for owner from a ready ServiceCIDR, chosen at random with a
-// weight proportional to its free space, and returns it. Full and not-ready ServiceCIDRs are
+// weight proportional to its free space, and returns it. Only outermost ready prefixes are chosen:
+// they hold every address of the prefixes inside them. Full and not-ready ServiceCIDRs are
 // skipped; any other error is returned at once. It returns allocator.ErrFull if every ready
 // ServiceCIDR is full and allocator.ErrNotReady if none is ready. No lock is held while a
 // per-CIDR allocator works, so concurrent callers proceed in parallel.
@@ -235,7 +238,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (ne
 }
 
 func (a *Allocator) allocateNext(ctx context.Context, owner allocator.Owner, dryRun bool) (netip.Addr, error) {
-	cands := a.views(func(e *entry) bool { return e.ready })
+	cands := topLevel(a.views(func(e *entry) bool { return e.ready && e.alloc.Ready() }))
 	full := false
 	for len(cands) > 0 {
 		i := pick(cands)
@@ -303,9 +306,9 @@ func pick(vs []view) int {
 	return last // rounding left r just above the sum
 }
 
-// Release frees ip through a ServiceCIDR that contains it, ready or not. Releasing an address that
-// is not allocated, or that no ServiceCIDR contains, returns nil; an invalid, zoned or IPv4-mapped
-// ip returns an *allocator.AddrError.
+// Release frees ip through the outermost ServiceCIDR that contains it, ready or not. Releasing an
+// address that is not allocated, or that no ServiceCIDR contains, returns nil; an invalid, zoned
+// or IPv4-mapped ip returns an *allocator.AddrError.
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
@@ -314,14 +317,7 @@ func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 	if len(vs) == 0 {
 		return nil
 	}
-	v := vs[0]
-	for _, w := range vs {
-		if w.alloc.Has(ip) {
-			v = w
-			break
-		}
-	}
-	return v.alloc.Release(ctx, ip)
+	return vs[0].alloc.Release(ctx, ip)
 }
 
 // Has reports whether ip is allocated in any ServiceCIDR of the family, ready or not.

@@ -9,11 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -55,11 +55,28 @@ type fixture struct {
 	t         *testing.T
 	ctx       context.Context
 	client    kubernetes.Interface
-	factory   informers.SharedInformerFactory
+	cidrInf   informers.SharedInformerFactory // ServiceCIDRs, only those labelled for the test
+	ipInf     informers.SharedInformerFactory // IPAddresses, all of them
 	alloc     *Allocator
 	mem       *memFactory // nil: the default per-CIDR allocator
 	lifecycle *LifecycleController
+	label     string         // value of testLabel on the test's ServiceCIDRs; "" with no filter
+	real      bool           // a real kube-apiserver, shared with other tests
+	prefixes  []netip.Prefix // every prefix created through the fixture, for cleanup
 }
+
+// name returns the object name of the test's ServiceCIDR n: prefixed with the label on a shared
+// server, where names are cluster-wide.
+func (f *fixture) name(n string) string {
+	if f.label == "" {
+		return n
+	}
+	return f.label + "-" + n
+}
+
+// testLabel marks the ServiceCIDRs of one test on a shared kube-apiserver, whose informers see
+// only those: each test sees its own ServiceCIDRs and not the apiserver's default one.
+const testLabel = "servicecidr.test/name"
 
 type fixtureConfig struct {
 	family    corev1.IPFamily
@@ -67,7 +84,9 @@ type fixtureConfig struct {
 	objects   []runtime.Object
 	mem       *memFactory // nil: the default per-CIDR allocator
 	lifecycle *LifecycleOptions
-	noRun     bool // build the Allocator but do not run it
+	noRun     bool   // build the Allocator but do not run it
+	label     string // filter ServiceCIDRs on testLabel=label; objects are not labelled
+	opts      []Option
 }
 
 func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
@@ -77,13 +96,20 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	}
 	client := cfg.client
 	if client == nil {
-		client = fake.NewSimpleClientset(cfg.objects...) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+		client = newFakeClient(cfg.objects...)
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	cidrs, ips := factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses()
-	var opts []Option
+	var cidrOpts []informers.SharedInformerOption
+	if cfg.label != "" {
+		cidrOpts = append(cidrOpts, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = testLabel + "=" + cfg.label
+		}))
+	}
+	cidrInf := informers.NewSharedInformerFactoryWithOptions(client, 0, cidrOpts...)
+	ipInf := informers.NewSharedInformerFactory(client, 0)
+	cidrs, ips := cidrInf.Networking().V1().ServiceCIDRs(), ipInf.Networking().V1().IPAddresses()
+	opts := cfg.opts
 	if cfg.mem != nil {
 		opts = append(opts, withAllocatorFactory(cfg.mem.new))
 	}
@@ -91,11 +117,12 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
-	f := &fixture{t: t, ctx: ctx, client: client, factory: factory, alloc: a, mem: cfg.mem}
+	f := &fixture{t: t, ctx: ctx, client: client, cidrInf: cidrInf, ipInf: ipInf, alloc: a, mem: cfg.mem, label: cfg.label, real: cfg.client != nil}
 	if cfg.lifecycle != nil {
 		f.lifecycle = NewLifecycleController(client, cidrs, ips, *cfg.lifecycle)
 	}
-	factory.Start(ctx.Done())
+	cidrInf.Start(ctx.Done())
+	ipInf.Start(ctx.Done())
 	done := make(chan struct{}, 2)
 	running := 0
 	if !cfg.noRun {
@@ -116,28 +143,93 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 			}
 		}()
 	}
+	waitWatching(t, client, "servicecidrs", "ipaddresses")
 	t.Cleanup(func() {
 		cancel()
 		for range running {
 			<-done
 		}
-		factory.Shutdown()
+		cidrInf.Shutdown()
+		ipInf.Shutdown()
 		if err := a.Close(); err != nil {
 			t.Errorf("Close() = %v", err)
+		}
+		if f.real {
+			f.cleanup()
 		}
 	})
 	return f
 }
 
+// cleanup removes from a shared server what the test left: its ServiceCIDRs (finalizers and all)
+// and the IPAddresses in their prefixes.
+func (f *fixture) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if f.label != "" {
+		list, err := f.client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{LabelSelector: testLabel + "=" + f.label})
+		if err != nil {
+			f.t.Errorf("cleanup: list ServiceCIDRs: %v", err)
+			return
+		}
+		for _, sc := range list.Items {
+			if len(sc.Finalizers) > 0 {
+				sc.Finalizers = nil
+				if _, err := f.client.NetworkingV1().ServiceCIDRs().Update(ctx, &sc, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					f.t.Errorf("cleanup: remove finalizers of %s: %v", sc.Name, err)
+				}
+			}
+			if err := f.client.NetworkingV1().ServiceCIDRs().Delete(ctx, sc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				f.t.Errorf("cleanup: delete %s: %v", sc.Name, err)
+			}
+		}
+	}
+	ips, err := f.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		f.t.Errorf("cleanup: list IPAddresses: %v", err)
+		return
+	}
+	for _, ipa := range ips.Items {
+		ip, err := netip.ParseAddr(ipa.Name)
+		if err != nil || !slices.ContainsFunc(f.prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			continue
+		}
+		if err := f.client.NetworkingV1().IPAddresses().Delete(ctx, ipa.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			f.t.Errorf("cleanup: delete IPAddress %s: %v", ipa.Name, err)
+		}
+	}
+}
+
 func (f *fixture) create(sc *networkingv1.ServiceCIDR) {
 	f.t.Helper()
-	if _, err := f.client.NetworkingV1().ServiceCIDRs().Create(f.ctx, sc, metav1.CreateOptions{}); err != nil {
+	sc = sc.DeepCopy()
+	sc.Name = f.name(sc.Name)
+	if f.label != "" {
+		if sc.Labels == nil {
+			sc.Labels = map[string]string{}
+		}
+		sc.Labels[testLabel] = f.label
+	}
+	for _, s := range sc.Spec.CIDRs {
+		f.prefixes = append(f.prefixes, netip.MustParsePrefix(s))
+	}
+	cond := sc.Status.Conditions
+	created, err := f.client.NetworkingV1().ServiceCIDRs().Create(f.ctx, sc, metav1.CreateOptions{})
+	if err != nil {
 		f.t.Fatalf("create ServiceCIDR %s: %v", sc.Name, err)
+	}
+	if len(cond) > 0 && len(created.Status.Conditions) == 0 {
+		// A real apiserver drops the status on create.
+		created.Status.Conditions = cond
+		if _, err := f.client.NetworkingV1().ServiceCIDRs().UpdateStatus(f.ctx, created, metav1.UpdateOptions{}); err != nil {
+			f.t.Fatalf("set status of ServiceCIDR %s: %v", sc.Name, err)
+		}
 	}
 }
 
 func (f *fixture) delete(name string) {
 	f.t.Helper()
+	name = f.name(name)
 	if err := f.client.NetworkingV1().ServiceCIDRs().Delete(f.ctx, name, metav1.DeleteOptions{}); err != nil {
 		f.t.Fatalf("delete ServiceCIDR %s: %v", name, err)
 	}
@@ -145,6 +237,7 @@ func (f *fixture) delete(name string) {
 
 func (f *fixture) get(name string) *networkingv1.ServiceCIDR {
 	f.t.Helper()
+	name = f.name(name)
 	sc, err := f.client.NetworkingV1().ServiceCIDRs().Get(f.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatalf("get ServiceCIDR %s: %v", name, err)

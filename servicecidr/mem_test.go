@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
@@ -43,7 +44,7 @@ type memFactory struct {
 
 func newMemFactory() *memFactory { return &memFactory{store: newMemStore()} }
 
-func (f *memFactory) new(p netip.Prefix) (cidrAllocator, error) {
+func (f *memFactory) new(_ klog.Logger, p netip.Prefix) (cidrAllocator, error) {
 	if err := allocator.CheckPrefix(p); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,10 @@ package servicecidr
 import (
 	"net/netip"
 
+	"k8s.io/klog/v2"
+
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // cidrAllocator is what the Allocator needs from a per-CIDR allocator: allocator.Interface plus a
@@ -20,13 +23,21 @@ type cidrAllocator interface {
 
 // allocatorFactory builds the per-CIDR allocator of a prefix. It must start no goroutines that
 // outlive Close.
-type allocatorFactory func(cidr netip.Prefix) (cidrAllocator, error)
+type allocatorFactory func(logger klog.Logger, cidr netip.Prefix) (cidrAllocator, error)
 
 // Option configures New.
 type Option func(*options)
 
 type options struct {
-	factory allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
+	factory     allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
+	ipaddresses []ipaddress.Option
+}
+
+// WithIPAddressOptions passes opts to ipaddress.New for every per-CIDR allocator, after the
+// Allocator's own (the logger of Run's context). Default none. Readiness is managed by the
+// Allocator: an ipaddress.WithReady here is overridden as soon as the allocator is created.
+func WithIPAddressOptions(opts ...ipaddress.Option) Option {
+	return func(o *options) { o.ipaddresses = append(o.ipaddresses, opts...) }
 }
 
 // withAllocatorFactory replaces the per-CIDR allocator; tests use in-memory ones. Default: an

@@ -97,7 +97,7 @@ func (a *Allocator) syncAll(ctx context.Context) error {
 	var errs []error
 	created := map[netip.Prefix]cidrAllocator{}
 	for _, p := range missing {
-		al, err := a.factory(p)
+		al, err := a.factory(logger, p)
 		if err != nil {
 			if errors.Is(err, allocator.ErrInvalid) {
 				// Retrying cannot help (an IPv6 prefix shorter than /64, say).
