@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,14 +34,20 @@ type fixture struct {
 // fixtureOptions adjusts newFixture.
 type fixtureOptions struct {
 	noStart bool // do not start the informer
+	// simple uses the deprecated NewSimpleClientset, whose tracker does no field management; the
+	// field-managed one of NewClientset builds a REST mapper on every create (~2.5 ms).
+	simple bool
 }
 
 // newFakeClient returns a fake clientset that, like the API server, gives every created IPAddress a
 // UID and an increasing resourceVersion, and whose IPAddress watch reports when it is established
 // (the fake drops events sent before that).
-func newFakeClient(t testing.TB) (*fake.Clientset, <-chan struct{}) {
+func newFakeClient(t testing.TB, simple ...bool) (*fake.Clientset, <-chan struct{}) {
 	t.Helper()
 	client := fake.NewClientset()
+	if len(simple) > 0 && simple[0] {
+		client = fake.NewSimpleClientset() //nolint:staticcheck // see fixtureOptions.simple
+	}
 	var rv atomic.Uint64
 	client.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		ca := action.(k8stesting.CreateAction)
@@ -74,7 +81,7 @@ func newFakeClient(t testing.TB) (*fake.Clientset, <-chan struct{}) {
 // newFixture builds an Allocator for cidr on a fake clientset and waits until it is ready.
 func newFixture(t testing.TB, cidr netip.Prefix, fo fixtureOptions, opts ...Option) *fixture {
 	t.Helper()
-	client, watching := newFakeClient(t)
+	client, watching := newFakeClient(t, fo.simple)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	a, err := New(cidr, client, factory.Networking().V1().IPAddresses(), opts...)
 	if err != nil {
@@ -133,7 +140,7 @@ func createActions(c *fake.Clientset) []k8stesting.CreateAction {
 // ipAddressObject returns an IPAddress as another writer would create it.
 func ipAddressObject(name string, uid types.UID, rv uint64) *networkingv1.IPAddress {
 	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, ResourceVersion: strconv.FormatUint(rv, 10)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, ResourceVersion: rvString(rv)},
 		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
 			Resource: "services", Namespace: "default", Name: "other",
 		}},
@@ -153,4 +160,22 @@ func isDryRun(action k8stesting.Action) bool {
 // newInformer returns an IPAddress informer of a new factory on client, not started.
 func newInformer(client *fake.Clientset) networkingv1informers.IPAddressInformer {
 	return informers.NewSharedInformerFactory(client, 0).Networking().V1().IPAddresses()
+}
+
+// clusterIPService returns a ClusterIP Service for the default namespace.
+func clusterIPService(name string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.ServiceSpec{
+			Type:  corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{Port: 80}},
+		},
+	}
+}
+
+func rvString(rv uint64) string {
+	if rv == 0 {
+		return ""
+	}
+	return strconv.FormatUint(rv, 10)
 }

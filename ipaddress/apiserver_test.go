@@ -1,0 +1,451 @@
+package ipaddress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/allocatortest"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+)
+
+// The tests in this file run against one real kube-apiserver v1.33 (and its etcd) shared by the
+// package; each test uses its own ranges, none overlapping the server's 10.96.0.0/24 Service range
+// except where contention with it is the point. A v1.33 kube-apiserver accepts an IPAddress outside
+// every ServiceCIDR (checked by hand), so the tests create no ServiceCIDR.
+
+var shared struct {
+	once sync.Once
+	etcd *testenv.Etcd
+	api  *testenv.KubeAPIServer
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.api != nil {
+		shared.api.Close()
+	}
+	if shared.etcd != nil {
+		shared.etcd.Close()
+	}
+	os.Exit(code)
+}
+
+// apiServer returns the package's kube-apiserver, starting it (and building it, the first time on
+// a machine) if needed. It skips t in -short mode.
+func apiServer(t testing.TB) *testenv.KubeAPIServer {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping kube-apiserver test in -short mode")
+	}
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		shared.etcd, shared.err = testenv.StartEtcd(ctx, testenv.EtcdOptions{UnsafeNoFsync: true})
+		if shared.err != nil {
+			return
+		}
+		shared.api, shared.err = testenv.StartKubeAPIServer(ctx, shared.etcd, testenv.KubeAPIServerOptions{})
+	})
+	if shared.err != nil {
+		t.Fatalf("start kube-apiserver: %v", shared.err)
+	}
+	return shared.api
+}
+
+// newClient returns a clientset of its own, as a separate process would have.
+func newClient(t testing.TB, s *testenv.KubeAPIServer) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(rest.CopyConfig(s.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// realAllocator returns a ready Allocator for cidr with its own client and informer factory. When t
+// ends it closes the Allocator and deletes every IPAddress in cidr with its managed-by label, so
+// that the next test starts from an empty range.
+func realAllocator(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, opts ...Option) *Allocator {
+	t.Helper()
+	client := newClient(t, s)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	a, err := New(cidr, client, factory.Networking().V1().IPAddresses(), opts...)
+	if err != nil {
+		t.Fatalf("New(%v) = %v", cidr, err)
+	}
+	stop := make(chan struct{})
+	t.Cleanup(func() {
+		a.Close()
+		close(stop)
+		factory.Shutdown()
+		purge(t, s, cidr, a.managedBy)
+	})
+	factory.Start(stop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), a.Ready) {
+		t.Fatalf("allocator for %v not ready", cidr)
+	}
+	return a
+}
+
+// purge deletes every IPAddress in cidr labelled as managed by managedBy.
+func purge(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, managedBy string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ips := s.Client.NetworkingV1().IPAddresses()
+	list, err := ips.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("list IPAddresses: %v", err)
+		return
+	}
+	for _, o := range list.Items {
+		ip, err := netip.ParseAddr(o.Name)
+		if err != nil || !cidr.Contains(ip) || o.Labels[networkingv1.LabelManagedBy] != managedBy {
+			continue
+		}
+		if err := ips.Delete(ctx, o.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete IPAddress %s: %v", o.Name, err)
+		}
+	}
+}
+
+func TestAPIServerConformance(t *testing.T) {
+	s := apiServer(t)
+	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
+		return realAllocator(t, s, cidr)
+	}, allocatortest.Workers(4))
+}
+
+func TestAPIServerAllocateUntilFullThenReuse(t *testing.T) {
+	s := apiServer(t)
+	for _, cidr := range []string{"192.168.100.0/28", "fd00:100::/120"} {
+		t.Run(cidr, func(t *testing.T) {
+			p := netip.MustParsePrefix(cidr)
+			a := realAllocator(t, s, p)
+			ctx := context.Background()
+			size := ipmath.Size(p)
+			var got []netip.Addr
+			for {
+				ip, err := a.AllocateNext(ctx, testOwner)
+				if errors.Is(err, allocator.ErrFull) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("AllocateNext() after %d = %v", len(got), err)
+				}
+				got = append(got, ip)
+				if uint64(len(got)) > size {
+					t.Fatalf("AllocateNext() gave more than %d addresses", size)
+				}
+			}
+			if uint64(len(got)) != size {
+				t.Fatalf("AllocateNext() gave %d addresses before ErrFull, want %d", len(got), size)
+			}
+			slices.SortFunc(got, netip.Addr.Compare)
+			if n := len(slices.Compact(slices.Clone(got))); n != len(got) {
+				t.Fatalf("duplicates among %d addresses", len(got))
+			}
+			list, err := s.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stored []netip.Addr
+			for _, o := range list.Items {
+				if ip := netip.MustParseAddr(o.Name); p.Contains(ip) {
+					stored = append(stored, ip)
+				}
+			}
+			slices.SortFunc(stored, netip.Addr.Compare)
+			if diff := cmp.Diff(got, stored, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("IPAddress objects differ from the allocations (-want +got):\n%s", diff)
+			}
+			if a.Used() != size || a.Free() != 0 {
+				t.Errorf("Used(), Free() = %d, %d, want %d, 0", a.Used(), a.Free(), size)
+			}
+
+			victim := got[len(got)/2]
+			if err := a.Release(ctx, victim); err != nil {
+				t.Fatalf("Release(%v) = %v", victim, err)
+			}
+			if ip, err := a.AllocateNext(ctx, testOwner); err != nil || ip != victim {
+				t.Fatalf("AllocateNext() after Release = %v, %v; want %v", ip, err, victim)
+			}
+			// The informer catches up with our own writes and the assumptions go away.
+			waitUntil(t, "the informer to catch up", func() bool {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				return len(a.pending) == 0
+			})
+			if a.Used() != size || !a.Has(victim) {
+				t.Errorf("after catching up Used() = %d, Has(%v) = %v; want %d, true", a.Used(), victim, a.Has(victim), size)
+			}
+		})
+	}
+}
+
+func TestAPIServerTwoAllocatorsNeverBothWin(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+
+	t.Run("AllocateNext", func(t *testing.T) {
+		p := netip.MustParsePrefix("192.168.101.0/27")
+		allocs := []*Allocator{realAllocator(t, s, p), realAllocator(t, s, p)}
+		owners := []allocator.Owner{
+			{Resource: "services", Namespace: "default", Name: "a"},
+			{Resource: "services", Namespace: "default", Name: "b"},
+		}
+		var mu sync.Mutex
+		won := map[netip.Addr]string{}
+		var wg sync.WaitGroup
+		for i, a := range allocs {
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						ip, err := a.AllocateNext(ctx, owners[i])
+						if errors.Is(err, allocator.ErrFull) {
+							return
+						}
+						if err != nil {
+							t.Errorf("AllocateNext() = %v", err)
+							return
+						}
+						mu.Lock()
+						if prev, dup := won[ip]; dup {
+							t.Errorf("%v won by %s and %s", ip, prev, owners[i].Name)
+						}
+						won[ip] = owners[i].Name
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if uint64(len(won)) != ipmath.Size(p) {
+			t.Errorf("%d addresses won, want %d", len(won), ipmath.Size(p))
+		}
+		for ip, name := range won {
+			o, err := s.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Spec.ParentRef.Name != name {
+				t.Errorf("IPAddress %v belongs to %q, but %q was told it won", ip, o.Spec.ParentRef.Name, name)
+			}
+		}
+	})
+
+	t.Run("Allocate", func(t *testing.T) {
+		p := netip.MustParsePrefix("192.168.102.0/28")
+		a, b := realAllocator(t, s, p), realAllocator(t, s, p)
+		for off := range ipmath.Size(p) {
+			ip, _ := ipmath.AddrAt(p, off)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i, x := range []*Allocator{a, b} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					errs[i] = x.Allocate(ctx, ip, testOwner)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			wins := 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					wins++
+				case !errors.Is(err, allocator.ErrAllocated):
+					t.Errorf("Allocate(%v) = %v, want nil or ErrAllocated", ip, err)
+				}
+			}
+			if wins != 1 {
+				t.Errorf("Allocate(%v) won %d times, want once", ip, wins)
+			}
+		}
+		waitUntil(t, "both informers to show every address", func() bool {
+			return a.Used() == ipmath.Size(p) && b.Used() == ipmath.Size(p)
+		})
+	})
+}
+
+func TestAPIServerContentionWithItsOwnServices(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	// The server's own Service range: it allocates ClusterIPs there as IPAddress objects too. In
+	// dual-write mode (the v1.33 default) its legacy bitmap picks the address and does not know
+	// ours, so a Service create may fail with "provided IP is already allocated": kube-apiserver's
+	// own behaviour next to a foreign writer, which the client retries. What must hold is that no
+	// address is handed out twice and that our allocator retries past the server's addresses.
+	p := netip.MustParsePrefix("10.96.0.0/24")
+	a := realAllocator(t, s, p, WithManagedBy("clusterip-test"))
+	const n = 40
+	var wg sync.WaitGroup
+	ours := make(chan netip.Addr, n)
+	svcs := make(chan string, n)
+	var refused atomic.Int32
+	t.Cleanup(func() {
+		for i := range n {
+			s.Client.CoreV1().Services("default").Delete(context.Background(), fmt.Sprintf("contend-%d", i), metav1.DeleteOptions{})
+		}
+	})
+	for i := range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			ip, err := a.AllocateNext(ctx, allocator.Owner{Resource: "services", Namespace: "default", Name: fmt.Sprintf("ours-%d", i)})
+			if err != nil {
+				t.Errorf("AllocateNext() = %v", err)
+				return
+			}
+			ours <- ip
+		}()
+		go func() {
+			defer wg.Done()
+			svc, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService(fmt.Sprintf("contend-%d", i)), metav1.CreateOptions{})
+			if apierrors.IsInternalError(err) && strings.Contains(err.Error(), "already allocated") {
+				refused.Add(1)
+				return
+			}
+			if err != nil {
+				t.Errorf("create Service: %v", err)
+				return
+			}
+			svcs <- svc.Spec.ClusterIP
+		}()
+	}
+	wg.Wait()
+	close(ours)
+	close(svcs)
+	taken := map[string]bool{}
+	for ip := range ours {
+		if taken[ip.String()] {
+			t.Errorf("%v handed out twice", ip)
+		}
+		taken[ip.String()] = true
+	}
+	for ip := range svcs {
+		if taken[ip] {
+			t.Errorf("Service ClusterIP %v is also one of ours", ip)
+		}
+		taken[ip] = true
+	}
+	t.Logf("%d of our allocations, %d Services, %d Service creates refused by the server", n, len(taken)-n, refused.Load())
+	// Our allocator sees the server's IPAddress objects too.
+	waitUntil(t, "the informer to show every address", func() bool { return a.Used() >= uint64(len(taken)) })
+}
+
+func TestAPIServerObjectsCarryLabelsAndParentRef(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	owner := allocator.Owner{Group: "example.com", Resource: "widgets", Namespace: "prod", Name: "w1"}
+	for _, tt := range []struct{ cidr, family string }{{"192.168.103.0/24", "IPv4"}, {"fd00:103::/64", "IPv6"}} {
+		t.Run(tt.family, func(t *testing.T) {
+			a := realAllocator(t, s, netip.MustParsePrefix(tt.cidr), WithManagedBy("clusterip-test"))
+			ip, err := a.AllocateNext(ctx, owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := s.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{
+				networkingv1.LabelIPAddressFamily: tt.family,
+				networkingv1.LabelManagedBy:       "clusterip-test",
+			}
+			if diff := cmp.Diff(want, o.Labels); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+			wantRef := &networkingv1.ParentReference{Group: "example.com", Resource: "widgets", Namespace: "prod", Name: "w1"}
+			if diff := cmp.Diff(wantRef, o.Spec.ParentRef); diff != "" {
+				t.Errorf("parentRef (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAPIServerValidationErrorsAreTyped(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	p := netip.MustParsePrefix("192.168.104.0/28")
+	a := realAllocator(t, s, p)
+	bad := allocator.Owner{Resource: "services", Namespace: "default", Name: "a/b"} // names may not contain '/'
+	ip := netip.MustParseAddr("192.168.104.5")
+
+	err := a.Allocate(ctx, ip, bad)
+	if !apierrors.IsInvalid(err) || errors.Is(err, allocator.ErrAllocated) {
+		t.Errorf("Allocate() with an invalid parentRef = %v, want apierrors.IsInvalid", err)
+	}
+	got, err := a.AllocateNext(ctx, bad)
+	if !apierrors.IsInvalid(err) {
+		t.Errorf("AllocateNext() with an invalid parentRef = %v, %v; want apierrors.IsInvalid", got, err)
+	}
+	if a.Used() != 0 || a.Has(ip) {
+		t.Errorf("after invalid requests Used() = %d, Has(%v) = %v; want 0, false", a.Used(), ip, a.Has(ip))
+	}
+	if err := a.Allocate(ctx, ip, testOwner); err != nil {
+		t.Errorf("Allocate() with a valid parentRef = %v", err)
+	}
+}
+
+func TestAPIServerSeesOtherWriters(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	p := netip.MustParsePrefix("192.168.105.0/28")
+	a := realAllocator(t, s, p)
+	held := netip.MustParseAddr("192.168.105.9")
+	o := ipAddressObject(held.String(), "", 0)
+	o.ResourceVersion = ""
+	if _, err := s.Client.NetworkingV1().IPAddresses().Create(ctx, o, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the informer to show the other writer's address", func() bool { return a.Has(held) })
+	var n int
+	for {
+		ip, err := a.AllocateNext(ctx, testOwner)
+		if errors.Is(err, allocator.ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ip == held {
+			t.Fatalf("AllocateNext() = %v, which another writer holds", ip)
+		}
+		n++
+	}
+	if n != 13 {
+		t.Errorf("AllocateNext() gave %d addresses, want 13", n)
+	}
+	if err := a.Release(ctx, held); err != nil || a.Has(held) {
+		t.Errorf("Release(%v) = %v, Has = %v; want nil, false", held, err, a.Has(held))
+	}
+}
