@@ -53,12 +53,14 @@ type Allocator struct {
 	ready  atomic.Bool // SetReady's switch
 	closed atomic.Bool
 
-	mu      sync.Mutex // guards rand, index, pending, expiry and gen
+	mu      sync.Mutex // guards rand, index, pending, expiry, gen and staleEvents
 	rand    *rand.Rand
 	index   freeindex.Set       // allocated offsets: the informer's view overlaid with pending writes
 	pending map[uint64]*pending // offsets with a write in flight or assumed
 	expiry  []expiryEntry       // assumptions in deadline order (a FIFO: the timeout is constant)
 	gen     uint64              // last assumption generation handed out
+
+	staleEvents uint64 // informer events ignored as older than an assumed write (for tests and logs)
 }
 
 // New returns an Allocator for cidr that reads IPAddress objects from informer and writes them with

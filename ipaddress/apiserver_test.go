@@ -414,6 +414,65 @@ func TestAPIServerValidationErrorsAreTyped(t *testing.T) {
 	if err := a.Allocate(ctx, ip, testOwner); err != nil {
 		t.Errorf("Allocate() with a valid parentRef = %v", err)
 	}
+
+	// A server-side dry run sees the same validation and persists nothing.
+	d := realAllocator(t, s, p, WithServerDryRun(true)).DryRun()
+	other := netip.MustParseAddr("192.168.104.6")
+	if err := d.Allocate(ctx, other, bad); !apierrors.IsInvalid(err) {
+		t.Errorf("DryRun().Allocate() with an invalid parentRef = %v, want apierrors.IsInvalid", err)
+	}
+	if err := d.Allocate(ctx, other, testOwner); err != nil {
+		t.Errorf("DryRun().Allocate() = %v", err)
+	}
+	if _, err := s.Client.NetworkingV1().IPAddresses().Get(ctx, other.String(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Get(%v) after dry runs = %v, want NotFound", other, err)
+	}
+}
+
+// TestAPIServerReleaseAndRecreateOutrunTheInformer releases and re-creates the same addresses
+// faster than the informer reports it, so that Delete events of the released objects arrive after
+// the address was created again; once the informer has caught up the index must match the server.
+func TestAPIServerReleaseAndRecreateOutrunTheInformer(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	p := netip.MustParsePrefix("192.168.106.0/30") // two addresses
+	a := realAllocator(t, s, p)
+	ips := []netip.Addr{netip.MustParseAddr("192.168.106.1"), netip.MustParseAddr("192.168.106.2")}
+	for _, ip := range ips {
+		if err := a.Allocate(ctx, ip, testOwner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		ip := ips[i%2]
+		if err := a.Release(ctx, ip); err != nil {
+			t.Fatalf("Release(%v) = %v", ip, err)
+		}
+		if a.Has(ip) || a.Used() != 1 {
+			t.Fatalf("after Release(%v): Has = %v, Used() = %d; want false, 1", ip, a.Has(ip), a.Used())
+		}
+		got, err := a.AllocateNext(ctx, testOwner)
+		if err != nil || got != ip {
+			t.Fatalf("AllocateNext() = %v, %v; want %v", got, err, ip)
+		}
+		if !a.Has(ip) || a.Used() != 2 {
+			t.Fatalf("after AllocateNext(): Has(%v) = %v, Used() = %d; want true, 2", ip, a.Has(ip), a.Used())
+		}
+	}
+	waitUntil(t, "the informer to catch up", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.pending) == 0
+	})
+	a.mu.Lock()
+	t.Logf("%d stale informer events ignored", a.staleEvents)
+	a.mu.Unlock()
+	if a.Used() != 2 || !a.Has(ips[0]) || !a.Has(ips[1]) {
+		t.Errorf("after catching up Used() = %d, Has = %v, %v; want 2, true, true", a.Used(), a.Has(ips[0]), a.Has(ips[1]))
+	}
+	if _, err := a.AllocateNext(ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
+		t.Errorf("AllocateNext() on the full range = %v, want ErrFull", err)
+	}
 }
 
 func TestAPIServerSeesOtherWriters(t *testing.T) {

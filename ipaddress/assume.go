@@ -156,10 +156,13 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 		}
 		return
 	}
-	if p.seen && p.caughtUp(p.last) {
-		delete(a.pending, off)
-		a.setLocked(off, p.last.present)
-		return
+	if p.seen {
+		if p.caughtUp(p.last) {
+			delete(a.pending, off)
+			a.setLocked(off, p.last.present)
+			return
+		}
+		a.staleEvents++ // the informer's last word on off predates our write
 	}
 	a.assumeLocked(off, p)
 }
@@ -250,7 +253,11 @@ func (a *Allocator) applyLocked(off uint64, e event) {
 		return
 	}
 	p.seen, p.last = true, e
-	if p.busy || !p.caughtUp(e) {
+	if p.busy {
+		return
+	}
+	if !p.caughtUp(e) {
+		a.staleEvents++
 		return
 	}
 	delete(a.pending, off)

@@ -18,8 +18,7 @@ type dryRun struct{ a *Allocator }
 
 func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	a := d.a
-	off, err := a.offsetOf(ip)
-	if err != nil {
+	if _, err := a.offsetOf(ip); err != nil {
 		return err
 	}
 	if err := a.readyErr(); err != nil {
@@ -28,11 +27,10 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Own
 	if a.Has(ip) {
 		return fmt.Errorf("ipaddress: %s: %w", ip, allocator.ErrAllocated)
 	}
-	_ = off
 	if !a.serverDryRun {
 		return nil
 	}
-	_, err = a.client.Create(ctx, a.newIPAddress(ip, owner), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err := a.client.Create(ctx, a.newIPAddress(ip, owner), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
 		return nil

@@ -46,7 +46,7 @@ func newFakeClient(t testing.TB, simple ...bool) (*fake.Clientset, <-chan struct
 	t.Helper()
 	client := fake.NewClientset()
 	if len(simple) > 0 && simple[0] {
-		client = fake.NewSimpleClientset() //nolint:staticcheck // see fixtureOptions.simple
+		client = fake.NewSimpleClientset() // deprecated, but see fixtureOptions.simple
 	}
 	var rv atomic.Uint64
 	client.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
