@@ -11,9 +11,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Run watches ServiceCIDRs and keeps the per-CIDR allocators in step with them until ctx is done.
-// It returns nil then, or an error if the Allocator was already started or ctx ended before the
-// ServiceCIDR informer synced. The informers must be started by their factory.
+// Run watches ServiceCIDRs and keeps the per-CIDR allocators in step with them until ctx is done,
+// then returns nil. It returns an error at once if the Allocator was already started. The
+// informers must be started by their factory; until the ServiceCIDR informer has synced, Run
+// only waits.
 //
 // Run does not close the Allocator: call Close when done with it.
 func (a *Allocator) Run(ctx context.Context) error {
@@ -42,10 +43,7 @@ func (a *Allocator) Run(ctx context.Context) error {
 	logger.Info("Starting")
 	defer logger.Info("Stopped")
 	if !cache.WaitForNamedCacheSync("servicecidr-allocator", ctx.Done(), reg.HasSynced) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("servicecidr: ServiceCIDR informer did not sync")
+		return nil // ctx is done
 	}
 	a.queue.Add(syncAllKey)
 

@@ -5,9 +5,10 @@
 // (an ipaddress.Allocator, which records each address as an IPAddress object) for every distinct
 // prefix of its family. It implements allocator.Interface over all of them:
 //
-//   - AllocateNext picks a ready ServiceCIDR at random, weighted by its free space, and skips full
-//     and not-ready ones; no lock is held across API calls, so concurrent callers proceed in
-//     parallel.
+//   - AllocateNext picks a ready prefix at random, weighted by its free space, and skips full and
+//     not-ready ones; no lock is held across API calls, so concurrent callers proceed in parallel.
+//   - An allocation whose ServiceCIDR stops being ready while it is made is undone and retried
+//     elsewhere, so no address comes from a ServiceCIDR the Allocator already saw go.
 //   - Prefixes may overlap. An address belongs to every prefix that contains it, the network and
 //     IPv4 broadcast address of each prefix excluded: 192.168.1.0 is not allocatable from
 //     192.168.1.0/24 alone but is once 192.168.0.0/16 exists.

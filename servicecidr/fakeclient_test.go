@@ -2,18 +2,23 @@ package servicecidr
 
 import (
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// newFakeClient returns a fake clientset holding objects whose watches do not overflow. The fake's
+// newFakeClient returns a fake clientset holding objects whose watches do not overflow and whose
+// IPAddresses get resourceVersions. The fake's
 // own watch channels hold 100 events and panic when full, which a busy test under the race detector
 // reaches before the informer drains them. Here every watch is drained into an unbounded queue,
 // and every write first waits until no watch has more than half a channel pending (the fake runs
@@ -51,6 +56,16 @@ func newFakeClient(objects ...runtime.Object) *fake.Clientset {
 		mu.Unlock()
 		return true, newBufferedWatch(w), nil
 	})
+	// Like the API server, give every created IPAddress a UID and an increasing resourceVersion:
+	// the ipaddress allocator orders informer events against its own writes with it.
+	var rv atomic.Uint64
+	client.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		obj := action.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress)
+		n := rv.Add(1)
+		obj.UID = types.UID("uid-" + strconv.FormatUint(n, 10))
+		obj.ResourceVersion = strconv.FormatUint(n, 10)
+		return false, nil, nil
+	})
 	client.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		switch action.GetVerb() {
 		case "create", "update", "patch", "delete", "delete-collection":
@@ -75,7 +90,7 @@ func newFakeClient(objects ...runtime.Object) *fake.Clientset {
 var fakeWatching sync.Map
 
 // waitWatching waits until client, if it came from newFakeClient, has a watch on each resource.
-func waitWatching(t *testing.T, client any, resources ...string) {
+func waitWatching(t testing.TB, client any, resources ...string) {
 	t.Helper()
 	v, ok := fakeWatching.Load(client)
 	if !ok {

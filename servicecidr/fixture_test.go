@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func ipAddress(ip string) *networkingv1.IPAddress {
 // fixture is an Allocator (and, if asked, a LifecycleController) running against a client and
 // informers on it.
 type fixture struct {
-	t         *testing.T
+	t         testing.TB
 	ctx       context.Context
 	client    kubernetes.Interface
 	cidrInf   informers.SharedInformerFactory // ServiceCIDRs, only those labelled for the test
@@ -89,7 +90,7 @@ type fixtureConfig struct {
 	opts      []Option
 }
 
-func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
+func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 	t.Helper()
 	if cfg.family == "" {
 		cfg.family = corev1.IPv4Protocol
@@ -189,15 +190,27 @@ func (f *fixture) cleanup() {
 		f.t.Errorf("cleanup: list IPAddresses: %v", err)
 		return
 	}
+	names := make(chan string)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range names {
+				if err := f.client.NetworkingV1().IPAddresses().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					f.t.Errorf("cleanup: delete IPAddress %s: %v", name, err)
+				}
+			}
+		}()
+	}
 	for _, ipa := range ips.Items {
 		ip, err := netip.ParseAddr(ipa.Name)
-		if err != nil || !slices.ContainsFunc(f.prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-			continue
-		}
-		if err := f.client.NetworkingV1().IPAddresses().Delete(ctx, ipa.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			f.t.Errorf("cleanup: delete IPAddress %s: %v", ipa.Name, err)
+		if err == nil && slices.ContainsFunc(f.prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			names <- ipa.Name
 		}
 	}
+	close(names)
+	wg.Wait()
 }
 
 func (f *fixture) create(sc *networkingv1.ServiceCIDR) {
@@ -246,7 +259,7 @@ func (f *fixture) get(name string) *networkingv1.ServiceCIDR {
 }
 
 // waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for !cond() {

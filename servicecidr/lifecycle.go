@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -67,7 +68,8 @@ type LifecycleController struct {
 	opts       LifecycleOptions
 	now        func() time.Time
 
-	queue workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
+	started atomic.Bool                                  // Run has been called
+	queue   workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
 
 	mu         sync.Mutex           // guards clearSince
 	clearSince map[string]time.Time // ServiceCIDR being deleted → since when it orphans nothing
@@ -97,9 +99,12 @@ func NewLifecycleController(client kubernetes.Interface, cidrs networkingv1infor
 }
 
 // Run processes ServiceCIDRs with workers goroutines (at least one) until ctx is done, then
-// returns nil; it returns an error if ctx ends before the informers sync. The informers must be
-// started by their factory.
+// returns nil. It returns an error at once if the controller was already started. The informers
+// must be started by their factory; until they have synced, Run only waits.
 func (c *LifecycleController) Run(ctx context.Context, workers int) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("servicecidr: LifecycleController.Run called twice")
+	}
 	logger := klog.FromContext(ctx).WithValues("controller", "servicecidr-lifecycle")
 	ctx = klog.NewContext(ctx, logger)
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -116,7 +121,7 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 	if err != nil {
 		return fmt.Errorf("servicecidr: watch ServiceCIDRs: %w", err)
 	}
-	defer c.cidrs.RemoveEventHandler(cidrReg) //nolint:errcheck // only fails for a foreign handle
+	defer func() { _ = c.cidrs.RemoveEventHandler(cidrReg) }() // fails only for a foreign handle
 	ipReg, err := c.ips.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onIPAddress,
 		UpdateFunc: func(_, cur any) { c.onIPAddress(cur) },
@@ -125,15 +130,12 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 	if err != nil {
 		return fmt.Errorf("servicecidr: watch IPAddresses: %w", err)
 	}
-	defer c.ips.RemoveEventHandler(ipReg) //nolint:errcheck // only fails for a foreign handle
+	defer func() { _ = c.ips.RemoveEventHandler(ipReg) }()
 
 	logger.Info("Starting", "workers", workers)
 	defer logger.Info("Stopped")
 	if !cache.WaitForNamedCacheSync("servicecidr-lifecycle", ctx.Done(), cidrReg.HasSynced, ipReg.HasSynced) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("servicecidr: informers did not sync")
+		return nil // ctx is done
 	}
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
