@@ -153,17 +153,8 @@ func (a *Allocator) pickLocked() (int, bool) {
 	if a.set.Count() >= a.max {
 		return 0, false
 	}
-	if a.band < a.max {
-		start := a.band + a.rand.IntN(a.max-a.band)
-		if off, ok := a.set.NextClearInRange(a.band, a.max, start); ok {
-			return off, true
-		}
-	}
-	if a.band > 0 {
-		start := a.rand.IntN(a.band)
-		return a.set.NextClearInRange(0, a.band, start)
-	}
-	return 0, false
+	off, ok := ipmath.PickOffset(a.set, uint64(a.max), uint64(a.band), a.rand)
+	return int(off), ok
 }
 
 // Release frees ip. It returns nil if ip is not allocated or outside the bitmap, and an

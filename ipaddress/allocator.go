@@ -295,16 +295,7 @@ func (a *Allocator) pickLocked() (uint64, bool) {
 	if a.index.Len() >= a.size {
 		return 0, false
 	}
-	if a.band < a.size {
-		start := a.band + a.rand.Uint64N(a.size-a.band)
-		if off, ok := a.index.NextFree(a.band, a.size, start); ok {
-			return off, true
-		}
-	}
-	if a.band > 0 {
-		return a.index.NextFree(0, a.band, a.rand.Uint64N(a.band))
-	}
-	return 0, false
+	return ipmath.PickOffset(&a.index, a.size, a.band, a.rand)
 }
 
 // begin starts a write on off, waiting for one already in flight on it to settle first.

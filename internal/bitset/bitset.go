@@ -144,6 +144,13 @@ func (s *Set) NextClearInRange(lo, hi, from int) (int, bool) {
 	return 0, false
 }
 
+// NextFree is NextClearInRange for uint64 bounds, so that a Set serves as an ipmath.FreeIndex.
+func (s *Set) NextFree(lo, hi, from uint64) (uint64, bool) {
+	n := uint64(s.n)
+	i, ok := s.NextClearInRange(int(min(lo, n)), int(min(hi, n)), int(min(from, n)))
+	return uint64(i), ok
+}
+
 // All yields the members in ascending order. The set must not change during iteration.
 func (s *Set) All() iter.Seq[int] {
 	return func(yield func(int) bool) {
