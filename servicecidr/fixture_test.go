@@ -295,7 +295,3 @@ func stringsOf[T interface{ String() string }](xs []T) string {
 	}
 	return s + "]"
 }
-
-func prefixesContaining(ps []netip.Prefix, ip netip.Addr) bool {
-	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return usable(p, ip) })
-}
