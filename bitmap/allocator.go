@@ -32,8 +32,9 @@ var _ allocator.Interface = (*Allocator)(nil)
 type Allocator struct {
 	cidr   netip.Prefix
 	family corev1.IPFamily
-	max    int // number of slots
-	band   int // offsets [0, band) form the static band
+	max    int            // number of slots
+	band   int            // offsets [0, band) form the static band
+	base   ipmath.Uint128 // the address of offset 0: network+1
 
 	mu   sync.Mutex // guards set and rand
 	set  *bitset.Set
@@ -65,6 +66,7 @@ func newAllocator(cidr netip.Prefix, r *rand.Rand) (*Allocator, error) {
 		family: family,
 		max:    int(size),
 		band:   int(min(ipmath.BandOffset(cidr), size)),
+		base:   ipmath.FromAddr(cidr.Addr()).Add64(1),
 		set:    bitset.New(int(size)),
 		rand:   r,
 	}, nil
@@ -80,6 +82,7 @@ func (a *Allocator) Clone() *Allocator {
 		family: a.family,
 		max:    a.max,
 		band:   a.band,
+		base:   a.base,
 		set:    a.set.Clone(),
 		rand:   rand.New(rand.NewPCG(a.rand.Uint64(), a.rand.Uint64())),
 	}
@@ -99,21 +102,20 @@ func (a *Allocator) Size() int { return a.max }
 // static band AllocateNext uses only when the dynamic band is full.
 func (a *Allocator) StaticBand() int { return a.band }
 
-// offsetOf returns the slot of ip, or an error if ip is bad input or outside the bitmap.
+// offsetOf returns the slot of ip, or an error if ip is bad input or outside the bitmap. It is
+// ipmath.Offset with the range's constants precomputed, for the hot path.
 func (a *Allocator) offsetOf(ip netip.Addr) (int, error) {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return 0, err
 	}
-	off, ok := ipmath.Offset(a.cidr, ip)
-	if !ok || off >= uint64(a.max) {
-		return 0, &allocator.NotInRangeError{IP: ip, Range: a.cidr}
+	if d := ipmath.FromAddr(ip).Sub(a.base); ip.Is4() == a.cidr.Addr().Is4() && d.Hi == 0 && d.Lo < uint64(a.max) {
+		return int(d.Lo), nil // an address below base wraps around to a huge d
 	}
-	return int(off), nil
+	return 0, &allocator.NotInRangeError{IP: ip, Range: a.cidr}
 }
 
 func (a *Allocator) addrAt(off int) netip.Addr {
-	ip, _ := ipmath.AddrAt(a.cidr, uint64(off))
-	return ip
+	return a.base.Add64(uint64(off)).Addr(a.cidr.Addr().Is4())
 }
 
 // Allocate reserves ip, which may lie in either band. It returns allocator.ErrAllocated if ip is
