@@ -17,6 +17,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/internal/churntest"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.Option) *bitmap.Persistent {
@@ -75,18 +76,6 @@ func gateUpdates(store *bitmap.MemStore) (started <-chan struct{}, open func()) 
 		return nil
 	})
 	return ch, sync.OnceFunc(func() { close(gate) })
-}
-
-// waitFor polls cond until it holds, failing t after a generous deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestPersistentConformance(t *testing.T) {
@@ -295,7 +284,7 @@ func TestPersistentBatchFailuresAreIsolated(t *testing.T) {
 		ip, err := p.AllocateNext(ctx, allocator.Owner{})
 		results <- result{name: "next", ip: ip, err: err}
 	}()
-	waitFor(t, "four queued operations", func() bool { return bitmap.QueuedOps(p) == 4 })
+	testenv.WaitFor(t, "four queued operations", func() bool { return bitmap.QueuedOps(p) == 4 })
 	updatesBefore := store.Stats().Updates // the first CAS is still waiting in the hook: not counted
 	open()
 	if err := <-first; err != nil {

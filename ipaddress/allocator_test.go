@@ -15,6 +15,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name: "web"}
@@ -275,10 +276,10 @@ func TestInformerEventsFeedTheIndex(t *testing.T) {
 		}
 	}
 	seven := netip.MustParseAddr("10.4.0.7")
-	waitUntil(t, "the informer to show 10.4.0.7", func() bool { return f.a.Has(seven) })
+	testenv.WaitFor(t, "the informer to show 10.4.0.7", func() bool { return f.a.Has(seven) })
 	// Only the usable address of the range counts: not its network or broadcast address, nor
 	// addresses of other ranges or families.
-	waitUntil(t, "the informer to show the rest", func() bool {
+	testenv.WaitFor(t, "the informer to show the rest", func() bool {
 		_, ok, _ := f.a.informer.GetIndexer().GetByKey("not-an-ip")
 		return ok
 	})
@@ -288,7 +289,7 @@ func TestInformerEventsFeedTheIndex(t *testing.T) {
 	if err := ips.Delete(ctx, "10.4.0.7", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the informer to show the deletion", func() bool { return !f.a.Has(seven) })
+	testenv.WaitFor(t, "the informer to show the deletion", func() bool { return !f.a.Has(seven) })
 	if got, want := f.a.Free(), uint64(254); got != want {
 		t.Errorf("Free() = %d, want %d", got, want)
 	}

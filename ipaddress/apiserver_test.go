@@ -194,7 +194,7 @@ func TestAPIServerAllocateUntilFullThenReuse(t *testing.T) {
 				t.Fatalf("AllocateNext() after Release = %v, %v; want %v", ip, err, victim)
 			}
 			// The informer catches up with our own writes and the assumptions go away.
-			waitUntil(t, "the informer to catch up", func() bool {
+			testenv.WaitFor(t, "the informer to catch up", func() bool {
 				a.mu.Lock()
 				defer a.mu.Unlock()
 				return len(a.pending) == 0
@@ -290,7 +290,7 @@ func TestAPIServerTwoAllocatorsNeverBothWin(t *testing.T) {
 				t.Errorf("Allocate(%v) won %d times, want once", ip, wins)
 			}
 		}
-		waitUntil(t, "both informers to show every address", func() bool {
+		testenv.WaitFor(t, "both informers to show every address", func() bool {
 			return a.Used() == ipmath.Size(p) && b.Used() == ipmath.Size(p)
 		})
 	})
@@ -359,7 +359,7 @@ func TestAPIServerContentionWithItsOwnServices(t *testing.T) {
 	}
 	t.Logf("%d of our allocations, %d Services, %d Service creates refused by the server", n, len(taken)-n, refused.Load())
 	// Our allocator sees the server's IPAddress objects too.
-	waitUntil(t, "the informer to show every address", func() bool { return a.Used() >= uint64(len(taken)) })
+	testenv.WaitFor(t, "the informer to show every address", func() bool { return a.Used() >= uint64(len(taken)) })
 }
 
 func TestAPIServerObjectsCarryLabelsAndParentRef(t *testing.T) {
@@ -459,7 +459,7 @@ func TestAPIServerReleaseAndRecreateOutrunTheInformer(t *testing.T) {
 			t.Fatalf("after AllocateNext(): Has(%v) = %v, Used() = %d; want true, 2", ip, a.Has(ip), a.Used())
 		}
 	}
-	waitUntil(t, "the informer to catch up", func() bool {
+	testenv.WaitFor(t, "the informer to catch up", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return len(a.pending) == 0
@@ -486,7 +486,7 @@ func TestAPIServerSeesOtherWriters(t *testing.T) {
 	if _, err := s.Client.NetworkingV1().IPAddresses().Create(ctx, o, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the informer to show the other writer's address", func() bool { return a.Has(held) })
+	testenv.WaitFor(t, "the informer to show the other writer's address", func() bool { return a.Has(held) })
 	var n int
 	for {
 		ip, err := a.AllocateNext(ctx, testOwner)

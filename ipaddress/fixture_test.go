@@ -114,18 +114,6 @@ func newFixture(t testing.TB, cidr netip.Prefix, fo fixtureOptions, opts ...Opti
 	return f
 }
 
-// waitFor polls cond until it holds or a deadline passes.
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // createActions returns the IPAddress create actions the fake clientset saw, dry runs excluded.
 func createActions(c *fake.Clientset) []k8stesting.CreateAction {
 	var out []k8stesting.CreateAction

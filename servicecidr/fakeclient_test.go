@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-ipam/clusterip/internal/testenv"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -98,7 +99,7 @@ func waitWatching(t testing.TB, client any, resources ...string) {
 	}
 	count := v.(func(string) int)
 	for _, r := range resources {
-		waitFor(t, "a watch on "+r, func() bool { return count(r) > 0 })
+		testenv.WaitFor(t, "a watch on "+r, func() bool { return count(r) > 0 })
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // waitTimeout bounds every wait of these tests for an informer or controller to catch up.
@@ -258,18 +259,6 @@ func (f *fixture) get(name string) *networkingv1.ServiceCIDR {
 	return sc
 }
 
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitReady waits until the Allocator allocates from exactly cidrs.
 func (f *fixture) waitReady(cidrs ...string) {
 	f.t.Helper()
@@ -279,7 +268,7 @@ func (f *fixture) waitReady(cidrs ...string) {
 	}
 	slices.SortFunc(want, comparePrefix)
 	var got []netip.Prefix
-	waitFor(f.t, "ready CIDRs "+stringsOf(want), func() bool {
+	testenv.WaitFor(f.t, "ready CIDRs "+stringsOf(want), func() bool {
 		got = f.alloc.ReadyCIDRs()
 		return slices.Equal(got, want)
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-ipam/clusterip/internal/testenv"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -65,7 +66,7 @@ func (f *fixture) markDeleting(name string) {
 // finalizers on the fake clientset, which does not remove objects whose finalizers are done.
 func (f *fixture) waitGone(name string) {
 	f.t.Helper()
-	waitFor(f.t, name+" to be gone", func() bool {
+	testenv.WaitFor(f.t, name+" to be gone", func() bool {
 		sc, err := f.client.NetworkingV1().ServiceCIDRs().Get(f.ctx, f.name(name), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true
@@ -97,12 +98,12 @@ func (f *fixture) hasFinalizer(name string) bool {
 
 func (f *fixture) waitFinalizerGone(name string) {
 	f.t.Helper()
-	waitFor(f.t, "the finalizer of "+name+" to be removed", func() bool { return !f.hasFinalizer(name) })
+	testenv.WaitFor(f.t, "the finalizer of "+name+" to be removed", func() bool { return !f.hasFinalizer(name) })
 }
 
 func (f *fixture) waitTerminating(name string) {
 	f.t.Helper()
-	waitFor(f.t, name+" to get Ready=False, reason Terminating", func() bool {
+	testenv.WaitFor(f.t, name+" to get Ready=False, reason Terminating", func() bool {
 		c := readyCondition(f.get(name))
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonTerminating
 	})
@@ -111,7 +112,7 @@ func (f *fixture) waitTerminating(name string) {
 func TestLifecycleAddsFinalizerAndReadyCondition(t *testing.T) {
 	f := newLifecycleFixture(t, notReady(serviceCIDR("other", "10.9.0.0/24")))
 	f.create(serviceCIDR("a", "10.1.0.0/24"))
-	waitFor(t, "finalizer and Ready=True on a", func() bool {
+	testenv.WaitFor(t, "finalizer and Ready=True on a", func() bool {
 		sc := f.get("a")
 		c := readyCondition(sc)
 		return slices.Contains(sc.Finalizers, Finalizer) && c != nil && c.Status == metav1.ConditionTrue
@@ -121,7 +122,7 @@ func TestLifecycleAddsFinalizerAndReadyCondition(t *testing.T) {
 		t.Errorf("Ready condition = %+v, want reason %s and a message", c, ReasonReady)
 	}
 	// A Ready condition someone else set is left alone; the finalizer is still added.
-	waitFor(t, "finalizer on other", func() bool { return f.hasFinalizer("other") })
+	testenv.WaitFor(t, "finalizer on other", func() bool { return f.hasFinalizer("other") })
 	if c := readyCondition(f.get("other")); c.Status != metav1.ConditionFalse {
 		t.Errorf("Ready condition of other = %+v, want it left False", c)
 	}
@@ -163,7 +164,7 @@ func TestLifecycleRechecksAfterGracePeriod(t *testing.T) {
 		lifecycle: &LifecycleOptions{GracePeriod: 2 * time.Second, RecheckInterval: 50 * time.Millisecond},
 	})
 	f.markDeleting("a")
-	waitFor(t, "the grace period to start", func() bool { return !f.lifecycle.clearSinceOf("a").IsZero() })
+	testenv.WaitFor(t, "the grace period to start", func() bool { return !f.lifecycle.clearSinceOf("a").IsZero() })
 	// An allocator that had not seen the deletion yet creates an IPAddress during the grace period.
 	f.createIP("10.1.0.7")
 	f.waitTerminating("a")
@@ -186,7 +187,7 @@ func TestLifecycleRetriesOnConflict(t *testing.T) {
 		})
 	}
 	f := newFixture(t, fixtureConfig{client: client, mem: newMemFactory(), lifecycle: &LifecycleOptions{GracePeriod: testGrace}})
-	waitFor(t, "finalizer and Ready=True after conflicts", func() bool {
+	testenv.WaitFor(t, "finalizer and Ready=True after conflicts", func() bool {
 		sc := f.get("a")
 		c := readyCondition(sc)
 		return slices.Contains(sc.Finalizers, Finalizer) && c != nil && c.Status == metav1.ConditionTrue

@@ -17,6 +17,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // backend is one way to run the scenarios: the per-CIDR allocator and the API server behind it.
@@ -257,7 +258,7 @@ func testNotReadySkipped(t *testing.T, b backend) {
 	if err := f.alloc.Release(f.ctx, ip); err != nil {
 		t.Errorf("Release() in a terminating ServiceCIDR = %v", err)
 	}
-	waitFor(t, "the release to show", func() bool { return !f.alloc.Has(ip) })
+	testenv.WaitFor(t, "the release to show", func() bool { return !f.alloc.Has(ip) })
 }
 
 func TestSharedPrefixLivesUntilLastServiceCIDR(t *testing.T) { runScenario(t, testSharedPrefix) }
@@ -269,13 +270,13 @@ func testSharedPrefix(t *testing.T, b backend) {
 	f.create(serviceCIDR("two", p.String()))
 	f.create(notReady(serviceCIDR("off", p.String())))
 	f.waitReady(p.String())
-	waitFor(t, "three ServiceCIDRs on one prefix", func() bool { return f.alloc.refs(p) == 3 })
+	testenv.WaitFor(t, "three ServiceCIDRs on one prefix", func() bool { return f.alloc.refs(p) == 3 })
 	ip := mustAddr("10.1.0.9")
 	if err := f.alloc.Allocate(f.ctx, ip, testOwner); err != nil {
 		t.Fatal(err)
 	}
 	f.delete("one")
-	waitFor(t, "the delete of one", func() bool { return f.alloc.refs(p) == 2 })
+	testenv.WaitFor(t, "the delete of one", func() bool { return f.alloc.refs(p) == 2 })
 	if f.mem != nil {
 		if got := f.mem.allocs(p); len(got) != 1 || got[0].closed.Load() {
 			t.Fatalf("after deleting one of the ServiceCIDRs of %v: %d allocators; want the first, open", p, len(got))
@@ -291,7 +292,7 @@ func testSharedPrefix(t *testing.T, b backend) {
 		t.Errorf("with only a not-ready ServiceCIDR left: refs = %d, Has = %v; want 1, true", f.alloc.refs(p), f.alloc.Has(ip))
 	}
 	f.delete("off")
-	waitFor(t, "the prefix to go", func() bool { return f.alloc.refs(p) == 0 })
+	testenv.WaitFor(t, "the prefix to go", func() bool { return f.alloc.refs(p) == 0 })
 	if f.mem != nil && !f.mem.allocs(p)[0].closed.Load() {
 		t.Errorf("the allocator of %v is still open after its last ServiceCIDR was deleted", p)
 	}
@@ -427,7 +428,7 @@ func TestLifecycleBlocksThenAllowsDeletion(t *testing.T) {
 func (f *fixture) waitFinalized(names ...string) {
 	f.t.Helper()
 	for _, n := range names {
-		waitFor(f.t, "finalizer and Ready=True on "+n, func() bool {
+		testenv.WaitFor(f.t, "finalizer and Ready=True on "+n, func() bool {
 			sc := f.get(n)
 			c := readyCondition(sc)
 			return slices.Contains(sc.Finalizers, Finalizer) && c != nil && c.Status == metav1.ConditionTrue
@@ -527,11 +528,11 @@ func raceDelete(t *testing.T, a *Allocator, keep, doomed netip.Prefix, hold int,
 			}
 		}()
 	}
-	waitFor(t, "some allocations from the doomed ServiceCIDR", func() bool { return fromDoom.Load() >= 20 })
+	testenv.WaitFor(t, "some allocations from the doomed ServiceCIDR", func() bool { return fromDoom.Load() >= 20 })
 	del()
-	waitFor(t, "the Allocator to stop serving "+doomed.String(), func() bool { return !slices.Contains(a.ReadyCIDRs(), doomed) })
+	testenv.WaitFor(t, "the Allocator to stop serving "+doomed.String(), func() bool { return !slices.Contains(a.ReadyCIDRs(), doomed) })
 	start := late.Load()
-	waitFor(t, "allocations after the deletion", func() bool { return late.Load() >= start+50 })
+	testenv.WaitFor(t, "allocations after the deletion", func() bool { return late.Load() >= start+50 })
 	stop.Store(true)
 	wg.Wait()
 	for _, e := range errs {

@@ -35,7 +35,7 @@ func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
 
 	// The apiserver creates the "kubernetes" Service at 10.96.0.1 on start-up.
 	kubernetesIP := netip.MustParseAddr("10.96.0.1")
-	waitFor(t, ctx, "the kubernetes Service", func() bool {
+	testenv.WaitFor(t, "the kubernetes Service", func() bool {
 		svc, err := services.Get(ctx, "kubernetes", metav1.GetOptions{})
 		return err == nil && svc.Spec.ClusterIP == kubernetesIP.String()
 	})
@@ -114,7 +114,7 @@ func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
 	if err := deleteService(ctx, kas.Client, "after-release"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the released address", func() bool {
+	testenv.WaitFor(t, "the released address", func() bool {
 		return p.Refresh(ctx) == nil && !p.Has(chosen)
 	})
 	if ip, err := p.AllocateNext(ctx, allocator.Owner{}); err != nil || ip != chosen {
@@ -135,15 +135,4 @@ func clusterIPService(name, clusterIP string) *corev1.Service {
 
 func deleteService(ctx context.Context, client kubernetes.Interface, name string) error {
 	return client.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{})
-}
-
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
