@@ -38,9 +38,9 @@ var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.E
 // fails with an error wrapping ErrConflict.
 //
 // Concurrent calls in one process are committed together (group commit): while one
-// compare-and-swap is in flight, new calls queue up; the next of them to lead applies every queued
-// operation, in arrival order, to one copy and stores it with a single compare-and-swap, and each
-// caller gets its own result (an operation that fails, say with allocator.ErrAllocated, fails
+// compare-and-swap is in flight, new calls queue up; then every queued operation is applied, in
+// arrival order, to one copy, which is stored with a single compare-and-swap, and each caller gets
+// its own result (an operation that fails, say with allocator.ErrAllocated, fails
 // alone). No lock is held across a Store call, so Has, All, Used, Free, CIDR and DryRun answer at
 // once from the last state the allocator read or wrote; they do not see writes of other
 // allocators until the next operation or Refresh.
@@ -67,7 +67,7 @@ type Persistent struct {
 	rev      int64      // the revision cur was read at or written as
 	stale    bool       // cur may be older than the store: read it before the next write
 	pending  []*op      // operations waiting for a batch, in arrival order
-	inFlight bool       // a leader is committing a batch; the next one waits for its hand-off
+	inFlight bool       // a lead goroutine is running; it takes the pending operations in batches
 	closed   bool
 }
 
@@ -79,7 +79,8 @@ type Persistent struct {
 // the stored value is never overwritten in either case. cidr must be acceptable to New.
 //
 // Options are those of New plus WithMaxAttempts, WithBackoff, WithMaxBatch and WithoutBatching.
-// NewPersistent starts no goroutine; the store is not closed by Close.
+// NewPersistent starts no goroutine (operations are committed by a goroutine that lives only
+// while some are queued or being stored); the store is not closed by Close.
 func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...Option) (*Persistent, error) {
 	if store == nil {
 		return nil, errors.New("bitmap: NewPersistent: nil Store")
@@ -245,8 +246,7 @@ type op struct {
 	ip   netip.Addr // the address of Allocate and Release; the result of AllocateNext
 	err  error
 
-	taken bool          // guarded by Persistent.mu: in a batch or chosen to lead; the caller must wait
-	lead  chan struct{} // receives once when the caller must lead the next batch
+	taken bool          // guarded by Persistent.mu: in a batch; the caller must wait for done
 	done  chan struct{} // closed by finish
 
 	// Results of applying the op to the current attempt's copy; final only if that copy is stored.
@@ -259,11 +259,11 @@ func (o *op) finish(ip netip.Addr, err error) {
 	close(o.done)
 }
 
-// submit queues o and returns when it is finished: as the leader of a batch, or after a leader
-// finished it.
+// submit queues o and returns when it is finished, or at once if ctx ends while o is still queued.
+// The batches are committed by a goroutine of their own (see lead), so that a caller never waits
+// for Store calls that do not include its operation.
 func (p *Persistent) submit(ctx context.Context, o *op) {
 	o.ctx = ctx
-	o.lead = make(chan struct{}, 1)
 	o.done = make(chan struct{})
 	p.mu.Lock()
 	if p.closed {
@@ -279,17 +279,11 @@ func (p *Persistent) submit(ctx context.Context, o *op) {
 	p.pending = append(p.pending, o)
 	if !p.inFlight {
 		p.inFlight = true
-		o.taken = true
-		p.mu.Unlock()
-		p.leadBatch(ctx)
-		return
+		go p.lead()
 	}
 	p.mu.Unlock()
 	select {
 	case <-o.done:
-		return
-	case <-o.lead:
-		p.leadBatch(ctx)
 		return
 	case <-ctx.Done():
 	}
@@ -309,46 +303,39 @@ func (p *Persistent) submit(ctx context.Context, o *op) {
 		return
 	}
 	p.mu.Unlock()
-	// The operation is being stored, or o must lead: see it through.
-	select {
-	case <-o.done:
-	case <-o.lead:
-		p.leadBatch(ctx)
-	}
+	// The operation is being stored: see it through. The leader finishes it once that Store call
+	// has returned, or before the next one if it is not stored.
+	<-o.done
 }
 
-// leadBatch commits the next batch of queued operations (which includes the caller's own, at the
-// head of the queue) and then hands leadership to the next queued operation, if any.
-func (p *Persistent) leadBatch(ctx context.Context) {
-	p.mu.Lock()
-	n := min(len(p.pending), p.opts.maxBatch)
-	batch := slices.Clone(p.pending[:n])
-	rest := copy(p.pending, p.pending[n:])
-	clear(p.pending[rest:])
-	p.pending = p.pending[:rest]
-	for _, o := range batch {
-		o.taken = true
-	}
-	closed := p.closed
-	p.mu.Unlock()
-
-	if closed {
-		for _, o := range batch {
-			o.finish(netip.Addr{}, errClosed)
+// lead commits batches of queued operations, in arrival order, until none is left.
+func (p *Persistent) lead() {
+	for {
+		p.mu.Lock()
+		if len(p.pending) == 0 {
+			p.inFlight = false
+			p.mu.Unlock()
+			return
 		}
-	} else {
-		p.commit(ctx, batch)
-	}
+		n := min(len(p.pending), p.opts.maxBatch)
+		batch := slices.Clone(p.pending[:n])
+		rest := copy(p.pending, p.pending[n:])
+		clear(p.pending[rest:])
+		p.pending = p.pending[:rest]
+		for _, o := range batch {
+			o.taken = true
+		}
+		closed := p.closed
+		p.mu.Unlock()
 
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.pending) == 0 {
-		p.inFlight = false
-		return
+		if closed {
+			for _, o := range batch {
+				o.finish(netip.Addr{}, errClosed)
+			}
+			continue
+		}
+		p.commit(batch[0].ctx, batch)
 	}
-	next := p.pending[0]
-	next.taken = true
-	next.lead <- struct{}{}
 }
 
 // batchContext returns a context for the Store calls of batch that keeps parent's values and ends

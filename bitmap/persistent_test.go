@@ -597,3 +597,70 @@ func TestPersistentChurnNeverDuplicates(t *testing.T) {
 	store.OnUpdated(nil)
 	res.Check(t, stored(t, store, "10.96.0.0/26"))
 }
+
+// TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone checks that a caller whose context
+// ends returns as soon as its own operation is finished (here: dropped after a conflict), even if
+// it was the first of its batch: it must not stay behind to store the other callers' operations.
+func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Microsecond))
+	var (
+		mu      sync.Mutex
+		updates int
+	)
+	first, second, rest := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	secondStarted := make(chan struct{})
+	defer close(rest)
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		mu.Lock()
+		updates++
+		n := updates
+		mu.Unlock()
+		switch n {
+		case 1: // the first caller's batch
+			<-first
+		case 2: // the batch of the two queued callers: held, then made to conflict
+			close(secondStarted)
+			<-second
+			store.Put(snapshotOf(t, "10.96.0.0/24", "10.96.0.250"))
+		default: // its retry, for the remaining caller only: held until the test ends
+			<-rest
+		}
+		return nil
+	})
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := p.AllocateNext(context.Background(), allocator.Owner{})
+		firstDone <- err
+	}()
+	testenv.WaitFor(t, "the first CAS in flight", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return updates == 1
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	canceled := make(chan error, 1)
+	go func() {
+		_, err := p.AllocateNext(ctx, allocator.Owner{})
+		canceled <- err
+	}()
+	testenv.WaitFor(t, "one queued operation", func() bool { return bitmap.QueuedOps(p) == 1 })
+	go func() { _, _ = p.AllocateNext(context.Background(), allocator.Owner{}) }()
+	testenv.WaitFor(t, "two queued operations", func() bool { return bitmap.QueuedOps(p) == 2 })
+	close(first)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	<-secondStarted
+	cancel() // while its operation is being stored: it waits for that CAS, but no longer
+	close(second)
+	select {
+	case err := <-canceled:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("AllocateNext() of the canceled caller = %v, want Canceled (its CAS conflicted)", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the canceled caller is still blocked, storing another caller's operation")
+	}
+}
