@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -553,9 +554,9 @@ func (p *Persistent) sleep(ctx context.Context, n int) {
 	}
 	bound := p.opts.backoff
 	for i := 2; i < n && bound < p.opts.maxBackoff; i++ {
-		bound *= 2
+		bound = min(bound, p.opts.maxBackoff/2) * 2 // never overflows
 	}
-	bound = min(bound, p.opts.maxBackoff)
+	bound = min(bound, p.opts.maxBackoff, math.MaxInt64-1) // rand.N needs bound+1 > 0
 	t := time.NewTimer(rand.N(bound + 1))
 	defer t.Stop()
 	select {
