@@ -55,6 +55,15 @@ func (f *fixture) markDeleting(name string) {
 		f.delete(name)
 		return
 	}
+	if initialised := func(sc *networkingv1.ServiceCIDR) bool {
+		return readyCondition(sc) != nil && slices.Contains(sc.Finalizers, Finalizer)
+	}; f.lifecycle != nil && !initialised(sc) {
+		// The controller gives a live ServiceCIDR its finalizer and then its Ready condition.
+		// The fake clientset's Update and UpdateStatus replace the whole object, so a deletion
+		// marked before those writes land would be erased by them: wait for them first.
+		testenv.WaitFor(f.t, name+" to get its finalizer and Ready condition", func() bool { return initialised(f.get(name)) })
+		sc = f.get(name)
+	}
 	now := metav1.Now()
 	sc.DeletionTimestamp = &now
 	if _, err := f.client.NetworkingV1().ServiceCIDRs().Update(f.ctx, sc, metav1.UpdateOptions{}); err != nil {
