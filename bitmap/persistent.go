@@ -367,7 +367,7 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 	defer release()
 
 	live := batch
-	fresh := false // the base was read from the store during this commit
+	var freshRev int64 // the newest revision read from the store during this commit; 0 if none
 	attempts := 0
 	for {
 		live = dropCanceled(live)
@@ -378,19 +378,26 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 		base, rev, stale := p.cur, p.rev, p.stale
 		p.mu.Unlock()
 		if stale {
-			if err := p.Refresh(ctx); err != nil {
+			s, r, err := p.store.Get(ctx)
+			if err != nil {
+				failAll(live, fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err))
+				return
+			}
+			if err := p.adopt(s, r); err != nil {
 				failAll(live, err)
 				return
 			}
-			fresh = true
+			freshRev = max(freshRev, r)
 			continue
 		}
 
 		next := base.Clone()
 		if !apply(next, live) {
 			// Nothing to write, but the answers (already allocated, full, nothing to release) come
-			// from the local state: confirm that it is current before giving them.
-			if fresh {
+			// from the local state: confirm that it is current before giving them. A state at least
+			// as new as one read during this commit needs no confirmation; an older one may have
+			// been brought back by a concurrent Refresh that adopted it while the state was stale.
+			if freshRev != 0 && rev >= freshRev {
 				finishAll(live)
 				return
 			}
@@ -407,7 +414,7 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 				failAll(live, err)
 				return
 			}
-			fresh = true
+			freshRev = max(freshRev, r)
 			continue
 		}
 
@@ -429,10 +436,9 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 				failAll(live, aerr)
 				return
 			}
-			fresh = true
+			freshRev = max(freshRev, ce.Rev)
 		} else {
 			p.markStale()
-			fresh = false
 		}
 		if attempts >= p.opts.maxAttempts {
 			failAll(live, fmt.Errorf("bitmap: %s: gave up after %d attempts: %w", p.cidr, attempts, err))

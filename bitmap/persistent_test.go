@@ -664,3 +664,103 @@ func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 		t.Fatal("the canceled caller is still blocked, storing another caller's operation")
 	}
 }
+
+// pausingStore is a Store whose next Get, once armed, reads the store and then waits until
+// resumed before it returns: a read that is answered late, after the store has moved on.
+type pausingStore struct {
+	*bitmap.MemStore
+	mu     sync.Mutex
+	paused chan struct{} // closed once the armed Get has read
+	resume chan struct{} // the armed Get returns once this is closed
+}
+
+func (s *pausingStore) armNextGet() (paused, resume chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused, s.resume = make(chan struct{}), make(chan struct{})
+	return s.paused, s.resume
+}
+
+func (s *pausingStore) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
+	snap, rev, err := s.MemStore.Get(ctx)
+	s.mu.Lock()
+	paused, resume := s.paused, s.resume
+	s.paused, s.resume = nil, nil
+	s.mu.Unlock()
+	if paused != nil {
+		close(paused)
+		<-resume
+	}
+	return snap, rev, err
+}
+
+// gatedErrContext is a context whose nth call to Err waits until gate is closed; reached is
+// closed when that call starts. It lets a test stop a batch between two of its attempts.
+type gatedErrContext struct {
+	context.Context
+	mu      sync.Mutex
+	calls   int
+	n       int
+	reached chan struct{}
+	gate    chan struct{}
+}
+
+func (c *gatedErrContext) Err() error {
+	c.mu.Lock()
+	c.calls++
+	hit := c.calls == c.n
+	c.mu.Unlock()
+	if hit {
+		close(c.reached)
+		<-c.gate
+	}
+	return c.Context.Err()
+}
+
+// TestPersistentNeverAnswersFromAnOlderStateThanItRead checks that an operation that changes
+// nothing is answered from a state at least as new as one the batch itself read from the store:
+// a concurrent Refresh that read earlier but returns later (and is adopted because a foreign
+// value had made the state stale) must not bring back an older state to answer from.
+func TestPersistentNeverAnswersFromAnOlderStateThanItRead(t *testing.T) {
+	ctx := context.Background()
+	const cidr = "10.96.0.0/24"
+	store := &pausingStore{MemStore: bitmap.NewMemStore()}
+	p := newPersistent(t, cidr, store)
+	y := netip.MustParseAddr("10.96.0.77")
+	if err := p.Allocate(ctx, y, allocator.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	// A Refresh reads y allocated, and is answered late.
+	paused, resume := store.armNextGet()
+	slowRefresh := make(chan error, 1)
+	go func() { slowRefresh <- p.Refresh(ctx) }()
+	<-paused
+	// Another allocator releases y.
+	store.Put(snapshotOf(t, cidr))
+
+	// Allocate(y): the local state says taken, the batch reads the store, sees y free and retries;
+	// stop it before that retry (Err calls: submit, attempt 1, attempt 2).
+	gctx := &gatedErrContext{Context: ctx, n: 3, reached: make(chan struct{}), gate: make(chan struct{})}
+	result := make(chan error, 1)
+	go func() { result <- p.Allocate(gctx, y, allocator.Owner{}) }()
+	<-gctx.reached
+
+	// A foreign value makes the state stale for a moment; then the store holds y free again.
+	store.Put(snapshotOf(t, "10.0.0.0/24"))
+	if err := p.Refresh(ctx); !errors.Is(err, allocator.ErrMismatchedNetwork) {
+		t.Fatalf("Refresh() over a foreign range = %v, want ErrMismatchedNetwork", err)
+	}
+	store.Put(snapshotOf(t, cidr))
+	// The slow Refresh now returns its old read, in which y is taken.
+	close(resume)
+	if err := <-slowRefresh; err != nil {
+		t.Fatal(err)
+	}
+	close(gctx.gate)
+	if err := <-result; err != nil {
+		t.Errorf("Allocate(%v) = %v, want nil: the store held %v free whenever the call read it", y, err, y)
+	}
+	if got := stored(t, store, cidr); !slices.Equal(got, []netip.Addr{y}) {
+		t.Errorf("stored = %v, want [%v]", got, y)
+	}
+}
