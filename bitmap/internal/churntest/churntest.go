@@ -116,7 +116,10 @@ func (r *Result) work(t testing.TB, a allocator.Interface, w int, cfg Config) {
 			case errors.Is(err, bitmap.ErrOutcomeUnknown):
 				mine = slices.Delete(mine, i, i+1)
 				r.limbo[ip] = true
-			default: // nothing was stored: still ours
+			default: // nothing was stored: still ours, unless it was handed out meanwhile
+				if other, dup := r.held[ip]; dup {
+					t.Errorf("%v handed to worker %d while worker %d, whose Release of it failed, holds it", ip, other, w)
+				}
 				r.held[ip] = w
 			}
 		}
