@@ -59,9 +59,14 @@ func (l *lyingRelease) Release(context.Context, netip.Addr) error {
 func TestRunReportsAddressHandedOutDuringFailedRelease(t *testing.T) {
 	l := &lyingRelease{ip: netip.MustParseAddr("10.0.0.1"), relStarted: make(chan struct{}), secondRecord: make(chan struct{})}
 	tb := &recordingTB{TB: t}
+	released := make(chan struct{})
 	Run(tb, []allocator.Interface{l}, Config{WorkersEach: 2, Calls: 2, MaxHeld: 1, After: func(error) {
-		if l.afters.Add(1) == 2 { // the first worker's Release is blocked: this is the second AllocateNext
+		switch l.afters.Add(1) {
+		case 2: // the first worker's Release is blocked: this is the second worker's AllocateNext
 			close(l.secondRecord)
+			<-released // and it releases the address only after the first worker took it back
+		case 3: // the first worker's failed Release
+			close(released)
 		}
 	}})
 	tb.mu.Lock()
