@@ -114,7 +114,9 @@ func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...
 		var ce *ConflictError
 		if errors.As(cerr, &ce) && ce.Rev != 0 {
 			s, rev = ce.Current, ce.Rev
-		} else if s, rev, err = store.Get(ctx); err != nil || rev == 0 {
+		} else if s, rev, err = store.Get(ctx); err != nil {
+			return nil, fmt.Errorf("bitmap: create stored snapshot of %s: %w; then read it: %w", cidr, cerr, err)
+		} else if rev == 0 {
 			return nil, fmt.Errorf("bitmap: create stored snapshot of %s: %w", cidr, cerr)
 		}
 	}

@@ -764,3 +764,24 @@ func TestPersistentNeverAnswersFromAnOlderStateThanItRead(t *testing.T) {
 		t.Errorf("stored = %v, want [%v]", got, y)
 	}
 }
+
+// TestNewPersistentReportsValueCreatedConcurrentlyAsCorrupt checks that a value that cannot be
+// decoded makes NewPersistent fail with ErrCorrupt also when it appears between the first read and
+// the create-if-absent (a store then reports a plain conflict, without the value).
+func TestNewPersistentReportsValueCreatedConcurrentlyAsCorrupt(t *testing.T) {
+	store := bitmap.NewMemStore()
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		return fmt.Errorf("test: %w", bitmap.ErrConflict)
+	})
+	gets := 0
+	store.OnGet(func(context.Context) error {
+		if gets++; gets > 1 {
+			return fmt.Errorf("test: garbage at the key: %w", bitmap.ErrCorrupt)
+		}
+		return nil
+	})
+	_, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix("10.96.0.0/24"), store)
+	if !errors.Is(err, bitmap.ErrCorrupt) {
+		t.Errorf("NewPersistent() = %v, want an error wrapping ErrCorrupt", err)
+	}
+}
