@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -317,5 +318,54 @@ func TestDryRunAsksTheServerWhenEnabled(t *testing.T) {
 	}
 	if _, err := f.client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Get after a dry run = %v, want NotFound", err)
+	}
+}
+
+// TestReleaseNotFoundSeesTheNextOwner releases an address whose object another writer deletes just
+// before our Delete reaches the server, and then creates again, both events reaching the informer
+// while our Delete is in flight. The NotFound must not hide the new object: it is newer than the
+// one the informer showed, and the address is allocated.
+func TestReleaseNotFoundSeesTheNextOwner(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.7.0.0/24"), fixtureOptions{})
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.7.0.9")
+	off, _ := ipOffset(f.a.cidr, ip)
+	ips := f.client.NetworkingV1().IPAddresses()
+	if _, err := ips.Create(ctx, ipAddressObject(ip.String(), "", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the informer to show "+ip.String(), func() bool {
+		_, ok := f.a.cached(off)
+		return ok && f.a.Has(ip)
+	})
+	gvr := networkingv1.SchemeGroupVersion.WithResource("ipaddresses")
+	var next types.UID
+	f.client.PrependReactor("delete", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		// Another writer deletes the object and creates a new one before our Delete lands.
+		if err := f.client.Tracker().Delete(gvr, "", ip.String()); err != nil {
+			t.Error(err)
+		}
+		// The tracker directly: the fake clientset holds its lock while a reactor runs. The
+		// resourceVersion is above any the fake has handed out.
+		next = "next-owner"
+		if err := f.client.Tracker().Create(gvr, ipAddressObject(ip.String(), next, 1000), ""); err != nil {
+			t.Error(err)
+		}
+		testenv.WaitFor(t, "the informer to show the new object", func() bool {
+			f.a.mu.Lock()
+			defer f.a.mu.Unlock()
+			p := f.a.pending[off]
+			return p != nil && p.seen && p.last.uid == next
+		})
+		return true, nil, apierrors.NewNotFound(gvr.GroupResource(), ip.String())
+	})
+	if err := f.a.Release(ctx, ip); err != nil {
+		t.Fatalf("Release(%v) = %v", ip, err)
+	}
+	if !f.a.Has(ip) {
+		t.Errorf("Has(%v) = false after Release found nothing, want true: object %s holds it", ip, next)
+	}
+	if got := f.a.Used(); got != 1 {
+		t.Errorf("Used() = %d, want 1", got)
 	}
 }

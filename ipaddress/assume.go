@@ -136,10 +136,10 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 		p.present, p.uid, p.rv = true, r.uid, r.rv
 	case writeExists:
 		p.present, p.uid, p.rv = true, "", 0
-	case writeDeleted:
+	case writeDeleted, writeNotFound:
+		// NotFound: the object the informer showed is gone all the same, and its stale events
+		// are told from a newer object's as after our own delete.
 		p.present, p.uid, p.rv = false, p.delUID, p.delRV
-	case writeNotFound:
-		p.present, p.uid, p.rv = false, "", 0
 	default:
 		// Unknown outcome: keep what was assumed before, unless the informer has caught up with it;
 		// else believe the informer.
