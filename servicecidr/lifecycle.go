@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
@@ -72,7 +73,14 @@ type LifecycleController struct {
 	queue   workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
 
 	mu         sync.Mutex           // guards clearSince
-	clearSince map[string]time.Time // ServiceCIDR being deleted → since when it orphans nothing
+	clearSince map[string]clearMark // ServiceCIDR being deleted → since when it orphans nothing
+}
+
+// clearMark records since when the ServiceCIDR with uid has orphaned nothing. The UID keeps a
+// ServiceCIDR re-created under the same name from inheriting the grace period of the old one.
+type clearMark struct {
+	uid   types.UID
+	since time.Time
 }
 
 // NewLifecycleController returns a controller that manages the ServiceCIDRs seen by cidrs, judging
@@ -94,7 +102,7 @@ func NewLifecycleController(client kubernetes.Interface, cidrs networkingv1infor
 		ipLister:   ips.Lister(),
 		opts:       opts,
 		now:        time.Now,
-		clearSince: map[string]time.Time{},
+		clearSince: map[string]clearMark{},
 	}
 }
 
@@ -227,7 +235,7 @@ func (c *LifecycleController) processNext(ctx context.Context) bool {
 func (c *LifecycleController) sync(ctx context.Context, name string) error {
 	sc, err := c.cidrLister.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.setClearSince(name, time.Time{})
+		c.setClearSince(name, "", time.Time{})
 		return nil
 	}
 	if err != nil {
@@ -278,7 +286,7 @@ func (c *LifecycleController) syncLive(ctx context.Context, sc *networkingv1.Ser
 func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1.ServiceCIDR) error {
 	logger := klog.FromContext(ctx)
 	if !slices.Contains(sc.Finalizers, Finalizer) {
-		c.setClearSince(sc.Name, time.Time{})
+		c.setClearSince(sc.Name, "", time.Time{})
 		return nil
 	}
 	orphans, err := c.orphans(sc)
@@ -286,7 +294,7 @@ func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1
 		return err
 	}
 	if len(orphans) > 0 {
-		c.setClearSince(sc.Name, time.Time{})
+		c.setClearSince(sc.Name, "", time.Time{})
 		logger.V(2).Info("Deletion blocked by IPAddresses in no other ServiceCIDR", "serviceCIDR", sc.Name, "count", len(orphans), "first", orphans[0])
 		c.queue.AddAfter(sc.Name, c.opts.RecheckInterval)
 		cond := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
@@ -310,9 +318,10 @@ func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1
 	// Nothing would be orphaned now. An allocator that has not yet seen the deletion may still be
 	// allocating from it, so wait out the grace period and check again before letting it go.
 	now := c.now()
-	since := c.clearSinceOf(sc.Name)
-	if since.IsZero() {
-		c.setClearSince(sc.Name, now)
+	mark := c.clearMarkOf(sc.Name)
+	since := mark.since
+	if since.IsZero() || mark.uid != sc.UID {
+		c.setClearSince(sc.Name, sc.UID, now)
 		since = now
 	}
 	if wait := since.Add(c.opts.GracePeriod).Sub(now); wait > 0 {
@@ -327,7 +336,7 @@ func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1
 		}
 		return fmt.Errorf("servicecidr: remove finalizer from %s: %w", sc.Name, err)
 	}
-	c.setClearSince(sc.Name, time.Time{})
+	c.setClearSince(sc.Name, "", time.Time{})
 	logger.Info("Removed the finalizer of a deleted ServiceCIDR", "serviceCIDR", sc.Name)
 	return nil
 }
@@ -369,18 +378,23 @@ func (c *LifecycleController) orphans(sc *networkingv1.ServiceCIDR) ([]netip.Add
 }
 
 func (c *LifecycleController) clearSinceOf(name string) time.Time {
+	return c.clearMarkOf(name).since
+}
+
+func (c *LifecycleController) clearMarkOf(name string) clearMark {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.clearSince[name]
 }
 
-// setClearSince records since when name orphans nothing; the zero time forgets it.
-func (c *LifecycleController) setClearSince(name string, t time.Time) {
+// setClearSince records since when the ServiceCIDR name with uid orphans nothing; the zero time
+// forgets it.
+func (c *LifecycleController) setClearSince(name string, uid types.UID, t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.IsZero() {
 		delete(c.clearSince, name)
 	} else {
-		c.clearSince[name] = t
+		c.clearSince[name] = clearMark{uid: uid, since: t}
 	}
 }

@@ -219,3 +219,36 @@ func TestLifecycleIgnoresServiceCIDRWithoutFinalizer(t *testing.T) {
 		t.Errorf("ServiceCIDR without our finalizer changed: finalizers %v, conditions %v", got.Finalizers, got.Status.Conditions)
 	}
 }
+
+// TestLifecycleGraceRestartsForARecreatedServiceCIDR deletes a ServiceCIDR during its grace
+// period by other means, re-creates it under the same name, and deletes it again after the first
+// grace period would have ended: the new ServiceCIDR gets a grace period of its own.
+func TestLifecycleGraceRestartsForARecreatedServiceCIDR(t *testing.T) {
+	const grace = 500 * time.Millisecond
+	first := withFinalizer(serviceCIDR("a", "10.1.0.0/24"))
+	first.UID = "a-1"
+	f := newFixture(t, fixtureConfig{
+		mem:       newMemFactory(),
+		objects:   []runtime.Object{first},
+		lifecycle: &LifecycleOptions{GracePeriod: grace, RecheckInterval: 50 * time.Millisecond},
+	})
+	f.markDeleting("a")
+	testenv.WaitFor(t, "the grace period to start", func() bool { return !f.lifecycle.clearSinceOf("a").IsZero() })
+	// Someone else removes it at once (the fake clientset ignores finalizers), and it comes back.
+	f.delete("a")
+	second := serviceCIDR("a", "10.1.0.0/24")
+	second.UID = "a-2"
+	f.create(second)
+	testenv.WaitFor(t, "the finalizer on the new a", func() bool {
+		sc := f.get("a")
+		return sc.UID == second.UID && f.hasFinalizer("a") && readyCondition(sc) != nil
+	})
+	time.Sleep(grace)
+
+	start := time.Now()
+	f.markDeleting("a")
+	f.waitFinalizerGone("a")
+	if elapsed := time.Since(start); elapsed < grace {
+		t.Errorf("finalizer of the new a removed %v after its deletion, want at least the grace period %v", elapsed, grace)
+	}
+}
