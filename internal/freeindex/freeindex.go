@@ -14,7 +14,7 @@ const (
 	allOnes  = math.MaxUint64
 	topLevel = 10 // the one level-10 entry covers the 16 level-9 entries of the uint64 space
 	// topChildren masks the children of the top entry: 2^64 offsets / 64^10 = 16.
-	topChildren = 1<<(64-logFan*topLevel) - 1
+	topChildren = 1<<(1<<(64-logFan*topLevel)) - 1
 )
 
 // Set is a set of uint64 offsets that finds a free offset in any range in a bounded number of

@@ -261,3 +261,20 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	}
 	_ = sink
 }
+
+// TestTopEntryCoversAllSixteenChildren checks the climb to the top of the summary, which only a
+// set with a full 2^62 offsets reaches: the state is written into the levels directly. The first
+// four level-9 entries (offsets 0 … 2^62-1) are full, so the first free offset is 2^62, under
+// level-9 entry 4, which the top entry must consider as much as entries 0 to 3.
+func TestTopEntryCoversAllSixteenChildren(t *testing.T) {
+	var s Set
+	s.levels[0] = map[uint64]uint64{0: allOnes}
+	for k := 1; k < topLevel; k++ {
+		s.levels[k] = map[uint64]uint64{0: allOnes}
+	}
+	s.levels[topLevel] = map[uint64]uint64{0: 0b1111}
+	got, ok := s.NextFree(0, math.MaxUint64, 0)
+	if want := uint64(1) << 62; got != want || !ok {
+		t.Errorf("NextFree(0, MaxUint64, 0) = %d, %v, want %d, true", got, ok, want)
+	}
+}
