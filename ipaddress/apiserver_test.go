@@ -33,45 +33,17 @@ import (
 // except where contention with it is the point. A v1.33 kube-apiserver accepts an IPAddress outside
 // every ServiceCIDR (checked by hand), so the tests create no ServiceCIDR.
 
-var shared struct {
-	once sync.Once
-	etcd *testenv.Etcd
-	api  *testenv.KubeAPIServer
-	err  error
-}
+var shared testenv.Shared
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.api != nil {
-		shared.api.Close()
-	}
-	if shared.etcd != nil {
-		shared.etcd.Close()
-	}
+	shared.Close()
 	os.Exit(code)
 }
 
-// apiServer returns the package's kube-apiserver, starting it (and building it, the first time on
-// a machine) if needed. It skips t in -short mode.
-func apiServer(t testing.TB) *testenv.KubeAPIServer {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("skipping kube-apiserver test in -short mode")
-	}
-	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		defer cancel()
-		shared.etcd, shared.err = testenv.StartEtcd(ctx, testenv.EtcdOptions{UnsafeNoFsync: true})
-		if shared.err != nil {
-			return
-		}
-		shared.api, shared.err = testenv.StartKubeAPIServer(ctx, shared.etcd, testenv.KubeAPIServerOptions{})
-	})
-	if shared.err != nil {
-		t.Fatalf("start kube-apiserver: %v", shared.err)
-	}
-	return shared.api
-}
+// apiServer returns the package's kube-apiserver, starting it on first use. It skips t in -short
+// mode.
+func apiServer(t testing.TB) *testenv.KubeAPIServer { return shared.KubeAPIServer(t) }
 
 // newClient returns a clientset of its own, as a separate process would have.
 func newClient(t testing.TB, s *testenv.KubeAPIServer) kubernetes.Interface {

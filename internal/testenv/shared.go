@@ -1,0 +1,64 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Shared is one etcd and one kube-apiserver serving every test of a package that asks for them,
+// started on first use: starting them takes seconds, so a package keeps its tests apart by the
+// names and ranges they use instead. Declare one per package and Close it from TestMain.
+//
+// The zero Shared starts a kube-apiserver with the zero KubeAPIServerOptions. A Shared is safe for
+// concurrent use.
+type Shared struct {
+	// Options configures the kube-apiserver. Set it before the first call to KubeAPIServer.
+	Options KubeAPIServerOptions
+
+	once sync.Once
+	etcd *Etcd
+	api  *KubeAPIServer
+	err  error
+}
+
+// KubeAPIServer returns the shared kube-apiserver, starting it and its etcd (and building it, the
+// first time on a machine) if needed. It skips t in -short mode and fails t if they do not start.
+func (s *Shared) KubeAPIServer(t testing.TB) *KubeAPIServer {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping kube-apiserver test in -short mode")
+	}
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		start := time.Now()
+		if s.etcd, s.err = StartEtcd(ctx, EtcdOptions{UnsafeNoFsync: true}); s.err != nil {
+			return
+		}
+		if s.api, s.err = StartKubeAPIServer(ctx, s.etcd, s.Options); s.err == nil {
+			fmt.Fprintf(os.Stderr, "kube-apiserver %s ready in %v\n", KubeAPIServerVersion, time.Since(start).Round(time.Millisecond))
+		}
+	})
+	if s.err != nil {
+		t.Fatalf("start etcd and kube-apiserver: %v", s.err)
+	}
+	return s.api
+}
+
+// Close stops the kube-apiserver and etcd if they were started, reporting failures on stderr.
+func (s *Shared) Close() {
+	if s.api != nil {
+		if err := s.api.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close kube-apiserver:", err)
+		}
+	}
+	if s.etcd != nil {
+		if err := s.etcd.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close etcd:", err)
+		}
+	}
+}
