@@ -21,7 +21,15 @@ import (
 const MaxIPv6Slots = 65535
 
 // MinIPv4Bits is the shortest IPv4 prefix a bitmap accepts: a /8 already takes 2 MiB.
+// A Persistent allocator accepts less: see MaxPersistentHostBits.
 const MinIPv4Bits = 8
+
+// MaxPersistentHostBits is the most host bits an IPv4 range of a Persistent allocator may have:
+// 20, a /12, kube-apiserver's own cap on --service-cluster-ip-range for its bitmap. A wider range
+// fits in memory (New accepts down to MinIPv4Bits) but its snapshot, up to 2 MiB, is more than
+// kube-apiserver would ever store or read at its key, and more than etcd's default request limit
+// (1.5 MiB) for a /8. IPv6 ranges need no cap: their bitmap holds at most MaxIPv6Slots.
+const MaxPersistentHostBits = 20
 
 var _ allocator.Interface = (*Allocator)(nil)
 

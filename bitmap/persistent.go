@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 var _ allocator.Interface = (*Persistent)(nil)
@@ -77,7 +78,9 @@ type Persistent struct {
 // If nothing is stored, it stores an empty bitmap (create-if-absent; if another allocator creates
 // one first, it uses that). A stored snapshot of another range makes it fail with an error wrapping
 // allocator.ErrMismatchedNetwork, and one that cannot be decoded with an error wrapping ErrCorrupt;
-// the stored value is never overwritten in either case. cidr must be acceptable to New.
+// the stored value is never overwritten in either case. cidr must be acceptable to New and, for
+// IPv4, have at most MaxPersistentHostBits host bits (a /12 or longer); otherwise NewPersistent
+// returns an *allocator.PrefixError without touching the store.
 //
 // Options are those of New plus WithMaxAttempts, WithBackoff, WithMaxBatch and WithoutBatching.
 // NewPersistent starts no goroutine (operations are committed by a goroutine that lives only
@@ -89,6 +92,9 @@ func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...
 	o := buildOptions(opts)
 	a, err := newAllocator(cidr, o.rand)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckStorable(cidr); err != nil {
 		return nil, err
 	}
 	p := &Persistent{
@@ -124,6 +130,18 @@ func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...
 		return nil, err
 	}
 	return p, nil
+}
+
+// CheckStorable returns an *allocator.PrefixError if the bitmap of cidr is too large to keep in a
+// Store: an IPv4 range with more than MaxPersistentHostBits host bits. It does not check what New
+// checks.
+func CheckStorable(cidr netip.Prefix) error {
+	if cidr.Addr().Is4() && ipmath.HostBits(cidr) > MaxPersistentHostBits {
+		return &allocator.PrefixError{Prefix: cidr, Reason: fmt.Sprintf(
+			"too large to store: kube-apiserver keeps a bitmap of at most %d host bits (/%d); use a /%d or a longer prefix",
+			MaxPersistentHostBits, 32-MaxPersistentHostBits, 32-MaxPersistentHostBits)}
+	}
+	return nil
 }
 
 // CIDR returns the range the allocator serves.

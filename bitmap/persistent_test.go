@@ -785,3 +785,45 @@ func TestNewPersistentReportsValueCreatedConcurrentlyAsCorrupt(t *testing.T) {
 		t.Errorf("NewPersistent() = %v, want an error wrapping ErrCorrupt", err)
 	}
 }
+
+// TestNewPersistentRefusesRangesTooLargeToStore checks that NewPersistent refuses, before it
+// touches the store, an IPv4 range wider than kube-apiserver's cap of 20 host bits, whose snapshot
+// the store (etcd) could not hold, while New keeps accepting it in memory.
+func TestNewPersistentRefusesRangesTooLargeToStore(t *testing.T) {
+	tests := []struct {
+		cidr    string
+		refused bool
+	}{
+		{cidr: "10.0.0.0/8", refused: true},
+		{cidr: "10.0.0.0/11", refused: true},
+		{cidr: "10.96.0.0/12", refused: false},
+		{cidr: "10.96.0.0/24", refused: false},
+		// An IPv6 bitmap holds at most MaxIPv6Slots whatever the prefix, as in kube-apiserver.
+		{cidr: "fd00::/64", refused: false},
+		{cidr: "fd00::/108", refused: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cidr, func(t *testing.T) {
+			cidr := netip.MustParsePrefix(tt.cidr)
+			store := bitmap.NewMemStore()
+			p, err := bitmap.NewPersistent(context.Background(), cidr, store)
+			if !tt.refused {
+				if err != nil {
+					t.Fatalf("NewPersistent(%s) = %v, want nil", cidr, err)
+				}
+				p.Close()
+				return
+			}
+			var pe *allocator.PrefixError
+			if !errors.As(err, &pe) || !errors.Is(err, allocator.ErrInvalid) || pe.Prefix != cidr {
+				t.Fatalf("NewPersistent(%s) error = %v, want an *allocator.PrefixError for %s matching ErrInvalid", cidr, err, cidr)
+			}
+			if got := store.Stats(); got != (bitmap.MemStoreStats{}) {
+				t.Errorf("store calls = %+v, want none", got)
+			}
+			if _, err := bitmap.New(cidr); err != nil {
+				t.Errorf("New(%s) = %v, want nil: in memory the range is fine", cidr, err)
+			}
+		})
+	}
+}

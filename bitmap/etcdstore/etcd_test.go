@@ -504,3 +504,26 @@ func mustEncode(t *testing.T, s bitmap.Snapshot) []byte {
 	}
 	return b
 }
+
+// TestNewPersistentOnEtcdRefusesRangesTooLargeToStore checks that a Persistent allocator on etcd
+// refuses an IPv4 range wider than a /12 at construction, writing nothing, and that the Store
+// itself refuses to write such a snapshot, so that neither fails on first use at etcd's request
+// limit.
+func TestNewPersistentOnEtcdRefusesRangesTooLargeToStore(t *testing.T) {
+	ctx := context.Background()
+	client := testenv.NewEtcd(t).TestClient(t)
+	key := "/registry/test/too-large"
+	store := etcdstore.New(client, key)
+	for _, cidr := range []string{"10.0.0.0/8", "10.0.0.0/11"} {
+		_, err := bitmap.NewPersistent(ctx, mustPrefix(cidr), store)
+		if !errors.Is(err, allocator.ErrInvalid) {
+			t.Errorf("NewPersistent(%s) error = %v, want one matching allocator.ErrInvalid", cidr, err)
+		}
+		if _, err := store.Update(ctx, 0, bitmap.Snapshot{Range: cidr}); !errors.Is(err, allocator.ErrInvalid) {
+			t.Errorf("Update(snapshot of %s) error = %v, want one matching allocator.ErrInvalid", cidr, err)
+		}
+	}
+	if _, rev, err := store.Get(ctx); err != nil || rev != 0 {
+		t.Errorf("Get() = revision %d, %v; want nothing stored", rev, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"path"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -194,9 +195,16 @@ func (s *Store) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
 // Update writes snap if the key's ModRevision is still rev (rev 0: only if the key does not exist)
 // and returns the new ModRevision, in one etcd transaction. If the key has moved on it returns an
 // error wrapping a *bitmap.ConflictError carrying the stored snapshot (or wrapping plain
-// bitmap.ErrConflict if that does not decode) and writes nothing. Other errors are etcd's, wrapped;
-// after one of those the write may or may not have happened.
+// bitmap.ErrConflict if that does not decode) and writes nothing. A snapshot of an IPv4 range
+// wider than kube-apiserver's cap (see bitmap.CheckStorable) returns an *allocator.PrefixError and
+// is not sent. Other errors are etcd's, wrapped; after one of those the write may or may not have
+// happened.
 func (s *Store) Update(ctx context.Context, rev int64, snap bitmap.Snapshot) (int64, error) {
+	if p, err := netip.ParsePrefix(snap.Range); err == nil {
+		if err := bitmap.CheckStorable(p); err != nil {
+			return 0, fmt.Errorf("etcdstore: update %s: %w", s.key, err)
+		}
+	}
 	value, err := Encode(snap, s.format)
 	if err != nil {
 		return 0, err
