@@ -24,7 +24,8 @@ var _ allocator.Interface = (*Persistent)(nil)
 // ErrOutcomeUnknown means a write to the Store failed in a way that leaves it unknown whether it
 // was stored, for example because etcd went away before it answered. The operations of that write
 // report failure, but their addresses may be held in the store without an owner: a leak, which a
-// repair pass finds, never a duplicate.
+// repair pass finds, never a duplicate. A caller that gives up while its write is in flight gets it
+// too (wrapping its context's error as well); see Persistent for how that write is undone.
 var ErrOutcomeUnknown = errors.New("bitmap: outcome of the write is unknown")
 
 var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.ErrNotReady)
@@ -47,10 +48,13 @@ var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.E
 // once from the last state the allocator read or wrote; they do not see writes of other
 // allocators until the next operation or Refresh.
 //
-// A caller whose context ends while its operation waits in the queue returns the context's error at
-// once. Once the operation is being stored, the caller waits for that Store call to finish, so that
-// it never reports failure for a change that was stored; the call is abandoned only when every
-// caller in the batch has given up. A Store error other than a conflict is followed by a fencing
+// A caller's context bounds its wait, whatever the other callers of its batch do. A caller whose
+// context ends before its operation is being stored returns the context's error at once, and the
+// operation is dropped. One whose context ends while a Store write including its operation is in
+// flight returns at once with an error wrapping both ErrOutcomeUnknown and the context's error; if
+// that write is then stored, the allocator releases the address of such an Allocate or
+// AllocateNext in a later batch, so that an address nobody was told about does not stay taken. A
+// Store call is canceled only when every caller in its batch has given up. A Store error other than a conflict is followed by a fencing
 // write (the old snapshot again, with compare-and-swap on the old revision): if that succeeds the
 // operations failed and nothing was stored; if not, they fail with an error wrapping
 // ErrOutcomeUnknown. So an error that does not wrap ErrOutcomeUnknown always means that the
@@ -189,7 +193,7 @@ func (p *Persistent) Close() error {
 	p.closed = true
 	kept := p.pending[:0]
 	for _, o := range p.pending {
-		if o.taken {
+		if o.taken || o.undo {
 			kept = append(kept, o)
 			continue
 		}
@@ -220,21 +224,15 @@ func (p *Persistent) Allocate(ctx context.Context, ip netip.Addr, _ allocator.Ow
 	if _, err := p.current().offsetOf(ip); err != nil {
 		return err
 	}
-	o := &op{kind: opAllocate, ip: ip}
-	p.submit(ctx, o)
-	return o.err
+	_, err := p.submit(ctx, &op{kind: opAllocate, ip: ip})
+	return err
 }
 
 // AllocateNext reserves a free address in the store, preferring the dynamic band, and returns
 // it. If none is free in the stored state it returns the zero Addr and allocator.ErrFull; other
 // failures are as for Allocate.
 func (p *Persistent) AllocateNext(ctx context.Context, _ allocator.Owner) (netip.Addr, error) {
-	o := &op{kind: opAllocateNext}
-	p.submit(ctx, o)
-	if o.err != nil {
-		return netip.Addr{}, o.err
-	}
-	return o.ip, nil
+	return p.submit(ctx, &op{kind: opAllocateNext})
 }
 
 // Release frees ip in the store. It returns nil if ip is not allocated in the stored state or is
@@ -247,9 +245,8 @@ func (p *Persistent) Release(ctx context.Context, ip netip.Addr) error {
 		}
 		return nil
 	}
-	o := &op{kind: opRelease, ip: ip}
-	p.submit(ctx, o)
-	return o.err
+	_, err := p.submit(ctx, &op{kind: opRelease, ip: ip})
+	return err
 }
 
 type opKind uint8
@@ -267,8 +264,14 @@ type op struct {
 	ip   netip.Addr // the address of Allocate and Release; the result of AllocateNext
 	err  error
 
-	taken bool          // guarded by Persistent.mu: in a batch; the caller must wait for done
-	done  chan struct{} // closed by finish
+	// Guarded by Persistent.mu.
+	taken     bool // in a batch: the caller may not simply remove it from the queue
+	writing   bool // a Store write that includes its effect is in flight
+	abandoned bool // the caller has returned without its result
+	undo      bool // a release the committer queued for an abandoned allocation; no caller waits
+
+	done   chan struct{} // closed by finish
+	cancel func()        // releases ctx, for an undo op; nil otherwise
 
 	// Results of applying the op to the current attempt's copy; final only if that copy is stored.
 	tryIP  netip.Addr
@@ -278,56 +281,70 @@ type op struct {
 func (o *op) finish(ip netip.Addr, err error) {
 	o.ip, o.err = ip, err
 	close(o.done)
+	if o.cancel != nil {
+		o.cancel()
+	}
 }
 
-// submit queues o and returns when it is finished, or at once if ctx ends while o is still queued.
+// submit queues o and returns its result once it is finished, or at once if ctx ends first. A
+// caller that gives up while a write including o is in flight gets an error wrapping both
+// ErrOutcomeUnknown and ctx's error; the committer undoes o's allocation if that write is stored.
 // The batches are committed by a goroutine of their own (see lead), so that a caller never waits
 // for Store calls that do not include its operation.
-func (p *Persistent) submit(ctx context.Context, o *op) {
+func (p *Persistent) submit(ctx context.Context, o *op) (netip.Addr, error) {
 	o.ctx = ctx
 	o.done = make(chan struct{})
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		o.err = errClosed
-		return
+		return netip.Addr{}, errClosed
 	}
 	if err := ctx.Err(); err != nil {
 		p.mu.Unlock()
-		o.err = err
-		return
+		return netip.Addr{}, err
 	}
+	p.enqueueLocked(o)
+	p.mu.Unlock()
+	select {
+	case <-o.done:
+		return o.ip, o.err
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-o.done: // finished meanwhile (or failed by Close)
+		return o.ip, o.err
+	default:
+	}
+	if !o.taken {
+		if i := slices.Index(p.pending, o); i >= 0 {
+			p.pending = slices.Delete(p.pending, i, i+1)
+		}
+		return netip.Addr{}, ctx.Err()
+	}
+	// The committer drops an abandoned op before its next write; one being written is undone
+	// after the write if that is stored (see settle).
+	o.abandoned = true
+	if o.writing {
+		return netip.Addr{}, fmt.Errorf("%w: %s: the caller gave up while it was being stored: %w", ErrOutcomeUnknown, p.cidr, ctx.Err())
+	}
+	return netip.Addr{}, ctx.Err()
+}
+
+// enqueueLocked appends o to the queue and starts a committer if none is running.
+func (p *Persistent) enqueueLocked(o *op) {
 	p.pending = append(p.pending, o)
 	if !p.inFlight {
 		p.inFlight = true
 		go p.lead()
 	}
-	p.mu.Unlock()
-	select {
-	case <-o.done:
-		return
-	case <-ctx.Done():
-	}
-	p.mu.Lock()
-	if !o.taken {
-		select {
-		case <-o.done: // failed by Close
-			p.mu.Unlock()
-			return
-		default:
-		}
-		if i := slices.Index(p.pending, o); i >= 0 {
-			p.pending = slices.Delete(p.pending, i, i+1)
-		}
-		p.mu.Unlock()
-		o.err = ctx.Err()
-		return
-	}
-	p.mu.Unlock()
-	// The operation is being stored: see it through. The leader finishes it once that Store call
-	// has returned, or before the next one if it is not stored.
-	<-o.done
 }
+
+// undoTimeout bounds the Store calls of a release that undoes an abandoned allocation. If the
+// store does not take it within that time, the address stays allocated without an owner (a leak
+// that repair finds), as after a write whose outcome is unknown.
+const undoTimeout = time.Minute
 
 // lead commits batches of queued operations, in arrival order, until none is left.
 func (p *Persistent) lead() {
@@ -350,10 +367,18 @@ func (p *Persistent) lead() {
 		p.mu.Unlock()
 
 		if closed {
+			// Undo ops are still committed: their addresses would leak otherwise.
+			undos := batch[:0]
 			for _, o := range batch {
+				if o.undo {
+					undos = append(undos, o)
+					continue
+				}
 				o.finish(netip.Addr{}, errClosed)
 			}
-			continue
+			if batch = undos; len(batch) == 0 {
+				continue
+			}
 		}
 		p.commit(batch[0].ctx, batch)
 	}
@@ -438,18 +463,22 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 			continue
 		}
 
+		if !p.startWrite(live) {
+			continue // a caller gave up after its op was applied: apply the others again
+		}
 		rs, data := next.Snapshot()
 		newRev, err := p.store.Update(ctx, rev, Snapshot{Range: rs, Data: data})
 		if err == nil {
 			p.publish(next, newRev)
-			finishAll(live)
+			p.endWrite(live, true, nil)
 			return
 		}
 		attempts++
 		if !errors.Is(err, ErrConflict) {
-			failAll(live, p.fence(ctx, base, rev, err))
+			p.endWrite(live, false, p.fence(ctx, base, rev, err))
 			return
 		}
+		p.endWrite(live, false, nil)
 		var ce *ConflictError
 		if errors.As(err, &ce) {
 			if aerr := p.adopt(ce.Current, ce.Rev); aerr != nil {
@@ -465,6 +494,49 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 			return
 		}
 		p.sleep(ctx, attempts)
+	}
+}
+
+// startWrite marks ops as being written, unless one of them was abandoned since it was applied:
+// then it marks none and reports false.
+func (p *Persistent) startWrite(ops []*op) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, o := range ops {
+		if o.abandoned {
+			return false
+		}
+	}
+	for _, o := range ops {
+		o.writing = true
+	}
+	return true
+}
+
+// endWrite marks ops as no longer being written and, if the write was stored or failed with
+// failure, finishes them, under the lock so that a caller giving up meanwhile sees its result. If
+// the write was stored, it queues a release of the address of every allocation among them whose
+// caller gave up while it was in flight: that caller was told the outcome is unknown, so nobody
+// holds the address. After a conflict (stored false, failure nil) the ops stay in the batch.
+func (p *Persistent) endWrite(ops []*op, stored bool, failure error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, o := range ops {
+		o.writing = false
+		switch {
+		case failure != nil:
+			o.finish(netip.Addr{}, failure)
+		case stored:
+			if o.abandoned && o.tryErr == nil && (o.kind == opAllocate || o.kind == opAllocateNext) {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), undoTimeout)
+				p.enqueueLocked(&op{ctx: ctx, cancel: cancel, kind: opRelease, ip: o.tryIP, undo: true, done: make(chan struct{})})
+			}
+			if o.tryErr != nil {
+				o.finish(netip.Addr{}, o.tryErr)
+			} else {
+				o.finish(o.tryIP, nil)
+			}
+		}
 	}
 }
 
