@@ -50,9 +50,13 @@ type Allocator struct {
 }
 
 // New returns an empty allocator for cidr. cidr must pass allocator.CheckPrefix and, for IPv4, be
-// no shorter than MinIPv4Bits; otherwise New returns an *allocator.PrefixError.
+// no shorter than MinIPv4Bits; otherwise New returns an *allocator.PrefixError. A nil Option is an
+// error matching allocator.ErrInvalid.
 func New(cidr netip.Prefix, opts ...Option) (*Allocator, error) {
-	o := buildOptions(opts)
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	return newAllocator(cidr, o.rand)
 }
 

@@ -1,6 +1,11 @@
 package bitmap
 
-import "math/rand/v2"
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/kube-ipam/clusterip/allocator"
+)
 
 // Option configures an Allocator or a Persistent allocator.
 type Option func(*options)
@@ -10,17 +15,20 @@ type options struct {
 	persist persistentOptions // settings of Persistent only; see persistent_options.go
 }
 
-func buildOptions(opts []Option) options {
+// buildOptions applies opts to the defaults. A nil Option is an error matching
+// allocator.ErrInvalid.
+func buildOptions(opts []Option) (options, error) {
 	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+	for i, opt := range opts {
+		if opt == nil {
+			return options{}, fmt.Errorf("%w: bitmap: option %d is nil", allocator.ErrInvalid, i)
 		}
+		opt(&o)
 	}
 	if o.rand == nil {
 		o.rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
-	return o
+	return o, nil
 }
 
 // WithSeed makes the random start of AllocateNext deterministic, for tests and reproducible demos.

@@ -86,14 +86,19 @@ type Persistent struct {
 // IPv4, have at most MaxPersistentHostBits host bits (a /12 or longer); otherwise NewPersistent
 // returns an *allocator.PrefixError without touching the store.
 //
+// A nil store or a nil Option is an error matching allocator.ErrInvalid, and so is a Store that
+// reports itself invalid on its first Get (such as an etcdstore.Store without a client).
 // Options are those of New plus WithMaxAttempts, WithBackoff, WithMaxBatch and WithoutBatching.
 // NewPersistent starts no goroutine (operations are committed by a goroutine that lives only
 // while some are queued or being stored); the store is not closed by Close.
 func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...Option) (*Persistent, error) {
 	if store == nil {
-		return nil, errors.New("bitmap: NewPersistent: nil Store")
+		return nil, fmt.Errorf("%w: bitmap: NewPersistent: nil Store", allocator.ErrInvalid)
 	}
-	o := buildOptions(opts)
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	a, err := newAllocator(cidr, o.rand)
 	if err != nil {
 		return nil, err
