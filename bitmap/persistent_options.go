@@ -52,44 +52,43 @@ func (o persistentOptions) withDefaults() persistentOptions {
 // WithMaxAttempts bounds the compare-and-swap attempts Persistent makes for one batch of
 // operations; when every attempt meets a revision conflict the operations fail with an error
 // wrapping ErrConflict. Default DefaultMaxAttempts (1000); n < 1 keeps the default, and 1 means
-// "never retry". The in-memory Allocator ignores it.
-func WithMaxAttempts(n int) Option {
-	return func(o *options) {
+// "never retry".
+func WithMaxAttempts(n int) PersistentOption {
+	return persistentOptionFunc(func(o *persistentOptions) {
 		if n >= 1 {
-			o.persist.maxAttempts = n
+			o.maxAttempts = n
 		}
-	}
+	})
 }
 
 // WithBackoff sets how long Persistent waits between attempts after revision conflicts: the first
 // retry is immediate, the second waits a random duration up to initial, and the bound doubles on
 // every further conflict up to max. Defaults DefaultBackoff (100 µs) and DefaultMaxBackoff (2 ms);
 // a value ≤ 0 keeps its default, and a max below initial is raised to initial. The in-memory
-// Allocator ignores it.
-func WithBackoff(initial, max time.Duration) Option {
-	return func(o *options) {
+func WithBackoff(initial, max time.Duration) PersistentOption {
+	return persistentOptionFunc(func(o *persistentOptions) {
 		if initial > 0 {
-			o.persist.backoff = initial
+			o.backoff = initial
 		}
 		if max > 0 {
-			o.persist.maxBackoff = max
+			o.maxBackoff = max
 		}
-	}
+	})
 }
 
 // WithMaxBatch bounds how many concurrent operations Persistent commits together in one
 // compare-and-swap (group commit). Default DefaultMaxBatch (1024); n < 1 keeps the default.
 // WithMaxBatch(1) disables group commit: one compare-and-swap per operation, as kube-apiserver
-// does. The in-memory Allocator ignores it.
-func WithMaxBatch(n int) Option {
-	return func(o *options) {
+// does.
+func WithMaxBatch(n int) PersistentOption {
+	return persistentOptionFunc(func(o *persistentOptions) {
 		if n >= 1 {
-			o.persist.maxBatch = n
+			o.maxBatch = n
 		}
-	}
+	})
 }
 
 // WithoutBatching disables group commit, so that every operation of a Persistent allocator is
 // its own compare-and-swap, as in kube-apiserver. It is WithMaxBatch(1), for comparisons and
 // benchmarks.
-func WithoutBatching() Option { return WithMaxBatch(1) }
+func WithoutBatching() PersistentOption { return WithMaxBatch(1) }

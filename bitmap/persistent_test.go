@@ -20,7 +20,7 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.Option) *bitmap.Persistent {
+func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.PersistentOption) *bitmap.Persistent {
 	t.Helper()
 	p, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix(cidr), store, opts...)
 	if err != nil {
@@ -41,7 +41,7 @@ func stored(t testing.TB, store bitmap.Store, cidr string) []netip.Addr {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Restore(s.Range, s.Data); err != nil {
+	if err := a.Restore(s); err != nil {
 		t.Fatal(err)
 	}
 	return slices.Collect(a.All())
@@ -58,8 +58,7 @@ func snapshotOf(t testing.TB, cidr string, ips ...string) bitmap.Snapshot {
 			t.Fatal(err)
 		}
 	}
-	rs, data := a.Snapshot()
-	return bitmap.Snapshot{Range: rs, Data: data}
+	return a.Snapshot()
 }
 
 // gateUpdates makes every Update of store wait until open is called; started receives when the
@@ -974,4 +973,21 @@ func TestPersistentChurnWithDeadlinesLeaksNothing(t *testing.T) {
 	if leaked := res.Check(t, stored(t, store, cidr)); leaked != 0 {
 		t.Errorf("%d addresses stored but held by nobody, want 0: allocations whose callers gave up were not undone", leaked)
 	}
+}
+
+// TestPersistentOnlyOptionsAreNotOptions checks that the options only NewPersistent reads are not
+// Options, so that passing one to New does not compile, while every Option is a PersistentOption.
+func TestPersistentOnlyOptionsAreNotOptions(t *testing.T) {
+	persistentOnly := map[string]bitmap.PersistentOption{
+		"WithMaxAttempts": bitmap.WithMaxAttempts(3),
+		"WithBackoff":     bitmap.WithBackoff(time.Millisecond, time.Second),
+		"WithMaxBatch":    bitmap.WithMaxBatch(8),
+		"WithoutBatching": bitmap.WithoutBatching(),
+	}
+	for name, opt := range persistentOnly {
+		if _, ok := opt.(bitmap.Option); ok {
+			t.Errorf("%s() is a bitmap.Option, want a PersistentOption only", name)
+		}
+	}
+	var _ bitmap.PersistentOption = bitmap.WithSeed(1) // compiles: every Option is a PersistentOption
 }

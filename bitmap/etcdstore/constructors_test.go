@@ -18,7 +18,7 @@ import (
 func TestConstructorsRejectNilAndZeroArguments(t *testing.T) {
 	ctx := context.Background()
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	newPersistent := func(store bitmap.Store, opts ...bitmap.Option) error {
+	newPersistent := func(store bitmap.Store, opts ...bitmap.PersistentOption) error {
 		_, err := bitmap.NewPersistent(ctx, cidr, store, opts...)
 		return err
 	}

@@ -33,7 +33,7 @@ import (
 // testCIDR is the range of the full-allocation tests: 254 addresses keep them quick under -race.
 const testCIDR = "10.96.0.0/24"
 
-func newPersistent(t testing.TB, client *clientv3.Client, key, cidr string, opts ...bitmap.Option) *bitmap.Persistent {
+func newPersistent(t testing.TB, client *clientv3.Client, key, cidr string, opts ...bitmap.PersistentOption) *bitmap.Persistent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -58,7 +58,7 @@ func storedAddrs(t testing.TB, client *clientv3.Client, key, cidr string) []neti
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Restore(s.Range, s.Data); err != nil {
+	if err := a.Restore(s); err != nil {
 		t.Fatal(err)
 	}
 	return slices.Collect(a.All())
