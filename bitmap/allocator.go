@@ -164,7 +164,7 @@ func (a *Allocator) AllocateNext(_ context.Context, _ allocator.Owner) (netip.Ad
 
 // pickLocked chooses the offset AllocateNext would take.
 func (a *Allocator) pickLocked() (int, bool) {
-	if a.set.Count() >= a.max {
+	if a.set.Len() >= a.max {
 		return 0, false
 	}
 	off, ok := ipmath.PickOffset(a.set, uint64(a.max), uint64(a.band), a.rand)
@@ -216,14 +216,14 @@ func (a *Allocator) All() iter.Seq[netip.Addr] {
 func (a *Allocator) Used() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return uint64(a.set.Count())
+	return uint64(a.set.Len())
 }
 
 // Free returns the number of addresses still free.
 func (a *Allocator) Free() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return uint64(a.max - a.set.Count())
+	return uint64(a.max - a.set.Len())
 }
 
 // DryRun returns a view of a that checks calls against its current state and changes nothing.
