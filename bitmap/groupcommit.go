@@ -182,6 +182,7 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 	live := batch
 	var freshRev int64 // the newest revision read from the store during this commit; 0 if none
 	attempts := 0
+	blind, streak := 0, 0 // conflicts without the current state; those with it
 	for {
 		live = dropCanceled(live)
 		if len(live) == 0 {
@@ -253,14 +254,16 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 				return
 			}
 			freshRev = max(freshRev, ce.Rev)
+			streak++
 		} else {
 			p.markStale()
+			blind++
 		}
 		if attempts >= p.opts.maxAttempts {
 			failAll(live, fmt.Errorf("bitmap: %s: gave up after %d attempts: %w", p.cidr, attempts, err))
 			return
 		}
-		p.sleep(ctx, attempts)
+		p.sleep(ctx, backoffRound(blind, streak))
 	}
 }
 
@@ -361,10 +364,29 @@ func failAll(ops []*op, err error) {
 	}
 }
 
-// sleep waits before attempt n+1, or until ctx ends. The first retry is immediate: a conflict
-// usually brings the current state along, and a loser that waited would lose again to a writer
-// that does not. Later ones wait a random time (full jitter) whose bound doubles per attempt up to
-// the maximum.
+// freeRetries is how many conflicts in a row that bring the current state along a batch retries at
+// once before it starts to back off.
+const freeRetries = 16
+
+// backoffRound returns the round of backoff (see sleep) after blind conflicts that did not bring
+// the current state along and informed ones that did. A loser that got the current state re-applies
+// its operations on it at once, without a wait or a second read: it is then as fresh as the
+// writer that won, and a wait would only hand the next round to a writer that does not wait, so
+// that the same process would lose round after round (with a backoff from the second loss, three
+// processes on one etcd key saw shares of 28–40% and a p99 of 70–85× the p50). Only a conflict
+// that leaves the state to be read again, or a run of more than freeRetries informed losses, backs
+// off.
+func backoffRound(blind, informed int) int {
+	n := blind
+	if informed > freeRetries {
+		n += informed - freeRetries + 1
+	}
+	return n
+}
+
+// sleep waits before the next attempt, in round n of backoff, or until ctx ends. Rounds 0 and 1
+// are immediate; later ones wait a random time (full jitter) whose bound doubles per round, from
+// the initial backoff up to the maximum.
 func (p *Persistent) sleep(ctx context.Context, n int) {
 	if n < 2 {
 		return

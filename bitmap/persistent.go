@@ -24,9 +24,11 @@ var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.E
 //
 // Every operation restores the stored snapshot when the local copy is stale, applies the
 // operation to a copy of it, and stores the result with compare-and-swap on the revision read;
-// it adopts the result only once the store has accepted it. A revision conflict reloads the
-// snapshot and retries after a random backoff, at most WithMaxAttempts times; then the operation
-// fails with an error wrapping ErrConflict.
+// it adopts the result only once the store has accepted it. A revision conflict that brings the
+// stored state along (a *ConflictError) is retried at once on that state, so that a loser is as
+// fresh as the winner and several processes on one key get fair shares; a conflict without it
+// reloads the snapshot, and long runs of conflicts back off (see WithBackoff). After
+// WithMaxAttempts attempts the operation fails with an error wrapping ErrConflict.
 //
 // Concurrent calls in one process are committed together (group commit): while one
 // compare-and-swap is in flight, new calls queue up; then every queued operation is applied, in

@@ -12,8 +12,10 @@ const (
 	// thousand attempts is about a second of losing every round; callers bound it further with
 	// their context.
 	DefaultMaxAttempts = 1000
-	// DefaultBackoff bounds the random wait (full jitter) before the second retry after a
-	// conflict; the first retry is immediate, and the bound doubles with every further conflict.
+	// DefaultBackoff bounds the first random wait (full jitter) between attempts, once a batch backs
+	// off: after a conflict that did not bring the current state along (from the second such), or
+	// after more than 16 conflicts in a row that did (those are retried at once on the state that
+	// won). The bound doubles with every further round.
 	DefaultBackoff = 100 * time.Microsecond
 	// DefaultMaxBackoff caps the bound of the random wait between retries. It is kept near an
 	// etcd round trip: a writer that waits longer loses every round to one that does not wait.
@@ -61,10 +63,12 @@ func WithMaxAttempts(n int) PersistentOption {
 	})
 }
 
-// WithBackoff sets how long Persistent waits between attempts after revision conflicts: the first
-// retry is immediate, the second waits a random duration up to initial, and the bound doubles on
-// every further conflict up to max. Defaults DefaultBackoff (100 µs) and DefaultMaxBackoff (2 ms);
-// a value ≤ 0 keeps its default, and a max below initial is raised to initial. The in-memory
+// WithBackoff sets how long Persistent waits between attempts once it backs off after revision
+// conflicts. A conflict that brings the stored state along (as etcdstore's and MemStore's do) is
+// retried at once on that state, without a wait, up to 16 in a row; after those, and from the
+// second conflict that does not, the wait is random up to initial, and the bound doubles every
+// round up to max. Defaults DefaultBackoff (100 µs) and DefaultMaxBackoff (2 ms); a value ≤ 0
+// keeps its default, and a max below initial is raised to initial.
 func WithBackoff(initial, max time.Duration) PersistentOption {
 	return persistentOptionFunc(func(o *persistentOptions) {
 		if initial > 0 {

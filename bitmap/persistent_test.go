@@ -991,3 +991,27 @@ func TestPersistentOnlyOptionsAreNotOptions(t *testing.T) {
 	}
 	var _ bitmap.PersistentOption = bitmap.WithSeed(1) // compiles: every Option is a PersistentOption
 }
+
+// TestPersistentLoserRetriesAtOnceOnTheStateThatWon checks that a batch that loses a
+// compare-and-swap whose conflict brings the current state along re-applies on that state at
+// once: no backoff (here an hour, which would outlast the caller's deadline) and no second read,
+// however many rounds in a row it loses (up to the free retries).
+func TestPersistentLoserRetriesAtOnceOnTheStateThatWon(t *testing.T) {
+	const losses = 10
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Hour, time.Hour))
+	taken := conflictingWriter(t, store, "10.96.0.0/24", losses)
+	gets := store.Stats().Gets
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ip, err := p.AllocateNext(ctx, allocator.Owner{})
+	if err != nil {
+		t.Fatalf("AllocateNext() after %d conflicts = %v, want success without a backoff", losses, err)
+	}
+	if slices.Contains(*taken, ip.String()) {
+		t.Errorf("AllocateNext() = %v, which the other writer holds", ip)
+	}
+	if got := store.Stats(); got.Gets != gets || got.Conflicts != losses {
+		t.Errorf("store calls: %d Gets, %d conflicts; want %d Gets (no second read), %d conflicts", got.Gets, got.Conflicts, gets, losses)
+	}
+}
