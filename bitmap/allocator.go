@@ -21,7 +21,15 @@ import (
 const MaxIPv6Slots = 65535
 
 // MinIPv4Bits is the shortest IPv4 prefix a bitmap accepts: a /8 already takes 2 MiB.
+// A Persistent allocator accepts less: see MaxPersistentHostBits.
 const MinIPv4Bits = 8
+
+// MaxPersistentHostBits is the most host bits an IPv4 range of a Persistent allocator may have:
+// 20, a /12, kube-apiserver's own cap on --service-cluster-ip-range for its bitmap. A wider range
+// fits in memory (New accepts down to MinIPv4Bits) but its snapshot, up to 2 MiB, is more than
+// kube-apiserver would ever store or read at its key, and more than etcd's default request limit
+// (1.5 MiB) for a /8. IPv6 ranges need no cap: their bitmap holds at most MaxIPv6Slots.
+const MaxPersistentHostBits = 20
 
 var _ allocator.Interface = (*Allocator)(nil)
 
@@ -42,9 +50,13 @@ type Allocator struct {
 }
 
 // New returns an empty allocator for cidr. cidr must pass allocator.CheckPrefix and, for IPv4, be
-// no shorter than MinIPv4Bits; otherwise New returns an *allocator.PrefixError.
+// no shorter than MinIPv4Bits; otherwise New returns an *allocator.PrefixError. A nil Option is an
+// error matching allocator.ErrInvalid.
 func New(cidr netip.Prefix, opts ...Option) (*Allocator, error) {
-	o := buildOptions(opts)
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	return newAllocator(cidr, o.rand)
 }
 
@@ -152,7 +164,7 @@ func (a *Allocator) AllocateNext(_ context.Context, _ allocator.Owner) (netip.Ad
 
 // pickLocked chooses the offset AllocateNext would take.
 func (a *Allocator) pickLocked() (int, bool) {
-	if a.set.Count() >= a.max {
+	if a.set.Len() >= a.max {
 		return 0, false
 	}
 	off, ok := ipmath.PickOffset(a.set, uint64(a.max), uint64(a.band), a.rand)
@@ -204,14 +216,14 @@ func (a *Allocator) All() iter.Seq[netip.Addr] {
 func (a *Allocator) Used() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return uint64(a.set.Count())
+	return uint64(a.set.Len())
 }
 
 // Free returns the number of addresses still free.
 func (a *Allocator) Free() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return uint64(a.max - a.set.Count())
+	return uint64(a.max - a.set.Len())
 }
 
 // DryRun returns a view of a that checks calls against its current state and changes nothing.

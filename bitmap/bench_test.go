@@ -108,10 +108,10 @@ func BenchmarkSnapshot(b *testing.B) {
 // BenchmarkRestore measures decoding a snapshot into the allocator (target for a /12: ≤ 100 µs).
 func BenchmarkRestore(b *testing.B) {
 	forEachRangeAndFill(b, func(b *testing.B, a *bitmap.Allocator) {
-		spec, data := a.Snapshot()
+		s := a.Snapshot()
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := a.Restore(spec, data); err != nil {
+			if err := a.Restore(s); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -10,4 +10,8 @@
 // Allocator keeps the bit set in memory. Persistent keeps it in a Store with compare-and-swap, such
 // as the etcd key of package etcdstore that kube-apiserver itself reads and writes. Snapshot and
 // Restore use kube-apiserver's RangeAllocation encoding.
+//
+// New accepts IPv4 ranges down to a /8 (MinIPv4Bits); NewPersistent accepts IPv4 ranges only down
+// to a /12 (MaxPersistentHostBits), kube-apiserver's own cap, because a wider snapshot is too large
+// for the etcd key kube-apiserver keeps it in.
 package bitmap

@@ -54,11 +54,11 @@ func ExampleAllocator_Snapshot() {
 	a, _ := bitmap.New(netip.MustParsePrefix("10.96.0.0/24"))
 	_ = a.Allocate(ctx, netip.MustParseAddr("10.96.0.1"), allocator.Owner{})  // offset 0
 	_ = a.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), allocator.Owner{}) // offset 9
-	spec, data := a.Snapshot()
-	fmt.Printf("%s %x\n", spec, data)
+	s := a.Snapshot()
+	fmt.Printf("%s %x\n", s.Range, s.Data)
 
 	b, _ := bitmap.New(netip.MustParsePrefix("10.96.0.0/24"))
-	_ = b.Restore(spec, data)
+	_ = b.Restore(s)
 	fmt.Println(b.Used(), b.Has(netip.MustParseAddr("10.96.0.10")))
 	// Output:
 	// 10.96.0.0/24 0201

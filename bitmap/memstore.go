@@ -3,30 +3,10 @@ package bitmap
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"sync"
 )
 
 var _ Store = (*MemStore)(nil)
-
-// ConflictError is the error a Store may return from Update when the stored revision has moved
-// on: it matches ErrConflict with errors.Is and carries what is stored now, so that the caller can
-// retry without another Get. Stores that cannot tell return a plain error wrapping ErrConflict
-// instead.
-type ConflictError struct {
-	// Current is the snapshot stored now; the zero Snapshot if Rev is 0.
-	Current Snapshot
-	// Rev is the revision of Current; 0 means nothing is stored.
-	Rev int64
-}
-
-// Error implements error.
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("%v: now at revision %d", ErrConflict, e.Rev)
-}
-
-// Is reports whether target is ErrConflict.
-func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // MemStoreStats counts the calls a MemStore has served.
 type MemStoreStats struct {

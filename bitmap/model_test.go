@@ -93,9 +93,9 @@ func runModel(t *testing.T, ops []byte) {
 			}
 			delete(model, ip)
 		case 4: // Snapshot and Restore into a fresh allocator, then carry on with it.
-			spec, data := a.Snapshot()
+			s := a.Snapshot()
 			b, _ := bitmap.New(cidr, bitmap.WithSeed(n))
-			if err := b.Restore(spec, data); err != nil {
+			if err := b.Restore(s); err != nil {
 				t.Fatalf("Restore(Snapshot()) = %v", err)
 			}
 			a = b
@@ -161,7 +161,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add("garbage", []byte{0, 0, 1})
 	f.Fuzz(func(t *testing.T, spec string, data []byte) {
 		a, _ := bitmap.New(netip.MustParsePrefix("10.96.0.0/24"))
-		err := a.Restore(spec, data)
+		err := a.Restore(bitmap.Snapshot{Range: spec, Data: data})
 		if err != nil {
 			if !errors.Is(err, bitmap.ErrCorrupt) && !errors.Is(err, allocator.ErrMismatchedNetwork) {
 				t.Fatalf("Restore(%q, %x) = %v, want ErrCorrupt or ErrMismatchedNetwork", spec, data, err)
@@ -174,7 +174,7 @@ func FuzzRestore(f *testing.F) {
 		for len(data) > 0 && data[0] == 0 {
 			data = data[1:]
 		}
-		if _, got := a.Snapshot(); string(got) != string(data) {
+		if got := a.Snapshot().Data; string(got) != string(data) {
 			t.Fatalf("Snapshot() after Restore(%x) = %x", data, got)
 		}
 	})

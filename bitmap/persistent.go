@@ -5,26 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"math"
-	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 var _ allocator.Interface = (*Persistent)(nil)
-
-// ErrOutcomeUnknown means a write to the Store failed in a way that leaves it unknown whether it
-// was stored, for example because etcd went away before it answered. The operations of that write
-// report failure, but their addresses may be held in the store without an owner: a leak, which a
-// repair pass finds, never a duplicate.
-var ErrOutcomeUnknown = errors.New("bitmap: outcome of the write is unknown")
 
 var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.ErrNotReady)
 
@@ -34,9 +24,11 @@ var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.E
 //
 // Every operation restores the stored snapshot when the local copy is stale, applies the
 // operation to a copy of it, and stores the result with compare-and-swap on the revision read;
-// it adopts the result only once the store has accepted it. A revision conflict reloads the
-// snapshot and retries after a random backoff, at most WithMaxAttempts times; then the operation
-// fails with an error wrapping ErrConflict.
+// it adopts the result only once the store has accepted it. A revision conflict that brings the
+// stored state along (a *ConflictError) is retried at once on that state, so that a loser is as
+// fresh as the winner and several processes on one key get fair shares; a conflict without it
+// reloads the snapshot, and long runs of conflicts back off (see WithBackoff). After
+// WithMaxAttempts attempts the operation fails with an error wrapping ErrConflict.
 //
 // Concurrent calls in one process are committed together (group commit): while one
 // compare-and-swap is in flight, new calls queue up; then every queued operation is applied, in
@@ -46,12 +38,17 @@ var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.E
 // once from the last state the allocator read or wrote; they do not see writes of other
 // allocators until the next operation or Refresh.
 //
-// A caller whose context ends while its operation waits in the queue returns the context's error at
-// once. Once the operation is being stored, the caller waits for that Store call to finish, so that
-// it never reports failure for a change that was stored; the call is abandoned only when every
-// caller in the batch has given up. A Store error other than a conflict is followed by a fencing
-// write (the old snapshot again, with compare-and-swap on the old revision): if that succeeds the
-// operations failed and nothing was stored; if not, they fail with an error wrapping
+// A caller's context bounds its wait, whatever the other callers of its batch do. A caller whose
+// context ends before its operation is being stored returns the context's error at once, and the
+// operation is dropped. One whose context ends while a Store write including its operation is in
+// flight returns at once with an error wrapping both ErrOutcomeUnknown and the context's error; if
+// that write is then stored, the allocator releases the address of such an Allocate or
+// AllocateNext in a later batch, so that an address nobody was told about does not stay taken. A
+// Store call is canceled only when every caller in its batch has given up.
+//
+// A Store error other than a conflict is followed by a fencing write (the old snapshot again,
+// with compare-and-swap on the old revision): if that succeeds the operations failed and nothing
+// was stored; if not, they fail with an error wrapping
 // ErrOutcomeUnknown. So an error that does not wrap ErrOutcomeUnknown always means that the
 // operation changed nothing in the store.
 //
@@ -77,25 +74,36 @@ type Persistent struct {
 // If nothing is stored, it stores an empty bitmap (create-if-absent; if another allocator creates
 // one first, it uses that). A stored snapshot of another range makes it fail with an error wrapping
 // allocator.ErrMismatchedNetwork, and one that cannot be decoded with an error wrapping ErrCorrupt;
-// the stored value is never overwritten in either case. cidr must be acceptable to New.
+// the stored value is never overwritten in either case. cidr must be acceptable to New and, for
+// IPv4, have at most MaxPersistentHostBits host bits (a /12 or longer); otherwise NewPersistent
+// returns an *allocator.PrefixError without touching the store.
 //
-// Options are those of New plus WithMaxAttempts, WithBackoff, WithMaxBatch and WithoutBatching.
+// A nil store or a nil Option is an error matching allocator.ErrInvalid, and so is a Store that
+// reports itself invalid on its first Get (such as an etcdstore.Store without a client).
+// Options are those of New (every Option is a PersistentOption) plus WithMaxAttempts,
+// WithBackoff, WithMaxBatch and WithoutBatching.
 // NewPersistent starts no goroutine (operations are committed by a goroutine that lives only
 // while some are queued or being stored); the store is not closed by Close.
-func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...Option) (*Persistent, error) {
+func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...PersistentOption) (*Persistent, error) {
 	if store == nil {
-		return nil, errors.New("bitmap: NewPersistent: nil Store")
+		return nil, fmt.Errorf("%w: bitmap: NewPersistent: nil Store", allocator.ErrInvalid)
 	}
-	o := buildOptions(opts)
+	o, err := buildPersistentOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	a, err := newAllocator(cidr, o.rand)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckStorable(cidr); err != nil {
 		return nil, err
 	}
 	p := &Persistent{
 		cidr:   cidr,
 		family: a.family,
 		store:  store,
-		opts:   o.persist.withDefaults(),
+		opts:   o.persist,
 		cur:    a,
 	}
 	s, rev, err := store.Get(ctx)
@@ -103,8 +111,7 @@ func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...
 		return nil, fmt.Errorf("bitmap: read stored snapshot of %s: %w", cidr, err)
 	}
 	if rev == 0 {
-		rs, data := a.Snapshot()
-		newRev, cerr := store.Update(ctx, 0, Snapshot{Range: rs, Data: data})
+		newRev, cerr := store.Update(ctx, 0, a.Snapshot())
 		if cerr == nil {
 			p.rev = newRev
 			return p, nil
@@ -124,6 +131,18 @@ func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...
 		return nil, err
 	}
 	return p, nil
+}
+
+// CheckStorable returns an *allocator.PrefixError if the bitmap of cidr is too large to keep in a
+// Store: an IPv4 range with more than MaxPersistentHostBits host bits. It does not check what New
+// checks.
+func CheckStorable(cidr netip.Prefix) error {
+	if cidr.Addr().Is4() && ipmath.HostBits(cidr) > MaxPersistentHostBits {
+		return &allocator.PrefixError{Prefix: cidr, Reason: fmt.Sprintf(
+			"too large to store: kube-apiserver keeps a bitmap of at most %d host bits (/%d); use a /%d or a longer prefix",
+			MaxPersistentHostBits, 32-MaxPersistentHostBits, 32-MaxPersistentHostBits)}
+	}
+	return nil
 }
 
 // CIDR returns the range the allocator serves.
@@ -171,7 +190,7 @@ func (p *Persistent) Close() error {
 	p.closed = true
 	kept := p.pending[:0]
 	for _, o := range p.pending {
-		if o.taken {
+		if o.taken || o.undo {
 			kept = append(kept, o)
 			continue
 		}
@@ -202,21 +221,15 @@ func (p *Persistent) Allocate(ctx context.Context, ip netip.Addr, _ allocator.Ow
 	if _, err := p.current().offsetOf(ip); err != nil {
 		return err
 	}
-	o := &op{kind: opAllocate, ip: ip}
-	p.submit(ctx, o)
-	return o.err
+	_, err := p.submit(ctx, &op{kind: opAllocate, ip: ip})
+	return err
 }
 
 // AllocateNext reserves a free address in the store, preferring the dynamic band, and returns
 // it. If none is free in the stored state it returns the zero Addr and allocator.ErrFull; other
 // failures are as for Allocate.
 func (p *Persistent) AllocateNext(ctx context.Context, _ allocator.Owner) (netip.Addr, error) {
-	o := &op{kind: opAllocateNext}
-	p.submit(ctx, o)
-	if o.err != nil {
-		return netip.Addr{}, o.err
-	}
-	return o.ip, nil
+	return p.submit(ctx, &op{kind: opAllocateNext})
 }
 
 // Release frees ip in the store. It returns nil if ip is not allocated in the stored state or is
@@ -229,295 +242,8 @@ func (p *Persistent) Release(ctx context.Context, ip netip.Addr) error {
 		}
 		return nil
 	}
-	o := &op{kind: opRelease, ip: ip}
-	p.submit(ctx, o)
-	return o.err
-}
-
-type opKind uint8
-
-const (
-	opAllocate opKind = iota
-	opAllocateNext
-	opRelease
-)
-
-// op is one queued operation. The caller waits for done; ip and err are final once it is closed.
-type op struct {
-	ctx  context.Context
-	kind opKind
-	ip   netip.Addr // the address of Allocate and Release; the result of AllocateNext
-	err  error
-
-	taken bool          // guarded by Persistent.mu: in a batch; the caller must wait for done
-	done  chan struct{} // closed by finish
-
-	// Results of applying the op to the current attempt's copy; final only if that copy is stored.
-	tryIP  netip.Addr
-	tryErr error
-}
-
-func (o *op) finish(ip netip.Addr, err error) {
-	o.ip, o.err = ip, err
-	close(o.done)
-}
-
-// submit queues o and returns when it is finished, or at once if ctx ends while o is still queued.
-// The batches are committed by a goroutine of their own (see lead), so that a caller never waits
-// for Store calls that do not include its operation.
-func (p *Persistent) submit(ctx context.Context, o *op) {
-	o.ctx = ctx
-	o.done = make(chan struct{})
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		o.err = errClosed
-		return
-	}
-	if err := ctx.Err(); err != nil {
-		p.mu.Unlock()
-		o.err = err
-		return
-	}
-	p.pending = append(p.pending, o)
-	if !p.inFlight {
-		p.inFlight = true
-		go p.lead()
-	}
-	p.mu.Unlock()
-	select {
-	case <-o.done:
-		return
-	case <-ctx.Done():
-	}
-	p.mu.Lock()
-	if !o.taken {
-		select {
-		case <-o.done: // failed by Close
-			p.mu.Unlock()
-			return
-		default:
-		}
-		if i := slices.Index(p.pending, o); i >= 0 {
-			p.pending = slices.Delete(p.pending, i, i+1)
-		}
-		p.mu.Unlock()
-		o.err = ctx.Err()
-		return
-	}
-	p.mu.Unlock()
-	// The operation is being stored: see it through. The leader finishes it once that Store call
-	// has returned, or before the next one if it is not stored.
-	<-o.done
-}
-
-// lead commits batches of queued operations, in arrival order, until none is left.
-func (p *Persistent) lead() {
-	for {
-		p.mu.Lock()
-		if len(p.pending) == 0 {
-			p.inFlight = false
-			p.mu.Unlock()
-			return
-		}
-		n := min(len(p.pending), p.opts.maxBatch)
-		batch := slices.Clone(p.pending[:n])
-		rest := copy(p.pending, p.pending[n:])
-		clear(p.pending[rest:])
-		p.pending = p.pending[:rest]
-		for _, o := range batch {
-			o.taken = true
-		}
-		closed := p.closed
-		p.mu.Unlock()
-
-		if closed {
-			for _, o := range batch {
-				o.finish(netip.Addr{}, errClosed)
-			}
-			continue
-		}
-		p.commit(batch[0].ctx, batch)
-	}
-}
-
-// batchContext returns a context for the Store calls of batch that keeps parent's values and ends
-// when the contexts of all of batch's callers have ended, and a function to release it.
-func batchContext(parent context.Context, batch []*op) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
-	stops := make([]func() bool, len(batch))
-	for i, o := range batch {
-		stops[i] = context.AfterFunc(o.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
-}
-
-// commit stores the effect of batch with as few compare-and-swaps as it can and finishes every op.
-func (p *Persistent) commit(parent context.Context, batch []*op) {
-	ctx, release := batchContext(parent, batch)
-	defer release()
-
-	live := batch
-	var freshRev int64 // the newest revision read from the store during this commit; 0 if none
-	attempts := 0
-	for {
-		live = dropCanceled(live)
-		if len(live) == 0 {
-			return
-		}
-		p.mu.Lock()
-		base, rev, stale := p.cur, p.rev, p.stale
-		p.mu.Unlock()
-		if stale {
-			s, r, err := p.store.Get(ctx)
-			if err != nil {
-				failAll(live, fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err))
-				return
-			}
-			if err := p.adopt(s, r); err != nil {
-				failAll(live, err)
-				return
-			}
-			freshRev = max(freshRev, r)
-			continue
-		}
-
-		next := base.Clone()
-		if !apply(next, live) {
-			// Nothing to write, but the answers (already allocated, full, nothing to release) come
-			// from the local state: confirm that it is current before giving them. A state at least
-			// as new as one read during this commit needs no confirmation; an older one may have
-			// been brought back by a concurrent Refresh that adopted it while the state was stale.
-			if freshRev != 0 && rev >= freshRev {
-				finishAll(live)
-				return
-			}
-			s, r, err := p.store.Get(ctx)
-			if err != nil {
-				failAll(live, fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err))
-				return
-			}
-			if r == rev {
-				finishAll(live)
-				return
-			}
-			if err := p.adopt(s, r); err != nil {
-				failAll(live, err)
-				return
-			}
-			freshRev = max(freshRev, r)
-			continue
-		}
-
-		rs, data := next.Snapshot()
-		newRev, err := p.store.Update(ctx, rev, Snapshot{Range: rs, Data: data})
-		if err == nil {
-			p.publish(next, newRev)
-			finishAll(live)
-			return
-		}
-		attempts++
-		if !errors.Is(err, ErrConflict) {
-			failAll(live, p.fence(ctx, base, rev, err))
-			return
-		}
-		var ce *ConflictError
-		if errors.As(err, &ce) {
-			if aerr := p.adopt(ce.Current, ce.Rev); aerr != nil {
-				failAll(live, aerr)
-				return
-			}
-			freshRev = max(freshRev, ce.Rev)
-		} else {
-			p.markStale()
-		}
-		if attempts >= p.opts.maxAttempts {
-			failAll(live, fmt.Errorf("bitmap: %s: gave up after %d attempts: %w", p.cidr, attempts, err))
-			return
-		}
-		p.sleep(ctx, attempts)
-	}
-}
-
-// apply applies every op to a, recording each result in the op, and reports whether a changed.
-func apply(a *Allocator, ops []*op) bool {
-	changed := false
-	for _, o := range ops {
-		o.tryIP, o.tryErr = netip.Addr{}, nil
-		switch o.kind {
-		case opAllocate:
-			o.tryErr = a.Allocate(o.ctx, o.ip, allocator.Owner{})
-			o.tryIP = o.ip
-			changed = changed || o.tryErr == nil
-		case opAllocateNext:
-			o.tryIP, o.tryErr = a.AllocateNext(o.ctx, allocator.Owner{})
-			changed = changed || o.tryErr == nil
-		case opRelease:
-			if a.Has(o.ip) {
-				o.tryErr = a.Release(o.ctx, o.ip)
-				changed = true
-			}
-			o.tryIP = o.ip
-		}
-	}
-	return changed
-}
-
-// dropCanceled finishes the ops whose callers have given up and returns the others. It must only
-// be called while no Store call that includes them is in flight.
-func dropCanceled(ops []*op) []*op {
-	live := ops[:0:0]
-	for _, o := range ops {
-		if err := o.ctx.Err(); err != nil {
-			o.finish(netip.Addr{}, err)
-			continue
-		}
-		live = append(live, o)
-	}
-	return live
-}
-
-func finishAll(ops []*op) {
-	for _, o := range ops {
-		if o.tryErr != nil {
-			o.finish(netip.Addr{}, o.tryErr)
-			continue
-		}
-		o.finish(o.tryIP, nil)
-	}
-}
-
-func failAll(ops []*op, err error) {
-	for _, o := range ops {
-		o.finish(netip.Addr{}, err)
-	}
-}
-
-// fence settles the outcome of an Update of base's successor at rev that failed with cause (not a
-// conflict): it stores base again at rev. If that succeeds, the failed write can never be applied
-// later and the error says the write failed; otherwise its outcome is unknown.
-func (p *Persistent) fence(ctx context.Context, base *Allocator, rev int64, cause error) error {
-	failed := fmt.Errorf("bitmap: store snapshot of %s: %w", p.cidr, cause)
-	if ctx.Err() == nil {
-		rs, data := base.Snapshot()
-		if newRev, err := p.store.Update(ctx, rev, Snapshot{Range: rs, Data: data}); err == nil {
-			p.publish(base, newRev)
-			return failed
-		}
-	}
-	p.markStale()
-	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, failed)
+	_, err := p.submit(ctx, &op{kind: opRelease, ip: ip})
+	return err
 }
 
 // adopt makes the stored snapshot s at rev the last known state, unless a newer state is already
@@ -528,7 +254,7 @@ func (p *Persistent) adopt(s Snapshot, rev int64) error {
 		return fmt.Errorf("%w: no snapshot of %s is stored", allocator.ErrNotReady, p.cidr)
 	}
 	next := p.current().Clone()
-	if err := next.Restore(s.Range, s.Data); err != nil {
+	if err := next.Restore(s); err != nil {
 		p.markStale()
 		return fmt.Errorf("bitmap: stored snapshot at revision %d: %w", rev, err)
 	}
@@ -551,48 +277,3 @@ func (p *Persistent) markStale() {
 	defer p.mu.Unlock()
 	p.stale = true
 }
-
-// sleep waits before attempt n+1, or until ctx ends. The first retry is immediate: a conflict
-// usually brings the current state along, and a loser that waited would lose again to a writer
-// that does not. Later ones wait a random time (full jitter) whose bound doubles per attempt up to
-// the maximum.
-func (p *Persistent) sleep(ctx context.Context, n int) {
-	if n < 2 {
-		return
-	}
-	bound := p.opts.backoff
-	for i := 2; i < n && bound < p.opts.maxBackoff; i++ {
-		bound = min(bound, p.opts.maxBackoff/2) * 2 // never overflows
-	}
-	bound = min(bound, p.opts.maxBackoff, math.MaxInt64-1) // rand.N needs bound+1 > 0
-	t := time.NewTimer(rand.N(bound + 1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// persistentDryRun answers as its Persistent's last known state would and changes nothing.
-type persistentDryRun struct{ p *Persistent }
-
-func (d persistentDryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
-	return d.p.current().DryRun().Allocate(ctx, ip, owner)
-}
-
-func (d persistentDryRun) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
-	return d.p.current().DryRun().AllocateNext(ctx, owner)
-}
-
-func (d persistentDryRun) Release(ctx context.Context, ip netip.Addr) error {
-	return d.p.current().DryRun().Release(ctx, ip)
-}
-
-func (d persistentDryRun) Has(ip netip.Addr) bool      { return d.p.Has(ip) }
-func (d persistentDryRun) All() iter.Seq[netip.Addr]   { return d.p.All() }
-func (d persistentDryRun) CIDR() netip.Prefix          { return d.p.CIDR() }
-func (d persistentDryRun) Family() corev1.IPFamily     { return d.p.Family() }
-func (d persistentDryRun) Used() uint64                { return d.p.Used() }
-func (d persistentDryRun) Free() uint64                { return d.p.Free() }
-func (d persistentDryRun) DryRun() allocator.Interface { return d }
-func (d persistentDryRun) Close() error                { return nil }

@@ -35,3 +35,10 @@ func TestPersistentSleepHugeBackoffDoesNotOverflow(t *testing.T) {
 		}
 	}
 }
+
+// Idle reports whether p has no operation queued or being committed.
+func Idle(p *Persistent) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.inFlight && len(p.pending) == 0
+}

@@ -12,8 +12,10 @@ const (
 	// thousand attempts is about a second of losing every round; callers bound it further with
 	// their context.
 	DefaultMaxAttempts = 1000
-	// DefaultBackoff bounds the random wait (full jitter) before the second retry after a
-	// conflict; the first retry is immediate, and the bound doubles with every further conflict.
+	// DefaultBackoff bounds the first random wait (full jitter) between attempts, once a batch backs
+	// off: after a conflict that did not bring the current state along (from the second such), or
+	// after more than 16 conflicts in a row that did (those are retried at once on the state that
+	// won). The bound doubles with every further round.
 	DefaultBackoff = 100 * time.Microsecond
 	// DefaultMaxBackoff caps the bound of the random wait between retries. It is kept near an
 	// etcd round trip: a writer that waits longer loses every round to one that does not wait.
@@ -52,44 +54,45 @@ func (o persistentOptions) withDefaults() persistentOptions {
 // WithMaxAttempts bounds the compare-and-swap attempts Persistent makes for one batch of
 // operations; when every attempt meets a revision conflict the operations fail with an error
 // wrapping ErrConflict. Default DefaultMaxAttempts (1000); n < 1 keeps the default, and 1 means
-// "never retry". The in-memory Allocator ignores it.
-func WithMaxAttempts(n int) Option {
-	return func(o *options) {
+// "never retry".
+func WithMaxAttempts(n int) PersistentOption {
+	return persistentOptionFunc(func(o *persistentOptions) {
 		if n >= 1 {
-			o.persist.maxAttempts = n
+			o.maxAttempts = n
 		}
-	}
+	})
 }
 
-// WithBackoff sets how long Persistent waits between attempts after revision conflicts: the first
-// retry is immediate, the second waits a random duration up to initial, and the bound doubles on
-// every further conflict up to max. Defaults DefaultBackoff (100 µs) and DefaultMaxBackoff (2 ms);
-// a value ≤ 0 keeps its default, and a max below initial is raised to initial. The in-memory
-// Allocator ignores it.
-func WithBackoff(initial, max time.Duration) Option {
-	return func(o *options) {
+// WithBackoff sets how long Persistent waits between attempts once it backs off after revision
+// conflicts. A conflict that brings the stored state along (as etcdstore's and MemStore's do) is
+// retried at once on that state, without a wait, up to 16 in a row; after those, and from the
+// second conflict that does not, the wait is random up to initial, and the bound doubles every
+// round up to max. Defaults DefaultBackoff (100 µs) and DefaultMaxBackoff (2 ms); a value ≤ 0
+// keeps its default, and a max below initial is raised to initial.
+func WithBackoff(initial, max time.Duration) PersistentOption {
+	return persistentOptionFunc(func(o *persistentOptions) {
 		if initial > 0 {
-			o.persist.backoff = initial
+			o.backoff = initial
 		}
 		if max > 0 {
-			o.persist.maxBackoff = max
+			o.maxBackoff = max
 		}
-	}
+	})
 }
 
 // WithMaxBatch bounds how many concurrent operations Persistent commits together in one
 // compare-and-swap (group commit). Default DefaultMaxBatch (1024); n < 1 keeps the default.
 // WithMaxBatch(1) disables group commit: one compare-and-swap per operation, as kube-apiserver
-// does. The in-memory Allocator ignores it.
-func WithMaxBatch(n int) Option {
-	return func(o *options) {
+// does.
+func WithMaxBatch(n int) PersistentOption {
+	return persistentOptionFunc(func(o *persistentOptions) {
 		if n >= 1 {
-			o.persist.maxBatch = n
+			o.maxBatch = n
 		}
-	}
+	})
 }
 
 // WithoutBatching disables group commit, so that every operation of a Persistent allocator is
 // its own compare-and-swap, as in kube-apiserver. It is WithMaxBatch(1), for comparisons and
 // benchmarks.
-func WithoutBatching() Option { return WithMaxBatch(1) }
+func WithoutBatching() PersistentOption { return WithMaxBatch(1) }

@@ -20,7 +20,7 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.Option) *bitmap.Persistent {
+func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.PersistentOption) *bitmap.Persistent {
 	t.Helper()
 	p, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix(cidr), store, opts...)
 	if err != nil {
@@ -41,7 +41,7 @@ func stored(t testing.TB, store bitmap.Store, cidr string) []netip.Addr {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Restore(s.Range, s.Data); err != nil {
+	if err := a.Restore(s); err != nil {
 		t.Fatal(err)
 	}
 	return slices.Collect(a.All())
@@ -58,8 +58,7 @@ func snapshotOf(t testing.TB, cidr string, ips ...string) bitmap.Snapshot {
 			t.Fatal(err)
 		}
 	}
-	rs, data := a.Snapshot()
-	return bitmap.Snapshot{Range: rs, Data: data}
+	return a.Snapshot()
 }
 
 // gateUpdates makes every Update of store wait until open is called; started receives when the
@@ -783,5 +782,236 @@ func TestNewPersistentReportsValueCreatedConcurrentlyAsCorrupt(t *testing.T) {
 	_, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix("10.96.0.0/24"), store)
 	if !errors.Is(err, bitmap.ErrCorrupt) {
 		t.Errorf("NewPersistent() = %v, want an error wrapping ErrCorrupt", err)
+	}
+}
+
+// TestNewPersistentRefusesRangesTooLargeToStore checks that NewPersistent refuses, before it
+// touches the store, an IPv4 range wider than kube-apiserver's cap of 20 host bits, whose snapshot
+// the store (etcd) could not hold, while New keeps accepting it in memory.
+func TestNewPersistentRefusesRangesTooLargeToStore(t *testing.T) {
+	tests := []struct {
+		cidr    string
+		refused bool
+	}{
+		{cidr: "10.0.0.0/8", refused: true},
+		{cidr: "10.0.0.0/11", refused: true},
+		{cidr: "10.96.0.0/12", refused: false},
+		{cidr: "10.96.0.0/24", refused: false},
+		// An IPv6 bitmap holds at most MaxIPv6Slots whatever the prefix, as in kube-apiserver.
+		{cidr: "fd00::/64", refused: false},
+		{cidr: "fd00::/108", refused: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cidr, func(t *testing.T) {
+			cidr := netip.MustParsePrefix(tt.cidr)
+			store := bitmap.NewMemStore()
+			p, err := bitmap.NewPersistent(context.Background(), cidr, store)
+			if !tt.refused {
+				if err != nil {
+					t.Fatalf("NewPersistent(%s) = %v, want nil", cidr, err)
+				}
+				p.Close()
+				return
+			}
+			var pe *allocator.PrefixError
+			if !errors.As(err, &pe) || !errors.Is(err, allocator.ErrInvalid) || pe.Prefix != cidr {
+				t.Fatalf("NewPersistent(%s) error = %v, want an *allocator.PrefixError for %s matching ErrInvalid", cidr, err, cidr)
+			}
+			if got := store.Stats(); got != (bitmap.MemStoreStats{}) {
+				t.Errorf("store calls = %+v, want none", got)
+			}
+			if _, err := bitmap.New(cidr); err != nil {
+				t.Errorf("New(%s) = %v, want nil: in memory the range is fine", cidr, err)
+			}
+		})
+	}
+}
+
+// TestPersistentCallerDeadlineBoundsItsWait checks that a caller whose context ends while its
+// operation is being stored, in a batch with a caller that has no deadline, returns at once with
+// an error matching ErrOutcomeUnknown and its context's error instead of waiting for a Store call
+// that hangs (2 s here), and that the committer then undoes an allocation whose caller has gone:
+// the store ends up holding exactly what the callers were told they hold.
+func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
+	const cidr = "10.96.0.0/24"
+	held := netip.MustParseAddr("10.96.0.7") // allocated before the test; released by the Release case
+	tests := []struct {
+		name string
+		call func(ctx context.Context, p *bitmap.Persistent) error
+		want []netip.Addr // stored at the end, besides the address of the caller without a deadline
+	}{
+		{
+			name: "AllocateNext",
+			call: func(ctx context.Context, p *bitmap.Persistent) error {
+				_, err := p.AllocateNext(ctx, allocator.Owner{})
+				return err
+			},
+			want: []netip.Addr{held},
+		},
+		{
+			name: "Allocate",
+			call: func(ctx context.Context, p *bitmap.Persistent) error {
+				return p.Allocate(ctx, netip.MustParseAddr("10.96.0.9"), allocator.Owner{})
+			},
+			want: []netip.Addr{held},
+		},
+		{
+			name: "Release",
+			call: func(ctx context.Context, p *bitmap.Persistent) error { return p.Release(ctx, held) },
+			want: nil, // stored: the caller was told the outcome is unknown, and it was done
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := bitmap.NewMemStore()
+			store.Put(snapshotOf(t, cidr, held.String()))
+			p := newPersistent(t, cidr, store)
+
+			// The first Update waits for firstGo so that both callers queue up behind it; the
+			// second, which holds both of their operations, hangs for 2 s; later ones pass.
+			var (
+				mu      sync.Mutex
+				updates int
+			)
+			firstGo := make(chan struct{})
+			hookReturned := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+				mu.Lock()
+				updates++
+				n := updates
+				mu.Unlock()
+				switch n {
+				case 1:
+					<-firstGo
+				case 2:
+					// The short caller's deadline, 50 ms into the hanging Store call.
+					time.AfterFunc(50*time.Millisecond, cancel)
+					time.Sleep(2 * time.Second)
+					close(hookReturned)
+				}
+				return nil
+			})
+			first := make(chan netip.Addr, 1)
+			go func() {
+				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+				if err != nil {
+					t.Errorf("first AllocateNext() = %v", err)
+				}
+				first <- ip
+			}()
+			testenv.WaitFor(t, "the first Update in flight", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return updates == 1
+			})
+			patient := make(chan netip.Addr, 1)
+			go func() {
+				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+				if err != nil {
+					t.Errorf("AllocateNext() without a deadline = %v", err)
+				}
+				patient <- ip
+			}()
+			testenv.WaitFor(t, "one queued operation", func() bool { return bitmap.QueuedOps(p) == 1 })
+			short := make(chan error, 1)
+			go func() { short <- tt.call(ctx, p) }()
+			testenv.WaitFor(t, "two queued operations", func() bool { return bitmap.QueuedOps(p) == 2 })
+			close(firstGo)
+
+			select {
+			case err := <-short:
+				if !errors.Is(err, bitmap.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
+					t.Errorf("%s() whose context ended during the Store call = %v, want ErrOutcomeUnknown and Canceled", tt.name, err)
+				}
+			case <-hookReturned:
+				t.Fatalf("%s() whose context ended during the Store call waited for the hanging Store call", tt.name)
+			}
+			want := append([]netip.Addr{<-first, <-patient}, tt.want...)
+			slices.SortFunc(want, netip.Addr.Compare)
+			testenv.WaitFor(t, "the store to hold only what the callers hold", func() bool {
+				return slices.Equal(stored(t, store, cidr), want) && slices.Equal(slices.Collect(p.All()), want)
+			})
+			if diff := cmp.Diff(want, stored(t, store, cidr), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("stored addresses (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPersistentChurnWithDeadlinesLeaksNothing churns three allocators on one store whose writes
+// often take 2 ms while every call has a 1 ms deadline, so that many callers give up while their
+// write is in flight, and checks that no address is handed out twice and, once the allocators
+// are idle, that the store holds exactly the addresses the callers were told they hold: every
+// allocation whose caller gave up was undone.
+func TestPersistentChurnWithDeadlinesLeaksNothing(t *testing.T) {
+	const cidr = "10.96.0.0/24"
+	store := bitmap.NewMemStore()
+	var rngMu sync.Mutex // guards rng
+	rng := rand.New(rand.NewPCG(3, 4))
+	ps := make([]*bitmap.Persistent, 3)
+	as := make([]allocator.Interface, len(ps))
+	for i := range ps {
+		ps[i] = newPersistent(t, cidr, store, bitmap.WithBackoff(time.Microsecond, 10*time.Microsecond))
+		as[i] = ps[i]
+	}
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		rngMu.Lock()
+		slow := rng.IntN(4) == 0
+		rngMu.Unlock()
+		if slow {
+			time.Sleep(2 * time.Millisecond) // ignores the context, as a hung etcd would
+		}
+		return nil
+	})
+	res := churntest.Run(t, as, churntest.Config{Calls: 100, Timeout: time.Millisecond})
+	testenv.WaitFor(t, "every allocator idle", func() bool {
+		return !slices.ContainsFunc(ps, func(p *bitmap.Persistent) bool { return !bitmap.Idle(p) })
+	})
+	store.OnUpdate(nil)
+	if leaked := res.Check(t, stored(t, store, cidr)); leaked != 0 {
+		t.Errorf("%d addresses stored but held by nobody, want 0: allocations whose callers gave up were not undone", leaked)
+	}
+}
+
+// TestPersistentOnlyOptionsAreNotOptions checks that the options only NewPersistent reads are not
+// Options, so that passing one to New does not compile, while every Option is a PersistentOption.
+func TestPersistentOnlyOptionsAreNotOptions(t *testing.T) {
+	persistentOnly := map[string]bitmap.PersistentOption{
+		"WithMaxAttempts": bitmap.WithMaxAttempts(3),
+		"WithBackoff":     bitmap.WithBackoff(time.Millisecond, time.Second),
+		"WithMaxBatch":    bitmap.WithMaxBatch(8),
+		"WithoutBatching": bitmap.WithoutBatching(),
+	}
+	for name, opt := range persistentOnly {
+		if _, ok := opt.(bitmap.Option); ok {
+			t.Errorf("%s() is a bitmap.Option, want a PersistentOption only", name)
+		}
+	}
+	var _ bitmap.PersistentOption = bitmap.WithSeed(1) // compiles: every Option is a PersistentOption
+}
+
+// TestPersistentLoserRetriesAtOnceOnTheStateThatWon checks that a batch that loses a
+// compare-and-swap whose conflict brings the current state along re-applies on that state at
+// once: no backoff (here an hour, which would outlast the caller's deadline) and no second read,
+// however many rounds in a row it loses (up to the free retries).
+func TestPersistentLoserRetriesAtOnceOnTheStateThatWon(t *testing.T) {
+	const losses = 10
+	store := bitmap.NewMemStore()
+	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Hour, time.Hour))
+	taken := conflictingWriter(t, store, "10.96.0.0/24", losses)
+	gets := store.Stats().Gets
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ip, err := p.AllocateNext(ctx, allocator.Owner{})
+	if err != nil {
+		t.Fatalf("AllocateNext() after %d conflicts = %v, want success without a backoff", losses, err)
+	}
+	if slices.Contains(*taken, ip.String()) {
+		t.Errorf("AllocateNext() = %v, which the other writer holds", ip)
+	}
+	if got := store.Stats(); got.Gets != gets || got.Conflicts != losses {
+		t.Errorf("store calls: %d Gets, %d conflicts; want %d Gets (no second read), %d conflicts", got.Gets, got.Conflicts, gets, losses)
 	}
 }

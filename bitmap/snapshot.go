@@ -7,26 +7,35 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 )
 
-// Snapshot returns the allocator's state in kube-apiserver's RangeAllocation encoding: rangeSpec is
-// the CIDR string and data the big-endian bytes of the bit set (bit i = offset i), without leading
-// zero bytes, as math/big's Int.Bytes gives them. An empty bitmap has empty data.
-func (a *Allocator) Snapshot() (rangeSpec string, data []byte) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.cidr.String(), a.set.AppendBigEndian(nil)
+// Snapshot is the persisted state of a bitmap, as kube-apiserver's RangeAllocation holds it:
+// Range is the CIDR string and Data the big-endian bytes of the bit set (bit i = offset i), without
+// leading zero bytes. The zero Snapshot means "nothing stored".
+type Snapshot struct {
+	Range string
+	Data  []byte
 }
 
-// Restore replaces the allocations with those of a snapshot. It returns an error wrapping
-// allocator.ErrMismatchedNetwork if rangeSpec names another range, and one wrapping ErrCorrupt if
-// rangeSpec does not parse or data has bits beyond the bitmap; in both cases nothing changes.
-func (a *Allocator) Restore(rangeSpec string, data []byte) error {
-	if err := a.checkRange(rangeSpec); err != nil {
+// Snapshot returns the allocator's state in kube-apiserver's RangeAllocation encoding: Range is
+// the CIDR string and Data the big-endian bytes of the bit set (bit i = offset i), without leading
+// zero bytes, as math/big's Int.Bytes gives them. An empty bitmap has empty Data. It is the shape a
+// Store keeps.
+func (a *Allocator) Snapshot() Snapshot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return Snapshot{Range: a.cidr.String(), Data: a.set.AppendBigEndian(nil)}
+}
+
+// Restore replaces the allocations with those of s. It returns an error wrapping
+// allocator.ErrMismatchedNetwork if s.Range names another range, and one wrapping ErrCorrupt if
+// s.Range does not parse or s.Data has bits beyond the bitmap; in both cases nothing changes.
+func (a *Allocator) Restore(s Snapshot) error {
+	if err := a.checkRange(s.Range); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.set.SetBigEndian(data); err != nil { // checks before it changes anything
-		return fmt.Errorf("%w: %s: %v", ErrCorrupt, rangeSpec, err)
+	if err := a.set.SetBigEndian(s.Data); err != nil { // checks before it changes anything
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, s.Range, err)
 	}
 	return nil
 }

@@ -52,11 +52,11 @@ func TestSnapshotMatchesGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		spec, data := a.Snapshot()
-		fmt.Fprintf(&out, "%s %v %s %x\n", c.cidr, strings.Trim(fmt.Sprint(c.offsets), "[]"), spec, data)
+		s := a.Snapshot()
+		fmt.Fprintf(&out, "%s %v %s %x\n", c.cidr, strings.Trim(fmt.Sprint(c.offsets), "[]"), s.Range, s.Data)
 		// Restoring the snapshot into a fresh allocator gives the same allocations.
 		b, _ := bitmap.New(netip.MustParsePrefix(c.cidr))
-		if err := b.Restore(spec, data); err != nil {
+		if err := b.Restore(s); err != nil {
 			t.Fatalf("Restore(Snapshot()) = %v", err)
 		}
 		if b.Used() != uint64(len(c.offsets)) {
@@ -121,7 +121,7 @@ func TestRestoreRejectsOtherRangesAndCorruptData(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := a.Restore(tt.spec, tt.data); !errors.Is(err, tt.want) {
+			if err := a.Restore(bitmap.Snapshot{Range: tt.spec, Data: tt.data}); !errors.Is(err, tt.want) {
 				t.Errorf("Restore(%q) = %v, want %v", tt.spec, err, tt.want)
 			}
 			if !a.Has(netip.MustParseAddr("10.96.0.5")) || a.Used() != 1 {
@@ -130,7 +130,7 @@ func TestRestoreRejectsOtherRangesAndCorruptData(t *testing.T) {
 		})
 	}
 	// A non-canonical spelling of the same range is the same range.
-	if err := a.Restore("10.96.0.1/24", nil); err != nil {
+	if err := a.Restore(bitmap.Snapshot{Range: "10.96.0.1/24"}); err != nil {
 		t.Errorf("Restore(10.96.0.1/24) = %v, want nil", err)
 	}
 }

@@ -1,25 +1,6 @@
 package bitmap
 
-import (
-	"context"
-	"errors"
-)
-
-// Store errors. Implementations wrap them with %w; test them with errors.Is.
-var (
-	// ErrConflict means the stored snapshot changed since the revision passed to Update.
-	ErrConflict = errors.New("bitmap: stored snapshot changed (revision conflict)")
-	// ErrCorrupt means a stored or given snapshot cannot be decoded, or has bits beyond its range.
-	ErrCorrupt = errors.New("bitmap: corrupt snapshot")
-)
-
-// Snapshot is the persisted state of a bitmap, as kube-apiserver's RangeAllocation holds it:
-// Range is the CIDR string and Data the big-endian bytes of the bit set (bit i = offset i), without
-// leading zero bytes. The zero Snapshot means "nothing stored".
-type Snapshot struct {
-	Range string
-	Data  []byte
-}
+import "context"
 
 // Store keeps one Snapshot with compare-and-swap semantics, in the manner of an etcd key.
 //

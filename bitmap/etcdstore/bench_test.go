@@ -66,7 +66,7 @@ func BenchmarkPersistentEtcd(b *testing.B) {
 				b.Run(fmt.Sprintf("prefix=%s/%s/callers=%d", cidr[len(cidr)-2:], mode, callers), func(b *testing.B) {
 					n++
 					store := &countingStore{Store: etcdstore.New(client, fmt.Sprintf("/registry/bench/%d", n))}
-					var opts []bitmap.Option
+					var opts []bitmap.PersistentOption
 					if mode == "nobatch" {
 						opts = append(opts, bitmap.WithoutBatching())
 					}

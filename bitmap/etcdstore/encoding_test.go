@@ -66,7 +66,7 @@ func TestDecodeGoldenFromKubeAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Restore(got.Range, got.Data); err != nil {
+	if err := a.Restore(got); err != nil {
 		t.Fatal(err)
 	}
 	if a.Used() != 1 || !a.Has(mustAddr("10.96.0.1")) {

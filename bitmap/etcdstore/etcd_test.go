@@ -33,7 +33,7 @@ import (
 // testCIDR is the range of the full-allocation tests: 254 addresses keep them quick under -race.
 const testCIDR = "10.96.0.0/24"
 
-func newPersistent(t testing.TB, client *clientv3.Client, key, cidr string, opts ...bitmap.Option) *bitmap.Persistent {
+func newPersistent(t testing.TB, client *clientv3.Client, key, cidr string, opts ...bitmap.PersistentOption) *bitmap.Persistent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -58,7 +58,7 @@ func storedAddrs(t testing.TB, client *clientv3.Client, key, cidr string) []neti
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Restore(s.Range, s.Data); err != nil {
+	if err := a.Restore(s); err != nil {
 		t.Fatal(err)
 	}
 	return slices.Collect(a.All())
@@ -290,13 +290,16 @@ const (
 	childEnv          = "CLUSTERIP_ETCDSTORE_TEST_CHILD"
 	childEndpointsEnv = "CLUSTERIP_ETCDSTORE_TEST_ENDPOINTS"
 	childKeyEnv       = "CLUSTERIP_ETCDSTORE_TEST_KEY"
+	childCIDREnv      = "CLUSTERIP_ETCDSTORE_TEST_CIDR"
+	childSecondsEnv   = "CLUSTERIP_ETCDSTORE_TEST_SECONDS"
 )
 
 // TestHelperProcess is the child role of TestSeparateProcessesFillRange: with the environment
 // set, it allocates from the key until the range is full and prints each address as "IP <addr>".
 // Run normally, it does nothing.
 func TestHelperProcess(t *testing.T) {
-	if os.Getenv(childEnv) != "fill" {
+	role := os.Getenv(childEnv)
+	if role != "fill" && role != "churn" {
 		t.Skip("child process role only")
 	}
 	client, err := clientv3.New(clientv3.Config{
@@ -311,10 +314,18 @@ func TestHelperProcess(t *testing.T) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(testCIDR), etcdstore.New(client, os.Getenv(childKeyEnv)))
+	cidr := testCIDR
+	if c := os.Getenv(childCIDREnv); c != "" {
+		cidr = c
+	}
+	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(cidr), etcdstore.New(client, os.Getenv(childKeyEnv)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if role == "churn" {
+		churnChild(p, os.Getenv(childCIDREnv))
+		return
 	}
 	got, _, err := allocateUntilFull(ctx, p)
 	w := bufio.NewWriter(os.Stdout)
@@ -503,4 +514,146 @@ func mustEncode(t *testing.T, s bitmap.Snapshot) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestNewPersistentOnEtcdRefusesRangesTooLargeToStore checks that a Persistent allocator on etcd
+// refuses an IPv4 range wider than a /12 at construction, writing nothing, and that the Store
+// itself refuses to write such a snapshot, so that neither fails on first use at etcd's request
+// limit.
+func TestNewPersistentOnEtcdRefusesRangesTooLargeToStore(t *testing.T) {
+	ctx := context.Background()
+	client := testenv.NewEtcd(t).TestClient(t)
+	key := "/registry/test/too-large"
+	store := etcdstore.New(client, key)
+	for _, cidr := range []string{"10.0.0.0/8", "10.0.0.0/11"} {
+		_, err := bitmap.NewPersistent(ctx, mustPrefix(cidr), store)
+		if !errors.Is(err, allocator.ErrInvalid) {
+			t.Errorf("NewPersistent(%s) error = %v, want one matching allocator.ErrInvalid", cidr, err)
+		}
+		if _, err := store.Update(ctx, 0, bitmap.Snapshot{Range: cidr}); !errors.Is(err, allocator.ErrInvalid) {
+			t.Errorf("Update(snapshot of %s) error = %v, want one matching allocator.ErrInvalid", cidr, err)
+		}
+	}
+	if _, rev, err := store.Get(ctx); err != nil || rev != 0 {
+		t.Errorf("Get() = revision %d, %v; want nothing stored", rev, err)
+	}
+}
+
+// churnChild is the "churn" role of TestHelperProcess: 4 workers AllocateNext and Release at once
+// for CLUSTERIP_ETCDSTORE_TEST_SECONDS seconds, then it prints "PAIRS <n> ERRORS <n> P50 <ns> P99
+// <ns>" for the latency of AllocateNext.
+func churnChild(p *bitmap.Persistent, _ string) {
+	secs, err := time.ParseDuration(os.Getenv(childSecondsEnv) + "s")
+	if err != nil {
+		secs = 2 * time.Second
+	}
+	deadline := time.Now().Add(secs)
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		errCount  int
+		wg        sync.WaitGroup
+	)
+	for range 4 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				start := time.Now()
+				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+				d := time.Since(start)
+				if err == nil {
+					err = p.Release(context.Background(), ip)
+				}
+				mu.Lock()
+				if err != nil {
+					errCount++
+				} else {
+					latencies = append(latencies, d)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(latencies)
+	pct := func(q float64) time.Duration {
+		if len(latencies) == 0 {
+			return 0
+		}
+		return latencies[min(len(latencies)-1, int(q*float64(len(latencies))))]
+	}
+	fmt.Printf("PAIRS %d ERRORS %d P50 %d P99 %d\n", len(latencies), errCount, pct(0.50), pct(0.99))
+}
+
+// TestSeveralProcessesShareOneKey runs three OS processes × 4 workers doing AllocateNext+Release
+// on one etcd key (a /20) and logs each process's share of the pairs and its p50/p99 latency of
+// AllocateNext (DESIGN §9: each ½×–2× its fair share, p99 ≤ 10× p50). It asserts only that every
+// process finished without errors and made progress; the numbers are reported, not asserted.
+// CLUSTERIP_ETCDSTORE_TEST_SECONDS sets the duration (default 2; 8 for the reported figures).
+func TestSeveralProcessesShareOneKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	const procs = 3
+	secs := os.Getenv(childSecondsEnv)
+	if secs == "" {
+		secs = "2"
+	}
+	e := testenv.NewEtcd(t)
+	key := etcdstore.ServiceIPsKey("")
+	outs := make([]bytes.Buffer, procs)
+	errs := make([]bytes.Buffer, procs)
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=3m")
+		cmd.Env = append(os.Environ(),
+			childEnv+"=churn",
+			childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","),
+			childKeyEnv+"="+key,
+			childCIDREnv+"=10.96.0.0/20",
+			childSecondsEnv+"="+secs,
+		)
+		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	pairs := make([]int, procs)
+	p50s := make([]time.Duration, procs)
+	p99s := make([]time.Duration, procs)
+	total := 0
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, errs[i].String())
+		}
+		var nerr int
+		var p50, p99 int64
+		for line := range strings.Lines(outs[i].String()) {
+			if strings.HasPrefix(line, "PAIRS ") {
+				if _, err := fmt.Sscanf(line, "PAIRS %d ERRORS %d P50 %d P99 %d", &pairs[i], &nerr, &p50, &p99); err != nil {
+					t.Errorf("child %d: %q: %v", i, line, err)
+				}
+			}
+		}
+		if nerr != 0 || pairs[i] == 0 {
+			t.Errorf("child %d: %d pairs, %d errors; want progress and no errors", i, pairs[i], nerr)
+		}
+		p50s[i], p99s[i] = time.Duration(p50), time.Duration(p99)
+		total += pairs[i]
+	}
+	for i := range procs {
+		share := 0.0
+		if total > 0 {
+			share = float64(pairs[i]) / float64(total)
+		}
+		ratio := 0.0
+		if p50s[i] > 0 {
+			ratio = float64(p99s[i]) / float64(p50s[i])
+		}
+		t.Logf("process %d: %d pairs, share %.1f%% (fair %.1f%%), AllocateNext p50 %v p99 %v (%.1f× p50)",
+			i, pairs[i], 100*share, 100.0/procs, p50s[i], p99s[i], ratio)
+	}
+	if got := storedAddrs(t, e.TestClient(t), key, "10.96.0.0/20"); len(got) != 0 {
+		t.Errorf("stored %d addresses after every pair was released, want 0", len(got))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"path"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 
+	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 )
 
@@ -126,6 +128,10 @@ func Decode(value []byte) (bitmap.Snapshot, error) {
 	return bitmap.Snapshot{Range: ra.Range, Data: ra.Data}, nil
 }
 
+// ErrInvalidStore is returned, wrapped, by every method of a Store built with a nil client, an
+// empty key or a nil Option, and of the zero Store. It matches allocator.ErrInvalid.
+var ErrInvalidStore = fmt.Errorf("%w: etcdstore: invalid Store", allocator.ErrInvalid)
+
 // Option configures a Store.
 type Option func(*Store)
 
@@ -147,35 +153,76 @@ var _ bitmap.Store = (*Store)(nil)
 
 // Store is a bitmap.Store kept at one etcd key. Its revisions are the key's ModRevision.
 //
-// A Store is safe for concurrent use; the zero Store is not usable. It holds no resources of its
+// A Store is safe for concurrent use. The zero Store, like one built from a nil client, an empty
+// key or a nil Option, is invalid: its methods return an error wrapping ErrInvalidStore (so
+// bitmap.NewPersistent fails on it at construction) and never panic. It holds no resources of its
 // own: the client stays the caller's to close.
 type Store struct {
 	client *clientv3.Client
 	key    string
 	format Format
+	err    error // why the Store is invalid, if it is: its methods return it
 }
 
 // New returns a Store that keeps its snapshot at key, such as ServiceIPsKey(""), using client.
+// New does not fail; if client is nil, key is empty or an Option is nil, the Store's methods
+// return an error wrapping ErrInvalidStore that says which.
 func New(client *clientv3.Client, key string, opts ...Option) *Store {
 	s := &Store{client: client, key: key}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(s)
+	switch {
+	case client == nil:
+		s.err = fmt.Errorf("%w: nil etcd client (key %q)", ErrInvalidStore, key)
+	case key == "":
+		s.err = fmt.Errorf("%w: empty key", ErrInvalidStore)
+	}
+	for i, opt := range opts {
+		if opt == nil {
+			if s.err == nil {
+				s.err = fmt.Errorf("%w: option %d is nil", ErrInvalidStore, i)
+			}
+			continue
 		}
+		opt(s)
 	}
 	return s
 }
 
+// check returns why s is unusable, or nil.
+func (s *Store) check() error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("%w: nil *Store", ErrInvalidStore)
+	case s.err != nil:
+		return s.err
+	case s.client == nil:
+		return fmt.Errorf("%w: the zero Store; create one with New", ErrInvalidStore)
+	}
+	return nil
+}
+
 // Key returns the etcd key of s.
-func (s *Store) Key() string { return s.key }
+func (s *Store) Key() string {
+	if s == nil {
+		return ""
+	}
+	return s.key
+}
 
 // Format returns the encoding s writes.
-func (s *Store) Format() Format { return s.format }
+func (s *Store) Format() Format {
+	if s == nil {
+		return Protobuf
+	}
+	return s.format
+}
 
 // Get returns the stored snapshot and the key's ModRevision, or the zero Snapshot and 0 if the key
 // does not exist. A value that is not a RangeAllocation returns an error wrapping
-// bitmap.ErrCorrupt; etcd errors are wrapped.
+// bitmap.ErrCorrupt; etcd errors are wrapped; an invalid Store returns ErrInvalidStore.
 func (s *Store) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
+	if err := s.check(); err != nil {
+		return bitmap.Snapshot{}, 0, err
+	}
 	resp, err := s.client.Get(ctx, s.key)
 	if err != nil {
 		return bitmap.Snapshot{}, 0, fmt.Errorf("etcdstore: get %s: %w", s.key, err)
@@ -194,9 +241,19 @@ func (s *Store) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
 // Update writes snap if the key's ModRevision is still rev (rev 0: only if the key does not exist)
 // and returns the new ModRevision, in one etcd transaction. If the key has moved on it returns an
 // error wrapping a *bitmap.ConflictError carrying the stored snapshot (or wrapping plain
-// bitmap.ErrConflict if that does not decode) and writes nothing. Other errors are etcd's, wrapped;
-// after one of those the write may or may not have happened.
+// bitmap.ErrConflict if that does not decode) and writes nothing. A snapshot of an IPv4 range
+// wider than kube-apiserver's cap (see bitmap.CheckStorable) returns an *allocator.PrefixError and
+// is not sent. Other errors are etcd's, wrapped; after one of those the write may or may not have
+// happened.
 func (s *Store) Update(ctx context.Context, rev int64, snap bitmap.Snapshot) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if p, err := netip.ParsePrefix(snap.Range); err == nil {
+		if err := bitmap.CheckStorable(p); err != nil {
+			return 0, fmt.Errorf("etcdstore: update %s: %w", s.key, err)
+		}
+	}
 	value, err := Encode(snap, s.format)
 	if err != nil {
 		return 0, err

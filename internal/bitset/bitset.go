@@ -1,5 +1,5 @@
 // Package bitset is a fixed-size set of small integers kept as a hierarchy of bit words, so that
-// finding the next clear bit costs a few word operations per level at any fill instead of a scan.
+// finding the next free (non-member) integer costs a few word operations per level at any fill instead of a scan.
 //
 // Level 0 holds one bit per element (1 = member). Each higher level holds one bit per word of the
 // level below, set exactly when that word is full. The top level is a single word. A set of n bits
@@ -14,10 +14,10 @@ import (
 	"slices"
 )
 
-// ErrTooLarge is returned by SetBigEndian when the data has a bit at or beyond the set's length.
-var ErrTooLarge = errors.New("bitset: data has bits beyond the set's length")
+// ErrTooLarge is returned by SetBigEndian when the data has a bit at or beyond the set's capacity.
+var ErrTooLarge = errors.New("bitset: data has bits beyond the set's capacity")
 
-// Set is a set of the integers [0, Len()). The zero Set is empty with length 0.
+// Set is a set of the integers [0, Cap()). The zero Set is empty with capacity 0.
 // A Set is not safe for concurrent use.
 type Set struct {
 	n      int
@@ -42,11 +42,11 @@ func New(n int) *Set {
 
 func words(nbits int) int { return (nbits + 63) >> 6 }
 
-// Len returns the number of integers the set can hold.
-func (s *Set) Len() int { return s.n }
+// Cap returns the number of integers the set can hold: its capacity, fixed by New.
+func (s *Set) Cap() int { return s.n }
 
-// Count returns the number of members.
-func (s *Set) Count() int { return s.count }
+// Len returns the number of members.
+func (s *Set) Len() int { return s.count }
 
 // Has reports whether i is a member. Out-of-range i reports false.
 func (s *Set) Has(i int) bool {
@@ -99,13 +99,13 @@ func (s *Set) fullWord(lv, wi int) uint64 {
 	return ^uint64(0)
 }
 
-// NextClear returns the smallest non-member i with from <= i < Len(), and reports whether there is
+// FirstFree returns the smallest non-member i with from <= i < Cap(), and reports whether there is
 // one. Its cost grows with the number of levels, not with the number of members.
-func (s *Set) NextClear(from int) (int, bool) {
-	return s.nextClearAt(0, max(from, 0))
+func (s *Set) FirstFree(from int) (int, bool) {
+	return s.firstFreeAt(0, max(from, 0))
 }
 
-func (s *Set) nextClearAt(lv, from int) (int, bool) {
+func (s *Set) firstFreeAt(lv, from int) (int, bool) {
 	if from >= s.nbits[lv] {
 		return 0, false
 	}
@@ -118,16 +118,16 @@ func (s *Set) nextClearAt(lv, from int) (int, bool) {
 		return 0, false
 	}
 	// The rest of word wi is full: the level above knows the next word that is not.
-	wj, ok := s.nextClearAt(lv+1, wi+1)
+	wj, ok := s.firstFreeAt(lv+1, wi+1)
 	if !ok {
 		return 0, false
 	}
 	return wj<<6 + bits.TrailingZeros64(^ws[wj]), true
 }
 
-// NextClearInRange returns a non-member in [lo, hi), looking first at [from, hi) and then wrapping
+// nextFree returns a non-member in [lo, hi), looking first at [from, hi) and then wrapping
 // to [lo, from), and reports whether there is one. from outside [lo, hi) is taken as lo.
-func (s *Set) NextClearInRange(lo, hi, from int) (int, bool) {
+func (s *Set) nextFree(lo, hi, from int) (int, bool) {
 	lo, hi = max(lo, 0), min(hi, s.n)
 	if lo >= hi {
 		return 0, false
@@ -135,19 +135,19 @@ func (s *Set) NextClearInRange(lo, hi, from int) (int, bool) {
 	if from < lo || from >= hi {
 		from = lo
 	}
-	if i, ok := s.NextClear(from); ok && i < hi {
+	if i, ok := s.FirstFree(from); ok && i < hi {
 		return i, true
 	}
-	if i, ok := s.NextClear(lo); ok && i < from {
+	if i, ok := s.FirstFree(lo); ok && i < from {
 		return i, true
 	}
 	return 0, false
 }
 
-// NextFree is NextClearInRange for uint64 bounds, so that a Set serves as an ipmath.FreeIndex.
+// NextFree is nextFree for uint64 bounds, so that a Set serves as an ipmath.FreeIndex.
 func (s *Set) NextFree(lo, hi, from uint64) (uint64, bool) {
 	n := uint64(s.n)
-	i, ok := s.NextClearInRange(int(min(lo, n)), int(min(hi, n)), int(min(from, n)))
+	i, ok := s.nextFree(int(min(lo, n)), int(min(hi, n)), int(min(from, n)))
 	return uint64(i), ok
 }
 
@@ -204,7 +204,7 @@ func (s *Set) AppendBigEndian(dst []byte) []byte {
 }
 
 // SetBigEndian replaces the members with those encoded in data as by AppendBigEndian (leading zero
-// bytes allowed). It returns ErrTooLarge, leaving s unchanged, if data has a bit at or beyond Len().
+// bytes allowed). It returns ErrTooLarge, leaving s unchanged, if data has a bit at or beyond Cap().
 // It allocates nothing.
 func (s *Set) SetBigEndian(data []byte) error {
 	for len(data) > 0 && data[0] == 0 {

@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// naiveNextClear is the model NextClear must agree with.
-func naiveNextClear(m map[int]bool, n, from int) (int, bool) {
+// naiveFirstFree is the model FirstFree must agree with.
+func naiveFirstFree(m map[int]bool, n, from int) (int, bool) {
 	for i := max(from, 0); i < n; i++ {
 		if !m[i] {
 			return i, true
@@ -49,13 +49,13 @@ func TestSetMatchesMapModel(t *testing.T) {
 				delete(m, i)
 			}
 			from := r.IntN(n + 1)
-			gi, gok := s.NextClear(from)
-			wi, wok := naiveNextClear(m, n, from)
+			gi, gok := s.FirstFree(from)
+			wi, wok := naiveFirstFree(m, n, from)
 			if gi != wi || gok != wok {
-				t.Fatalf("n=%d NextClear(%d) = %d, %v; want %d, %v", n, from, gi, gok, wi, wok)
+				t.Fatalf("n=%d FirstFree(%d) = %d, %v; want %d, %v", n, from, gi, gok, wi, wok)
 			}
-			if s.Count() != len(m) {
-				t.Fatalf("n=%d Count() = %d, want %d", n, s.Count(), len(m))
+			if s.Len() != len(m) {
+				t.Fatalf("n=%d Len() = %d, want %d", n, s.Len(), len(m))
 			}
 		}
 		got := slices.Collect(s.All())
@@ -70,13 +70,13 @@ func TestSetMatchesMapModel(t *testing.T) {
 	}
 }
 
-func TestNextClearFullAndWrap(t *testing.T) {
+func TestFirstFreeFullAndWrap(t *testing.T) {
 	s := New(200)
 	for i := range 200 {
 		s.Add(i)
 	}
-	if i, ok := s.NextClear(0); ok {
-		t.Fatalf("NextClear on a full set = %d, true", i)
+	if i, ok := s.FirstFree(0); ok {
+		t.Fatalf("FirstFree on a full set = %d, true", i)
 	}
 	s.Remove(7)
 	tests := []struct {
@@ -93,9 +93,9 @@ func TestNextClearFullAndWrap(t *testing.T) {
 		{5, 5, 5, 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := s.NextClearInRange(tt.lo, tt.hi, tt.from)
+		got, ok := s.nextFree(tt.lo, tt.hi, tt.from)
 		if got != tt.want || ok != tt.ok {
-			t.Errorf("NextClearInRange(%d, %d, %d) = %d, %v; want %d, %v", tt.lo, tt.hi, tt.from, got, ok, tt.want, tt.ok)
+			t.Errorf("nextFree(%d, %d, %d) = %d, %v; want %d, %v", tt.lo, tt.hi, tt.from, got, ok, tt.want, tt.ok)
 		}
 	}
 }
@@ -118,7 +118,7 @@ func TestBigEndianMatchesMathBig(t *testing.T) {
 		if err := c.SetBigEndian(append([]byte{0, 0}, got...)); err != nil {
 			t.Fatalf("n=%d SetBigEndian: %v", n, err)
 		}
-		if !slices.Equal(slices.Collect(c.All()), slices.Collect(s.All())) || c.Count() != s.Count() {
+		if !slices.Equal(slices.Collect(c.All()), slices.Collect(s.All())) || c.Len() != s.Len() {
 			t.Fatalf("n=%d SetBigEndian(AppendBigEndian(s)) != s", n)
 		}
 	}
@@ -132,7 +132,7 @@ func TestSetBigEndianRejectsBitsBeyondLength(t *testing.T) {
 			t.Errorf("SetBigEndian(%x) = %v, want ErrTooLarge", data, err)
 		}
 	}
-	if !s.Has(3) || s.Count() != 1 {
+	if !s.Has(3) || s.Len() != 1 {
 		t.Errorf("a rejected SetBigEndian changed the set")
 	}
 	if err := s.SetBigEndian([]byte{0x02, 0x00}); err != nil { // bit 9 is the last one

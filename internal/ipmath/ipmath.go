@@ -48,8 +48,10 @@ func Size(p netip.Prefix) uint64 {
 
 // BandOffset returns the number of offsets at the start of p reserved for the static band
 // (KEP-3070): 0 when p has at most 16 addresses, else 2^hostbits/16 clamped to [16, 256]. So a /28
-// has 0, a /27 and a /24 16, a /22 64, a /20 and anything wider 256; an IPv6 /124 0, /122 16 and
-// /118 64. AllocateNext prefers offsets at or above it.
+// has 0, a /27 and a /24 16, a /22 64, a /20 and anything wider 256, except a /0 and a /1, which
+// have 0 as in kube-apiserver (whose range size is 0 past 31 IPv4 or 127 IPv6 host bits); an IPv6
+// /124 0, /122 16 and /118 64, and likewise 0 for ::/0 and ::/1. AllocateNext prefers offsets at or
+// above it.
 func BandOffset(p netip.Prefix) uint64 {
 	const (
 		minOffset = 16
@@ -61,6 +63,9 @@ func BandOffset(p netip.Prefix) uint64 {
 	}
 	hb := HostBits(p)
 	if hb <= 4 { // 2^hb <= 16
+		return 0
+	}
+	if hb >= p.Addr().BitLen()-1 { // kube-apiserver's range size is 0 for a /0 and a /1
 		return 0
 	}
 	if hb >= 12 { // 2^hb/16 >= 256
