@@ -43,6 +43,9 @@ func TestNewValidatesRange(t *testing.T) {
 		{"::/0", true},
 		{"fd00::/128", true},
 		{"::ffff:10.0.0.0/120", true},
+		{"::/80", true},         // contains ::ffff:0:0/96
+		{"::fffe:0:0/95", true}, // contains ::ffff:0:0/96
+		{"::fffe:0:0/96", false},
 	}
 	client, _ := newFakeClient(t)
 	for _, tt := range tests {
