@@ -23,6 +23,24 @@ func CheckAddr(ip netip.Addr) error {
 	return nil
 }
 
+// CheckOwner returns nil if o can be recorded as the parentRef of an IPAddress object: it names a
+// Resource and a Name, which kube-apiserver requires (it rejects the object with 422 Unprocessable
+// Entity otherwise). Otherwise it returns an *OwnerError. Allocators that record owners call it
+// before any API call; the other values of a parentRef (the characters allowed in a name, say) are
+// left to the API server's validation. Allocators that record no owner (package bitmap) accept any
+// Owner, the zero one included, and do not call it.
+func CheckOwner(o Owner) error {
+	switch {
+	case o.Resource == "" && o.Name == "":
+		return &OwnerError{Owner: o, Reason: "resource and name are required"}
+	case o.Resource == "":
+		return &OwnerError{Owner: o, Reason: "resource is required"}
+	case o.Name == "":
+		return &OwnerError{Owner: o, Reason: "name is required"}
+	}
+	return nil
+}
+
 // ipv4MappedBlock holds the IPv4-mapped IPv6 addresses (RFC 4291 §2.5.5.2).
 var ipv4MappedBlock = netip.PrefixFrom(netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff}), 96)
 

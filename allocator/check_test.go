@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kube-ipam/clusterip/allocator"
 )
 
@@ -143,6 +147,40 @@ func TestCheckPrefixRejectsOverlapWithIPv4MappedBlock(t *testing.T) {
 			}
 			if !strings.Contains(pe.Reason, "::ffff:0:0/96") {
 				t.Errorf("CheckPrefix(%v) reason = %q, want it to name the IPv4-mapped block ::ffff:0:0/96", p, pe.Reason)
+			}
+		})
+	}
+}
+
+func TestCheckOwnerNeedsResourceAndName(t *testing.T) {
+	tests := []struct {
+		name       string
+		owner      allocator.Owner
+		wantReason string // "" means valid
+	}{
+		{"service", allocator.ServiceOwner(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u"}}), ""},
+		{"cluster-scoped, other group", allocator.Owner{Group: "example.com", Resource: "widgets", Name: "w"}, ""},
+		{"zero", allocator.Owner{}, "resource and name are required"},
+		{"nil Service", allocator.ServiceOwner(nil), "resource and name are required"},
+		{"no resource", allocator.Owner{Namespace: "default", Name: "web"}, "resource is required"},
+		{"no name", allocator.Owner{Group: "example.com", Resource: "widgets", Namespace: "default"}, "name is required"},
+		{"UID only", allocator.Owner{UID: "u"}, "resource and name are required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := allocator.CheckOwner(tt.owner)
+			if tt.wantReason == "" {
+				if err != nil {
+					t.Errorf("CheckOwner(%#v) = %v, want nil", tt.owner, err)
+				}
+				return
+			}
+			var oe *allocator.OwnerError
+			if !errors.As(err, &oe) || !errors.Is(err, allocator.ErrInvalid) {
+				t.Fatalf("CheckOwner(%#v) = %v, want an *OwnerError matching ErrInvalid", tt.owner, err)
+			}
+			if diff := cmp.Diff(&allocator.OwnerError{Owner: tt.owner, Reason: tt.wantReason}, oe); diff != "" {
+				t.Errorf("CheckOwner(%#v) (-want +got):\n%s", tt.owner, diff)
 			}
 		})
 	}

@@ -209,10 +209,15 @@ func (a *Allocator) create(ctx context.Context, off uint64, ip netip.Addr, owner
 // matching both allocator.ErrAllocated and apierrors.IsAlreadyExists if the object exists, whoever
 // created it; an *allocator.NotInRangeError if ip is outside the range, of the other family, or its
 // network or IPv4 broadcast address; an *allocator.AddrError for an invalid, zoned or IPv4-mapped
-// ip; allocator.ErrNotReady while not Ready; and any other API error wrapped with %w.
+// ip; an *allocator.OwnerError, before any API call, for an owner without a Resource or a Name
+// (see allocator.CheckOwner); allocator.ErrNotReady while not Ready; and any other API error
+// wrapped with %w.
 func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	off, err := a.offsetOf(ip)
 	if err != nil {
+		return err
+	}
+	if err := allocator.CheckOwner(owner); err != nil {
 		return err
 	}
 	if err := a.readyErr(); err != nil {
@@ -240,8 +245,12 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 // turns out to exist already (the informer had not shown it yet), AllocateNext marks it allocated
 // and picks another; it returns the zero Addr and allocator.ErrFull once the index has no free
 // address left. Any other API error is returned at once, wrapped with %w, as are ctx's errors;
-// allocator.ErrNotReady while not Ready.
+// allocator.ErrNotReady while not Ready; an *allocator.OwnerError, before any API call, for an
+// owner without a Resource or a Name.
 func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	if err := allocator.CheckOwner(owner); err != nil {
+		return netip.Addr{}, err
+	}
 	logger := klog.FromContext(ctx)
 	for attempt := uint64(0); attempt < a.size; attempt++ {
 		if err := a.readyErr(); err != nil {
@@ -405,7 +414,8 @@ func (a *Allocator) Free() uint64 {
 // DryRun returns a view of a that checks calls as a would and changes nothing: Allocate reports
 // the error Allocate would return for an address already in the index or for bad input (and, with
 // WithServerDryRun, asks the API server with a dry-run Create), AllocateNext returns an address
-// that is free in the index now without reserving it, and Release only validates its input.
+// that is free in the index now without reserving it, and Release only validates its input. Both
+// reject an owner without a Resource or a Name, as Allocate and AllocateNext do.
 func (a *Allocator) DryRun() allocator.Interface { return dryRun{a} }
 
 // Close removes the informer event handler. Allocate and AllocateNext return allocator.ErrNotReady

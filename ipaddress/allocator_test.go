@@ -24,7 +24,7 @@ var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name
 func TestConformanceWithFakeClientset(t *testing.T) {
 	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
 		return newFixture(t, cidr, fixtureOptions{}).a
-	})
+	}, allocatortest.RecordsOwners())
 }
 
 func TestNewValidatesRange(t *testing.T) {
@@ -370,5 +370,61 @@ func TestReleaseNotFoundSeesTheNextOwner(t *testing.T) {
 	}
 	if got := f.a.Used(); got != 1 {
 		t.Errorf("Used() = %d, want 1", got)
+	}
+}
+
+// TestOwnerWithoutResourceOrNameIsRejectedBeforeAnyAPICall checks that an Owner the API server
+// would refuse as a parentRef (no resource, or no name) is an allocator.ErrInvalid error before
+// any request is sent, for Allocate, AllocateNext and their dry runs, and changes nothing.
+func TestOwnerWithoutResourceOrNameIsRejectedBeforeAnyAPICall(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.8.0.0/28"), fixtureOptions{}, WithServerDryRun(true))
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.8.0.3")
+	owners := []struct {
+		name  string
+		owner allocator.Owner
+	}{
+		{"zero", allocator.Owner{}},
+		{"no resource", allocator.Owner{Namespace: "default", Name: "web"}},
+		{"no name", allocator.Owner{Resource: "services", Namespace: "default"}},
+		{"namespace and UID only", allocator.Owner{Namespace: "default", UID: "u-1"}},
+	}
+	for _, o := range owners {
+		calls := []struct {
+			name string
+			call func() error
+		}{
+			{"Allocate", func() error { return f.a.Allocate(ctx, ip, o.owner) }},
+			{"AllocateNext", func() error { _, err := f.a.AllocateNext(ctx, o.owner); return err }},
+			{"DryRun().Allocate", func() error { return f.a.DryRun().Allocate(ctx, ip, o.owner) }},
+			{"DryRun().AllocateNext", func() error { _, err := f.a.DryRun().AllocateNext(ctx, o.owner); return err }},
+		}
+		for _, c := range calls {
+			t.Run(o.name+"/"+c.name, func(t *testing.T) {
+				f.client.ClearActions()
+				err := c.call()
+				if !errors.Is(err, allocator.ErrInvalid) {
+					t.Errorf("%s(owner %#v) = %v, want an error matching allocator.ErrInvalid", c.name, o.owner, err)
+				}
+				var oe *allocator.OwnerError
+				if !errors.As(err, &oe) || oe.Owner != o.owner {
+					t.Errorf("%s(owner %#v) = %v, want an *allocator.OwnerError keeping the owner", c.name, o.owner, err)
+				}
+				if n := len(f.client.Actions()); n != 0 {
+					t.Errorf("%s(owner %#v) sent %d requests, want 0", c.name, o.owner, n)
+				}
+				if f.a.Used() != 0 || f.a.Has(ip) {
+					t.Errorf("after %s Used() = %d, Has(%v) = %v; want 0, false", c.name, f.a.Used(), ip, f.a.Has(ip))
+				}
+			})
+		}
+	}
+	// An address error still comes first, and a valid owner still allocates.
+	var ae *allocator.AddrError
+	if err := f.a.Allocate(ctx, netip.Addr{}, allocator.Owner{}); !errors.As(err, &ae) {
+		t.Errorf("Allocate(zero Addr, zero Owner) = %v, want an *allocator.AddrError", err)
+	}
+	if err := f.a.Allocate(ctx, ip, allocator.Owner{Resource: "services", Name: "web"}); err != nil {
+		t.Errorf("Allocate() with resource and name only = %v, want nil", err)
 	}
 }
