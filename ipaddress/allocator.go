@@ -53,12 +53,13 @@ type Allocator struct {
 	ready  atomic.Bool // SetReady's switch
 	closed atomic.Bool
 
-	mu      sync.Mutex // guards rand, index, pending, expiry, gen and staleEvents
-	rand    *rand.Rand
-	index   freeindex.Set       // allocated offsets: the informer's view overlaid with pending writes
-	pending map[uint64]*pending // offsets with a write in flight or assumed
-	expiry  []expiryEntry       // assumptions in deadline order (a FIFO: the timeout is constant)
-	gen     uint64              // last assumption generation handed out
+	mu       sync.Mutex // guards rand, index, pending, expiry, rechecks, gen and staleEvents
+	rand     *rand.Rand
+	index    freeindex.Set       // allocated offsets: the informer's view overlaid with pending writes
+	pending  map[uint64]*pending // offsets with a write in flight or assumed
+	expiry   []expiryEntry       // assumptions in deadline order (a FIFO: the timeout is constant)
+	rechecks []expiryEntry       // assumed deletes contradicted by the informer, in deadline order
+	gen      uint64              // last assumption generation handed out
 
 	staleEvents uint64 // informer events ignored as older than an assumed write (for tests and logs)
 }
@@ -334,7 +335,9 @@ func waitFor(ctx context.Context, ch <-chan struct{}) error {
 
 // Release deletes the IPAddress of ip, whoever created it. It returns nil if there is none or ip
 // is outside the range, an *allocator.AddrError for an invalid, zoned or IPv4-mapped ip, and any
-// other API error wrapped with %w. It works while not Ready.
+// other API error wrapped with %w. It works while not Ready. A Release that finds no object for an
+// address the informer did not show either leaves no trace: an IPAddress another writer creates
+// afterwards counts as soon as the informer shows it.
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 	off, err := a.offsetOf(ip)
 	if err != nil {
@@ -370,7 +373,9 @@ func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 }
 
 // Has reports whether ip is allocated as far as the Allocator knows: the informer's view, overlaid
-// with its own writes that the informer has not shown yet.
+// with its own writes that the informer has not shown yet. After the Allocator deleted ip's object,
+// informer events of that object are ignored as stale; an object the informer shows that is newer
+// (by resourceVersion) counts at once, and one it cannot tell from a stale one within a second.
 func (a *Allocator) Has(ip netip.Addr) bool {
 	off, err := a.offsetOf(ip)
 	if err != nil {

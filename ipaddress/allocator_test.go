@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -427,4 +428,42 @@ func TestOwnerWithoutResourceOrNameIsRejectedBeforeAnyAPICall(t *testing.T) {
 	if err := f.a.Allocate(ctx, ip, allocator.Owner{Resource: "services", Name: "web"}); err != nil {
 		t.Errorf("Allocate() with resource and name only = %v, want nil", err)
 	}
+}
+
+// TestReleaseNotFoundOfAnUnknownAddressHidesNoLaterObject releases an address nobody holds (the
+// Delete gets NotFound), then another writer creates its IPAddress. Has and Used must show the
+// object as soon as the informer does, not after the assume timeout.
+func TestReleaseNotFoundOfAnUnknownAddressHidesNoLaterObject(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.10.0.0/24"), fixtureOptions{}, WithAssumeTimeout(time.Hour))
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.10.0.9")
+	if err := f.a.Release(ctx, ip); err != nil {
+		t.Fatalf("Release(%v) = %v", ip, err)
+	}
+	// Another writer; the fixture's reactor gives the object a UID and a resourceVersion.
+	if _, err := f.client.NetworkingV1().IPAddresses().Create(ctx, ipAddressObject(ip.String(), "", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHandled(t, f.a, ip)
+	if !f.a.Has(ip) || f.a.Used() != 1 {
+		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, f.a.Has(ip), f.a.Used())
+	}
+}
+
+// waitHandled waits until the informer cache holds ip's object and the Allocator's handler has
+// either shown it or ignored an event for it as stale.
+func waitHandled(t *testing.T, a *Allocator, ip netip.Addr) {
+	t.Helper()
+	off, _ := ipOffset(a.cidr, ip)
+	a.mu.Lock()
+	stale := a.staleEvents
+	a.mu.Unlock()
+	testenv.WaitFor(t, "the informer to hand "+ip.String()+" to the handler", func() bool {
+		if _, ok := a.cached(off); !ok {
+			return false
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.index.Has(off) || a.staleEvents > stale
+	})
 }

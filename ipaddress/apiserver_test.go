@@ -538,3 +538,25 @@ func isOwnerError(err error, owner allocator.Owner) bool {
 	var se apierrors.APIStatus
 	return errors.As(err, &oe) && oe.Owner == owner && errors.Is(err, allocator.ErrInvalid) && !errors.As(err, &se)
 }
+
+// TestAPIServerReleaseNotFoundHidesNoLaterObject: a Release of an address nobody holds gets
+// NotFound from kube-apiserver; an IPAddress another client creates afterwards must show in Has and
+// Used as soon as the informer holds it (the assume timeout is an hour here).
+func TestAPIServerReleaseNotFoundHidesNoLaterObject(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	p := netip.MustParsePrefix("192.168.106.0/28")
+	a := realAllocator(t, s, p, WithAssumeTimeout(time.Hour))
+	ip := netip.MustParseAddr("192.168.106.7")
+	if err := a.Release(ctx, ip); err != nil {
+		t.Fatalf("Release(%v) = %v", ip, err)
+	}
+	other := newClient(t, s)
+	if _, err := other.NetworkingV1().IPAddresses().Create(ctx, a.newIPAddress(ip, testOwner), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHandled(t, a, ip)
+	if !a.Has(ip) || a.Used() != 1 {
+		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, a.Has(ip), a.Used())
+	}
+}
