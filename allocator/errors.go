@@ -19,7 +19,8 @@ var (
 	// ErrMismatchedNetwork means a snapshot or stored state belongs to another range, or that no
 	// range of a multi-CIDR allocator contains an address.
 	ErrMismatchedNetwork = errors.New("allocator: mismatched network")
-	// ErrInvalid is matched (with errors.Is) by every *AddrError, *PrefixError and *OwnerError.
+	// ErrInvalid is matched (with errors.Is) by every *AddrError, *PrefixError and *OwnerError,
+	// and by the errors constructors return for nil or zero arguments.
 	ErrInvalid = errors.New("allocator: invalid input")
 )
 

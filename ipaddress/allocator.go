@@ -2,11 +2,11 @@ package ipaddress
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -70,7 +70,9 @@ type Allocator struct {
 // received the informer's initial list, Allocate and AllocateNext return allocator.ErrNotReady.
 //
 // cidr must pass allocator.CheckPrefix and, for IPv6, be a /64 or longer (MinIPv6Bits); IPv4
-// prefixes of any length up to /0 are served. Otherwise New returns an *allocator.PrefixError.
+// prefixes of any length up to /0 are served. Otherwise New returns an *allocator.PrefixError. A nil
+// client or informer (a nil interface or a nil pointer in one) is an error matching
+// allocator.ErrInvalid, never a panic; nil Options are ignored.
 func New(cidr netip.Prefix, client kubernetes.Interface, informer networkingv1informers.IPAddressInformer, opts ...Option) (*Allocator, error) {
 	if err := allocator.CheckPrefix(cidr); err != nil {
 		return nil, err
@@ -78,8 +80,16 @@ func New(cidr netip.Prefix, client kubernetes.Interface, informer networkingv1in
 	if cidr.Addr().Is6() && cidr.Bits() < MinIPv6Bits {
 		return nil, &allocator.PrefixError{Prefix: cidr, Reason: fmt.Sprintf("IPv6 ranges shorter than /%d are not supported", MinIPv6Bits)}
 	}
-	if client == nil || informer == nil {
-		return nil, errors.New("ipaddress: New needs a client and an IPAddress informer")
+	if isNil(client) || isNil(informer) {
+		return nil, fmt.Errorf("ipaddress: New needs a client and an IPAddress informer: %w", allocator.ErrInvalid)
+	}
+	ipc := client.NetworkingV1()
+	if isNil(ipc) {
+		return nil, fmt.Errorf("ipaddress: New: the client has no networking.k8s.io/v1 client: %w", allocator.ErrInvalid)
+	}
+	inf := informer.Informer()
+	if isNil(inf) {
+		return nil, fmt.Errorf("ipaddress: New: the IPAddress informer has no shared informer: %w", allocator.ErrInvalid)
 	}
 	o := buildOptions(opts)
 	family := corev1.IPv4Protocol
@@ -92,8 +102,8 @@ func New(cidr netip.Prefix, client kubernetes.Interface, informer networkingv1in
 		family:        family,
 		size:          size,
 		band:          min(ipmath.BandOffset(cidr), size),
-		client:        client.NetworkingV1().IPAddresses(),
-		informer:      informer.Informer(),
+		client:        ipc.IPAddresses(),
+		informer:      inf,
 		managedBy:     o.managedBy,
 		assumeTimeout: o.assumeTimeout,
 		serverDryRun:  o.serverDryRun,
@@ -433,6 +443,18 @@ func (a *Allocator) Close() error {
 		return fmt.Errorf("ipaddress: remove informer handler: %w", err)
 	}
 	return nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer, map, slice, func or channel.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // parseRV returns a resourceVersion as a number, or 0 if it is not one. Resource versions are

@@ -3,6 +3,7 @@ package ipaddress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -13,7 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
@@ -467,3 +473,63 @@ func waitHandled(t *testing.T, a *Allocator, ip netip.Addr) {
 		return a.index.Has(off) || a.staleEvents > stale
 	})
 }
+
+// TestNewRejectsNilAndZeroArguments calls New with each argument nil or zero and expects an
+// error, never a panic.
+func TestNewRejectsNilAndZeroArguments(t *testing.T) {
+	client, _ := newFakeClient(t)
+	cidr := netip.MustParsePrefix("10.11.0.0/24")
+	tests := []struct {
+		name     string
+		cidr     netip.Prefix
+		client   kubernetes.Interface
+		informer networkingv1informers.IPAddressInformer
+		opts     []Option
+		wantErr  bool
+	}{
+		{name: "valid", cidr: cidr, client: client, informer: newInformer(client)},
+		{name: "nil Option", cidr: cidr, client: client, informer: newInformer(client), opts: []Option{nil, WithSeed(1), nil}},
+		{name: "zero prefix", client: client, informer: newInformer(client), wantErr: true},
+		{name: "nil client", cidr: cidr, informer: newInformer(client), wantErr: true},
+		{name: "nil *fake.Clientset", cidr: cidr, client: (*fake.Clientset)(nil), informer: newInformer(client), wantErr: true},
+		{name: "nil *kubernetes.Clientset", cidr: cidr, client: (*kubernetes.Clientset)(nil), informer: newInformer(client), wantErr: true},
+		{name: "zero kubernetes.Clientset", cidr: cidr, client: &kubernetes.Clientset{}, informer: newInformer(client), wantErr: true},
+		{name: "nil informer", cidr: cidr, client: client, wantErr: true},
+		{name: "nil *nilInformer", cidr: cidr, client: client, informer: (*nilInformer)(nil), wantErr: true},
+		{name: "informer whose Informer() is nil", cidr: cidr, client: client, informer: &nilInformer{}, wantErr: true},
+		{name: "everything zero", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var (
+				a   *Allocator
+				err error
+			)
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("panic: %v", r)
+						t.Errorf("New() panicked: %v", r)
+					}
+				}()
+				a, err = New(tt.cidr, tt.client, tt.informer, tt.opts...)
+			}()
+			if tt.wantErr {
+				if !errors.Is(err, allocator.ErrInvalid) || a != nil {
+					t.Errorf("New() = %v, %v; want nil and an error matching allocator.ErrInvalid", a, err)
+				}
+				return
+			}
+			if err != nil || a == nil {
+				t.Fatalf("New() = %v, %v; want an Allocator", a, err)
+			}
+			a.Close()
+		})
+	}
+}
+
+// nilInformer is an IPAddressInformer whose Informer method returns nil.
+type nilInformer struct{}
+
+func (*nilInformer) Informer() cache.SharedIndexInformer         { return nil }
+func (*nilInformer) Lister() networkingv1listers.IPAddressLister { return nil }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -73,8 +74,14 @@ var (
 	v6One   = netip.MustParsePrefix("fd00:80::/127")   // 1 address: the all-ones one
 )
 
-// Run runs the conformance suite as subtests of t.
+// Run runs the conformance suite as subtests of t. A nil f, or a Factory that returns a nil
+// allocator, fails t instead of panicking; nil Options are ignored.
 func Run(t *testing.T, f Factory, opts ...Option) {
+	t.Helper()
+	if f == nil {
+		t.Fatal("allocatortest: Run needs a Factory, got nil")
+	}
+	f = checked(f)
 	c := config{workers: 8}
 	for _, o := range opts {
 		if o != nil {
@@ -102,6 +109,21 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f, c) })
+	}
+}
+
+// checked wraps f so that a nil allocator fails the test at once.
+func checked(f Factory) Factory {
+	return func(t *testing.T, cidr netip.Prefix) allocator.Interface {
+		t.Helper()
+		a := f(t, cidr)
+		if a == nil {
+			t.Fatalf("allocatortest: the Factory returned a nil allocator for %v", cidr)
+		}
+		if v := reflect.ValueOf(a); v.Kind() == reflect.Pointer && v.IsNil() {
+			t.Fatalf("allocatortest: the Factory returned a nil %T for %v", a, cidr)
+		}
+		return a
 	}
 }
 
