@@ -13,7 +13,9 @@
 //	}
 //
 // The suite uses small ranges (at most 62 addresses) so that it runs quickly against a real
-// kube-apiserver too.
+// kube-apiserver too, and a valid Owner (with a Resource and a Name) in every call. An
+// implementation that records owners passes RecordsOwners() to have its rejection of invalid
+// owners checked too.
 package allocatortest
 
 import (
