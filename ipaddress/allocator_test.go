@@ -446,24 +446,29 @@ func TestReleaseNotFoundOfAnUnknownAddressHidesNoLaterObject(t *testing.T) {
 	if err := f.a.Release(ctx, ip); err != nil {
 		t.Fatalf("Release(%v) = %v", ip, err)
 	}
+	stale := staleEvents(f.a)
 	// Another writer; the fixture's reactor gives the object a UID and a resourceVersion.
 	if _, err := f.client.NetworkingV1().IPAddresses().Create(ctx, ipAddressObject(ip.String(), "", 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitHandled(t, f.a, ip)
+	waitHandled(t, f.a, ip, stale)
 	if !f.a.Has(ip) || f.a.Used() != 1 {
 		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, f.a.Has(ip), f.a.Used())
 	}
 }
 
+// staleEvents returns the number of informer events a has ignored as stale so far.
+func staleEvents(a *Allocator) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.staleEvents
+}
+
 // waitHandled waits until the informer cache holds ip's object and the Allocator's handler has
-// either shown it or ignored an event for it as stale.
-func waitHandled(t *testing.T, a *Allocator, ip netip.Addr) {
+// either shown it or ignored an event for it as stale (more than stale events ignored in all).
+func waitHandled(t *testing.T, a *Allocator, ip netip.Addr, stale uint64) {
 	t.Helper()
 	off, _ := ipOffset(a.cidr, ip)
-	a.mu.Lock()
-	stale := a.staleEvents
-	a.mu.Unlock()
 	testenv.WaitFor(t, "the informer to hand "+ip.String()+" to the handler", func() bool {
 		if _, ok := a.cached(off); !ok {
 			return false

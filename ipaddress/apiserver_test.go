@@ -552,10 +552,11 @@ func TestAPIServerReleaseNotFoundHidesNoLaterObject(t *testing.T) {
 		t.Fatalf("Release(%v) = %v", ip, err)
 	}
 	other := newClient(t, s)
+	stale := staleEvents(a)
 	if _, err := other.NetworkingV1().IPAddresses().Create(ctx, a.newIPAddress(ip, testOwner), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitHandled(t, a, ip)
+	waitHandled(t, a, ip, stale)
 	if !a.Has(ip) || a.Used() != 1 {
 		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, a.Has(ip), a.Used())
 	}
