@@ -3,8 +3,10 @@
 //
 // An allocator hands out addresses of one IP family from one Service CIDR (or, for the multi-CIDR
 // allocator in package servicecidr, from every ServiceCIDR of a family). Addresses are netip.Addr
-// values and prefixes are netip.Prefix values; an IPv4-mapped IPv6 address, a zoned address, or a
-// prefix that leaves no usable address is rejected with a typed error and changes nothing.
+// values and prefixes are netip.Prefix values; an IPv4-mapped IPv6 address, a zoned address, a
+// prefix that leaves no usable address, or an IPv6 prefix overlapping the IPv4-mapped block
+// ::ffff:0:0/96 (such as ::/80) is rejected with a typed error and changes nothing. Every
+// constructor checks its range with CheckPrefix.
 //
 // The implementations are:
 //   - bitmap.Allocator and bitmap.Persistent, the legacy bitmap kept by kube-apiserver in etcd;

@@ -19,7 +19,8 @@ var (
 	// ErrMismatchedNetwork means a snapshot or stored state belongs to another range, or that no
 	// range of a multi-CIDR allocator contains an address.
 	ErrMismatchedNetwork = errors.New("allocator: mismatched network")
-	// ErrInvalid is matched (with errors.Is) by every *AddrError and *PrefixError.
+	// ErrInvalid is matched (with errors.Is) by every *AddrError, *PrefixError and *OwnerError,
+	// and by the errors constructors return for nil or zero arguments.
 	ErrInvalid = errors.New("allocator: invalid input")
 )
 
@@ -89,3 +90,20 @@ func (e *PrefixError) Error() string {
 
 // Is reports whether target is ErrInvalid.
 func (e *PrefixError) Is(target error) bool { return target == ErrInvalid }
+
+// OwnerError reports an Owner that an allocator recording owners cannot record, because
+// kube-apiserver would refuse it as an IPAddress parentRef. It keeps the Owner.
+type OwnerError struct {
+	// Owner is the rejected owner.
+	Owner Owner
+	// Reason says what is wrong, such as "resource and name are required".
+	Reason string
+}
+
+// Error implements error.
+func (e *OwnerError) Error() string {
+	return fmt.Sprintf("allocator: invalid owner %q: %s", e.Owner.String(), e.Reason)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *OwnerError) Is(target error) bool { return target == ErrInvalid }

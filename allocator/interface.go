@@ -16,13 +16,15 @@ import (
 type Interface interface {
 	// Allocate reserves ip for owner. It returns ErrAllocated if ip is already taken, a
 	// *NotInRangeError if ip is outside the range or is its network or IPv4 broadcast address, an
-	// *AddrError if ip is invalid, zoned or IPv4-mapped, and ErrNotReady if the allocator cannot
-	// serve yet. Allocate may take any usable address, including those of the static band.
+	// *AddrError if ip is invalid, zoned or IPv4-mapped, an *OwnerError if the allocator records
+	// owners and owner lacks a Resource or a Name, and ErrNotReady if the allocator cannot serve
+	// yet. Allocate may take any usable address, including those of the static band.
 	Allocate(ctx context.Context, ip netip.Addr, owner Owner) error
 
 	// AllocateNext reserves any free address for owner and returns it. It prefers the dynamic
 	// (upper) band and falls back to the static (lower) band only when the upper one is full. If no
-	// address is free it returns the zero Addr and ErrFull.
+	// address is free it returns the zero Addr and ErrFull. Like Allocate, an allocator that
+	// records owners returns an *OwnerError for an owner without a Resource or a Name.
 	AllocateNext(ctx context.Context, owner Owner) (netip.Addr, error)
 
 	// Release frees ip. Releasing an address that is not allocated, or that is outside the range,
@@ -61,7 +63,12 @@ type Interface interface {
 // Owner identifies the object an address is allocated to. It becomes the parentRef of an
 // IPAddress object; the bitmap allocator ignores it.
 //
-// The zero Owner is valid and means "no owner recorded". Owner is a small comparable value.
+// An allocator that records owners (ipaddress.Allocator, and servicecidr.Allocator through it)
+// needs a Resource and a Name, as kube-apiserver does for a parentRef: Allocate and AllocateNext,
+// and their DryRun views, reject an Owner without them with an *OwnerError (matching ErrInvalid)
+// before any API call; see CheckOwner. An allocator that records no owner (package bitmap) accepts
+// any Owner, the zero one included. The zero Owner means "no owner". Owner is a small comparable
+// value.
 type Owner struct {
 	// Group is the API group of the owner, empty for the core group.
 	Group string
@@ -76,7 +83,8 @@ type Owner struct {
 }
 
 // ServiceOwner returns the Owner that names svc: the core group, resource "services", and the
-// Service's namespace, name and UID. A nil svc returns the zero Owner.
+// Service's namespace, name and UID. A nil svc returns the zero Owner, which allocators that
+// record owners reject.
 func ServiceOwner(svc *corev1.Service) Owner {
 	if svc == nil {
 		return Owner{}

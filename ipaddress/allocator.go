@@ -2,11 +2,11 @@ package ipaddress
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -53,12 +53,13 @@ type Allocator struct {
 	ready  atomic.Bool // SetReady's switch
 	closed atomic.Bool
 
-	mu      sync.Mutex // guards rand, index, pending, expiry, gen and staleEvents
-	rand    *rand.Rand
-	index   freeindex.Set       // allocated offsets: the informer's view overlaid with pending writes
-	pending map[uint64]*pending // offsets with a write in flight or assumed
-	expiry  []expiryEntry       // assumptions in deadline order (a FIFO: the timeout is constant)
-	gen     uint64              // last assumption generation handed out
+	mu       sync.Mutex // guards rand, index, pending, expiry, rechecks, gen and staleEvents
+	rand     *rand.Rand
+	index    freeindex.Set       // allocated offsets: the informer's view overlaid with pending writes
+	pending  map[uint64]*pending // offsets with a write in flight or assumed
+	expiry   []expiryEntry       // assumptions in deadline order (a FIFO: the timeout is constant)
+	rechecks []expiryEntry       // assumed deletes contradicted by the informer, in deadline order
+	gen      uint64              // last assumption generation handed out
 
 	staleEvents uint64 // informer events ignored as older than an assumed write (for tests and logs)
 }
@@ -69,7 +70,9 @@ type Allocator struct {
 // received the informer's initial list, Allocate and AllocateNext return allocator.ErrNotReady.
 //
 // cidr must pass allocator.CheckPrefix and, for IPv6, be a /64 or longer (MinIPv6Bits); IPv4
-// prefixes of any length up to /0 are served. Otherwise New returns an *allocator.PrefixError.
+// prefixes of any length up to /0 are served. Otherwise New returns an *allocator.PrefixError. A nil
+// client or informer (a nil interface or a nil pointer in one) is an error matching
+// allocator.ErrInvalid, never a panic; nil Options are ignored.
 func New(cidr netip.Prefix, client kubernetes.Interface, informer networkingv1informers.IPAddressInformer, opts ...Option) (*Allocator, error) {
 	if err := allocator.CheckPrefix(cidr); err != nil {
 		return nil, err
@@ -77,8 +80,16 @@ func New(cidr netip.Prefix, client kubernetes.Interface, informer networkingv1in
 	if cidr.Addr().Is6() && cidr.Bits() < MinIPv6Bits {
 		return nil, &allocator.PrefixError{Prefix: cidr, Reason: fmt.Sprintf("IPv6 ranges shorter than /%d are not supported", MinIPv6Bits)}
 	}
-	if client == nil || informer == nil {
-		return nil, errors.New("ipaddress: New needs a client and an IPAddress informer")
+	if isNil(client) || isNil(informer) {
+		return nil, fmt.Errorf("ipaddress: New needs a client and an IPAddress informer: %w", allocator.ErrInvalid)
+	}
+	ipc := client.NetworkingV1()
+	if isNil(ipc) {
+		return nil, fmt.Errorf("ipaddress: New: the client has no networking.k8s.io/v1 client: %w", allocator.ErrInvalid)
+	}
+	inf := informer.Informer()
+	if isNil(inf) {
+		return nil, fmt.Errorf("ipaddress: New: the IPAddress informer has no shared informer: %w", allocator.ErrInvalid)
 	}
 	o := buildOptions(opts)
 	family := corev1.IPv4Protocol
@@ -91,8 +102,8 @@ func New(cidr netip.Prefix, client kubernetes.Interface, informer networkingv1in
 		family:        family,
 		size:          size,
 		band:          min(ipmath.BandOffset(cidr), size),
-		client:        client.NetworkingV1().IPAddresses(),
-		informer:      informer.Informer(),
+		client:        ipc.IPAddresses(),
+		informer:      inf,
 		managedBy:     o.managedBy,
 		assumeTimeout: o.assumeTimeout,
 		serverDryRun:  o.serverDryRun,
@@ -209,10 +220,15 @@ func (a *Allocator) create(ctx context.Context, off uint64, ip netip.Addr, owner
 // matching both allocator.ErrAllocated and apierrors.IsAlreadyExists if the object exists, whoever
 // created it; an *allocator.NotInRangeError if ip is outside the range, of the other family, or its
 // network or IPv4 broadcast address; an *allocator.AddrError for an invalid, zoned or IPv4-mapped
-// ip; allocator.ErrNotReady while not Ready; and any other API error wrapped with %w.
+// ip; an *allocator.OwnerError, before any API call, for an owner without a Resource or a Name
+// (see allocator.CheckOwner); allocator.ErrNotReady while not Ready; and any other API error
+// wrapped with %w.
 func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	off, err := a.offsetOf(ip)
 	if err != nil {
+		return err
+	}
+	if err := allocator.CheckOwner(owner); err != nil {
 		return err
 	}
 	if err := a.readyErr(); err != nil {
@@ -240,8 +256,12 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 // turns out to exist already (the informer had not shown it yet), AllocateNext marks it allocated
 // and picks another; it returns the zero Addr and allocator.ErrFull once the index has no free
 // address left. Any other API error is returned at once, wrapped with %w, as are ctx's errors;
-// allocator.ErrNotReady while not Ready.
+// allocator.ErrNotReady while not Ready; an *allocator.OwnerError, before any API call, for an
+// owner without a Resource or a Name.
 func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	if err := allocator.CheckOwner(owner); err != nil {
+		return netip.Addr{}, err
+	}
 	logger := klog.FromContext(ctx)
 	for attempt := uint64(0); attempt < a.size; attempt++ {
 		if err := a.readyErr(); err != nil {
@@ -325,7 +345,9 @@ func waitFor(ctx context.Context, ch <-chan struct{}) error {
 
 // Release deletes the IPAddress of ip, whoever created it. It returns nil if there is none or ip
 // is outside the range, an *allocator.AddrError for an invalid, zoned or IPv4-mapped ip, and any
-// other API error wrapped with %w. It works while not Ready.
+// other API error wrapped with %w. It works while not Ready. A Release that finds no object for an
+// address the informer did not show either leaves no trace: an IPAddress another writer creates
+// afterwards counts as soon as the informer shows it.
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 	off, err := a.offsetOf(ip)
 	if err != nil {
@@ -361,7 +383,9 @@ func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 }
 
 // Has reports whether ip is allocated as far as the Allocator knows: the informer's view, overlaid
-// with its own writes that the informer has not shown yet.
+// with its own writes that the informer has not shown yet. After the Allocator deleted ip's object,
+// informer events of that object are ignored as stale; an object the informer shows that is newer
+// (by resourceVersion) counts at once, and one it cannot tell from a stale one within a second.
 func (a *Allocator) Has(ip netip.Addr) bool {
 	off, err := a.offsetOf(ip)
 	if err != nil {
@@ -405,7 +429,8 @@ func (a *Allocator) Free() uint64 {
 // DryRun returns a view of a that checks calls as a would and changes nothing: Allocate reports
 // the error Allocate would return for an address already in the index or for bad input (and, with
 // WithServerDryRun, asks the API server with a dry-run Create), AllocateNext returns an address
-// that is free in the index now without reserving it, and Release only validates its input.
+// that is free in the index now without reserving it, and Release only validates its input. Both
+// reject an owner without a Resource or a Name, as Allocate and AllocateNext do.
 func (a *Allocator) DryRun() allocator.Interface { return dryRun{a} }
 
 // Close removes the informer event handler. Allocate and AllocateNext return allocator.ErrNotReady
@@ -418,6 +443,18 @@ func (a *Allocator) Close() error {
 		return fmt.Errorf("ipaddress: remove informer handler: %w", err)
 	}
 	return nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer, map, slice, func or channel.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // parseRV returns a resourceVersion as a number, or 0 if it is not one. Resource versions are

@@ -3,8 +3,10 @@ package ipaddress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -12,7 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
@@ -24,7 +31,7 @@ var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name
 func TestConformanceWithFakeClientset(t *testing.T) {
 	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
 		return newFixture(t, cidr, fixtureOptions{}).a
-	})
+	}, allocatortest.RecordsOwners())
 }
 
 func TestNewValidatesRange(t *testing.T) {
@@ -43,6 +50,9 @@ func TestNewValidatesRange(t *testing.T) {
 		{"::/0", true},
 		{"fd00::/128", true},
 		{"::ffff:10.0.0.0/120", true},
+		{"::/80", true},         // contains ::ffff:0:0/96
+		{"::fffe:0:0/95", true}, // contains ::ffff:0:0/96
+		{"::fffe:0:0/96", false},
 	}
 	client, _ := newFakeClient(t)
 	for _, tt := range tests {
@@ -369,3 +379,162 @@ func TestReleaseNotFoundSeesTheNextOwner(t *testing.T) {
 		t.Errorf("Used() = %d, want 1", got)
 	}
 }
+
+// TestOwnerWithoutResourceOrNameIsRejectedBeforeAnyAPICall checks that an Owner the API server
+// would refuse as a parentRef (no resource, or no name) is an allocator.ErrInvalid error before
+// any request is sent, for Allocate, AllocateNext and their dry runs, and changes nothing.
+func TestOwnerWithoutResourceOrNameIsRejectedBeforeAnyAPICall(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.8.0.0/28"), fixtureOptions{}, WithServerDryRun(true))
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.8.0.3")
+	owners := []struct {
+		name  string
+		owner allocator.Owner
+	}{
+		{"zero", allocator.Owner{}},
+		{"no resource", allocator.Owner{Namespace: "default", Name: "web"}},
+		{"no name", allocator.Owner{Resource: "services", Namespace: "default"}},
+		{"namespace and UID only", allocator.Owner{Namespace: "default", UID: "u-1"}},
+	}
+	for _, o := range owners {
+		calls := []struct {
+			name string
+			call func() error
+		}{
+			{"Allocate", func() error { return f.a.Allocate(ctx, ip, o.owner) }},
+			{"AllocateNext", func() error { _, err := f.a.AllocateNext(ctx, o.owner); return err }},
+			{"DryRun().Allocate", func() error { return f.a.DryRun().Allocate(ctx, ip, o.owner) }},
+			{"DryRun().AllocateNext", func() error { _, err := f.a.DryRun().AllocateNext(ctx, o.owner); return err }},
+		}
+		for _, c := range calls {
+			t.Run(o.name+"/"+c.name, func(t *testing.T) {
+				f.client.ClearActions()
+				err := c.call()
+				if !errors.Is(err, allocator.ErrInvalid) {
+					t.Errorf("%s(owner %#v) = %v, want an error matching allocator.ErrInvalid", c.name, o.owner, err)
+				}
+				var oe *allocator.OwnerError
+				if !errors.As(err, &oe) || oe.Owner != o.owner {
+					t.Errorf("%s(owner %#v) = %v, want an *allocator.OwnerError keeping the owner", c.name, o.owner, err)
+				}
+				if n := len(f.client.Actions()); n != 0 {
+					t.Errorf("%s(owner %#v) sent %d requests, want 0", c.name, o.owner, n)
+				}
+				if f.a.Used() != 0 || f.a.Has(ip) {
+					t.Errorf("after %s Used() = %d, Has(%v) = %v; want 0, false", c.name, f.a.Used(), ip, f.a.Has(ip))
+				}
+			})
+		}
+	}
+	// An address error still comes first, and a valid owner still allocates.
+	var ae *allocator.AddrError
+	if err := f.a.Allocate(ctx, netip.Addr{}, allocator.Owner{}); !errors.As(err, &ae) {
+		t.Errorf("Allocate(zero Addr, zero Owner) = %v, want an *allocator.AddrError", err)
+	}
+	if err := f.a.Allocate(ctx, ip, allocator.Owner{Resource: "services", Name: "web"}); err != nil {
+		t.Errorf("Allocate() with resource and name only = %v, want nil", err)
+	}
+}
+
+// TestReleaseNotFoundOfAnUnknownAddressHidesNoLaterObject releases an address nobody holds (the
+// Delete gets NotFound), then another writer creates its IPAddress. Has and Used must show the
+// object as soon as the informer does, not after the assume timeout.
+func TestReleaseNotFoundOfAnUnknownAddressHidesNoLaterObject(t *testing.T) {
+	f := newFixture(t, netip.MustParsePrefix("10.10.0.0/24"), fixtureOptions{}, WithAssumeTimeout(time.Hour))
+	ctx := context.Background()
+	ip := netip.MustParseAddr("10.10.0.9")
+	if err := f.a.Release(ctx, ip); err != nil {
+		t.Fatalf("Release(%v) = %v", ip, err)
+	}
+	stale := staleEvents(f.a)
+	// Another writer; the fixture's reactor gives the object a UID and a resourceVersion.
+	if _, err := f.client.NetworkingV1().IPAddresses().Create(ctx, ipAddressObject(ip.String(), "", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHandled(t, f.a, ip, stale)
+	if !f.a.Has(ip) || f.a.Used() != 1 {
+		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, f.a.Has(ip), f.a.Used())
+	}
+}
+
+// staleEvents returns the number of informer events a has ignored as stale so far.
+func staleEvents(a *Allocator) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.staleEvents
+}
+
+// waitHandled waits until the informer cache holds ip's object and the Allocator's handler has
+// either shown it or ignored an event for it as stale (more than stale events ignored in all).
+func waitHandled(t *testing.T, a *Allocator, ip netip.Addr, stale uint64) {
+	t.Helper()
+	off, _ := ipOffset(a.cidr, ip)
+	testenv.WaitFor(t, "the informer to hand "+ip.String()+" to the handler", func() bool {
+		if _, ok := a.cached(off); !ok {
+			return false
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.index.Has(off) || a.staleEvents > stale
+	})
+}
+
+// TestNewRejectsNilAndZeroArguments calls New with each argument nil or zero and expects an
+// error, never a panic.
+func TestNewRejectsNilAndZeroArguments(t *testing.T) {
+	client, _ := newFakeClient(t)
+	cidr := netip.MustParsePrefix("10.11.0.0/24")
+	tests := []struct {
+		name     string
+		cidr     netip.Prefix
+		client   kubernetes.Interface
+		informer networkingv1informers.IPAddressInformer
+		opts     []Option
+		wantErr  bool
+	}{
+		{name: "valid", cidr: cidr, client: client, informer: newInformer(client)},
+		{name: "nil Option", cidr: cidr, client: client, informer: newInformer(client), opts: []Option{nil, WithSeed(1), nil}},
+		{name: "zero prefix", client: client, informer: newInformer(client), wantErr: true},
+		{name: "nil client", cidr: cidr, informer: newInformer(client), wantErr: true},
+		{name: "nil *fake.Clientset", cidr: cidr, client: (*fake.Clientset)(nil), informer: newInformer(client), wantErr: true},
+		{name: "nil *kubernetes.Clientset", cidr: cidr, client: (*kubernetes.Clientset)(nil), informer: newInformer(client), wantErr: true},
+		{name: "zero kubernetes.Clientset", cidr: cidr, client: &kubernetes.Clientset{}, informer: newInformer(client), wantErr: true},
+		{name: "nil informer", cidr: cidr, client: client, wantErr: true},
+		{name: "nil *nilInformer", cidr: cidr, client: client, informer: (*nilInformer)(nil), wantErr: true},
+		{name: "informer whose Informer() is nil", cidr: cidr, client: client, informer: &nilInformer{}, wantErr: true},
+		{name: "everything zero", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var (
+				a   *Allocator
+				err error
+			)
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("panic: %v", r)
+						t.Errorf("New() panicked: %v", r)
+					}
+				}()
+				a, err = New(tt.cidr, tt.client, tt.informer, tt.opts...)
+			}()
+			if tt.wantErr {
+				if !errors.Is(err, allocator.ErrInvalid) || a != nil {
+					t.Errorf("New() = %v, %v; want nil and an error matching allocator.ErrInvalid", a, err)
+				}
+				return
+			}
+			if err != nil || a == nil {
+				t.Fatalf("New() = %v, %v; want an Allocator", a, err)
+			}
+			a.Close()
+		})
+	}
+}
+
+// nilInformer is an IPAddressInformer whose Informer method returns nil.
+type nilInformer struct{}
+
+func (*nilInformer) Informer() cache.SharedIndexInformer         { return nil }
+func (*nilInformer) Lister() networkingv1listers.IPAddressLister { return nil }

@@ -108,7 +108,7 @@ func TestAPIServerConformance(t *testing.T) {
 	s := apiServer(t)
 	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
 		return realAllocator(t, s, cidr)
-	}, allocatortest.Workers(4))
+	}, allocatortest.Workers(4), allocatortest.RecordsOwners())
 }
 
 func TestAPIServerAllocateUntilFullThenReuse(t *testing.T) {
@@ -478,5 +478,86 @@ func TestAPIServerSeesOtherWriters(t *testing.T) {
 	}
 	if err := a.Release(ctx, held); err != nil || a.Has(held) {
 		t.Errorf("Release(%v) = %v, Has = %v; want nil, false", held, err, a.Has(held))
+	}
+}
+
+// TestAPIServerRejectsOwnersWeRejectFirst shows that kube-apiserver refuses (422, IsInvalid) an
+// IPAddress whose parentRef lacks a resource or a name, and that the Allocator refuses the same
+// owners itself with an *allocator.OwnerError, so that no caller gets a server round trip for them.
+func TestAPIServerRejectsOwnersWeRejectFirst(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	p := netip.MustParsePrefix("192.168.105.0/28")
+	a := realAllocator(t, s, p)
+	ip := netip.MustParseAddr("192.168.105.5")
+	for _, tt := range []struct {
+		name  string
+		owner allocator.Owner
+	}{
+		{"zero", allocator.Owner{}},
+		{"no resource", allocator.Owner{Namespace: "default", Name: "web"}},
+		{"no name", allocator.Owner{Resource: "services", Namespace: "default"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// The server's verdict on the object the Allocator would have sent.
+			_, err := s.Client.NetworkingV1().IPAddresses().Create(ctx, a.newIPAddress(ip, tt.owner), metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("direct Create with parentRef %+v = %v, want apierrors.IsInvalid", tt.owner, err)
+			}
+			if err := a.Allocate(ctx, ip, tt.owner); !isOwnerError(err, tt.owner) {
+				t.Errorf("Allocate() = %v, want an *allocator.OwnerError", err)
+			}
+			if got, err := a.AllocateNext(ctx, tt.owner); !isOwnerError(err, tt.owner) {
+				t.Errorf("AllocateNext() = %v, %v; want an *allocator.OwnerError", got, err)
+			}
+			list, err := s.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range list.Items {
+				if addr, err := netip.ParseAddr(o.Name); err == nil && p.Contains(addr) {
+					t.Errorf("IPAddress %s exists after rejected calls", o.Name)
+				}
+			}
+		})
+	}
+	// The same with a server-side dry run enabled: rejected before the dry-run Create.
+	d := realAllocator(t, s, p, WithServerDryRun(true)).DryRun()
+	if err := d.Allocate(ctx, ip, allocator.Owner{}); !isOwnerError(err, allocator.Owner{}) {
+		t.Errorf("DryRun().Allocate() with the zero Owner = %v, want an *allocator.OwnerError", err)
+	}
+	if err := a.Allocate(ctx, ip, allocator.Owner{Resource: "services", Name: "web"}); err != nil {
+		t.Errorf("Allocate() with a cluster-scoped owner naming resource and name = %v, want nil", err)
+	}
+}
+
+// isOwnerError reports whether err is an *allocator.OwnerError for owner, matching ErrInvalid, and
+// not an API status error (it never reached the server).
+func isOwnerError(err error, owner allocator.Owner) bool {
+	var oe *allocator.OwnerError
+	var se apierrors.APIStatus
+	return errors.As(err, &oe) && oe.Owner == owner && errors.Is(err, allocator.ErrInvalid) && !errors.As(err, &se)
+}
+
+// TestAPIServerReleaseNotFoundHidesNoLaterObject: a Release of an address nobody holds gets
+// NotFound from kube-apiserver; an IPAddress another client creates afterwards must show in Has and
+// Used as soon as the informer holds it (the assume timeout is an hour here).
+func TestAPIServerReleaseNotFoundHidesNoLaterObject(t *testing.T) {
+	s := apiServer(t)
+	ctx := context.Background()
+	p := netip.MustParsePrefix("192.168.106.0/28")
+	a := realAllocator(t, s, p, WithAssumeTimeout(time.Hour))
+	ip := netip.MustParseAddr("192.168.106.7")
+	if err := a.Release(ctx, ip); err != nil {
+		t.Fatalf("Release(%v) = %v", ip, err)
+	}
+	other := newClient(t, s)
+	stale := staleEvents(a)
+	if _, err := other.NetworkingV1().IPAddresses().Create(ctx, a.newIPAddress(ip, testOwner), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHandled(t, a, ip, stale)
+	if !a.Has(ip) || a.Used() != 1 {
+		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, a.Has(ip), a.Used())
 	}
 }

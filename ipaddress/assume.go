@@ -18,6 +18,12 @@ import (
 //     that are older (an informer running behind; say the Delete of the object we released, arriving
 //     after we created the address again) are ignored. The object's UID tells ours from another, and
 //     resource versions, compared as numbers, tell newer from older.
+//   - A Delete that gets NotFound for an address of which neither the informer nor an earlier write
+//     showed an object changed nothing, and is assumed nothing: the index takes the informer's state.
+//   - An assumed delete that an informer event contradicts, when the event cannot be told stale (an
+//     object other than the one we deleted, with no resource version to order it by, or the object
+//     we deleted was unknown), is held only for recheckDelay: then the index takes the informer
+//     cache's state, so an object the informer holds shows within a second.
 //   - An assumption the informer has not caught up with after the assume timeout is dropped, and
 //     the index takes the informer cache's state for the address.
 //   - When the write fails, the address takes the last state the informer reported for it.
@@ -46,7 +52,14 @@ type pending struct {
 	// The last informer event for the address since the write began.
 	seen bool
 	last event
+
+	// recheck reports whether the assumption is queued for a recheck after recheckDelay.
+	recheck bool
 }
+
+// recheckDelay bounds how long an assumed delete hides an object that an informer event shows and
+// that cannot be told from a stale one (see unordered).
+const recheckDelay = time.Second
 
 // event is what an informer event says about one address.
 type event struct {
@@ -68,6 +81,20 @@ func (p *pending) caughtUp(e event) bool {
 	// The deletion of the object we deleted (of any object, if we did not know which), or a newer
 	// object. An add or update of the object we deleted is stale.
 	return (!e.present && (p.uid == "" || e.uid == p.uid)) || newer
+}
+
+// unordered reports whether e contradicts the assumed delete p without being provably stale: it
+// shows an object present that is not the one we deleted (or we did not know which that was) and
+// that resource versions cannot order against it. Resource versions are compared only when both
+// are decimal numbers, as kube-apiserver's etcd revisions are.
+func (p *pending) unordered(e event) bool {
+	if p.present || !e.present {
+		return false
+	}
+	if p.uid != "" && e.uid == p.uid {
+		return false // the object we deleted: stale
+	}
+	return p.rv == 0 || e.rv == 0
 }
 
 // writeKind is the outcome of a write.
@@ -115,7 +142,7 @@ func (a *Allocator) beginLocked(off uint64, create bool) <-chan struct{} {
 		}
 	}
 	p.prior = p.gen != 0
-	p.busy, p.done, p.seen, p.gen = true, make(chan struct{}), false, 0
+	p.busy, p.done, p.seen, p.gen, p.recheck = true, make(chan struct{}), false, 0, false
 	if create {
 		a.index.Add(off)
 	}
@@ -131,6 +158,13 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 	p.busy = false
 	close(p.done)
 	p.done = nil
+	if r.kind == writeNotFound && p.delUID == "" && p.delRV == 0 {
+		// Nobody knew of an object for the address, and the server holds none: the Delete changed
+		// nothing, so assume nothing. An object added since is newer and counts at once.
+		delete(a.pending, off)
+		a.setInformerLocked(off, p)
+		return
+	}
 	switch r.kind {
 	case writeCreated:
 		p.present, p.uid, p.rv = true, r.uid, r.rv
@@ -148,12 +182,7 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 			return
 		}
 		delete(a.pending, off)
-		if p.seen {
-			a.setLocked(off, p.last.present)
-		} else {
-			_, ok := a.cached(off)
-			a.setLocked(off, ok)
-		}
+		a.setInformerLocked(off, p)
 		return
 	}
 	if p.seen {
@@ -165,6 +194,30 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 		a.staleEvents++ // the informer's last word on off predates our write
 	}
 	a.assumeLocked(off, p)
+	if p.seen && p.unordered(p.last) {
+		a.recheckLocked(off, p)
+	}
+}
+
+// setInformerLocked gives off the state the informer last reported: p's last event if it saw one
+// during the write, else the informer cache's.
+func (a *Allocator) setInformerLocked(off uint64, p *pending) {
+	if p.seen {
+		a.setLocked(off, p.last.present)
+		return
+	}
+	_, ok := a.cached(off)
+	a.setLocked(off, ok)
+}
+
+// recheckLocked queues p's assumption to be dropped after recheckDelay (or the assume timeout, if
+// shorter), unless the informer settles it first.
+func (a *Allocator) recheckLocked(off uint64, p *pending) {
+	if p.recheck {
+		return
+	}
+	p.recheck = true
+	a.rechecks = append(a.rechecks, expiryEntry{off: off, gen: p.gen, deadline: a.now().Add(min(recheckDelay, a.assumeTimeout))})
 }
 
 // assumeLocked holds p's outcome for off until the informer shows it or the assume timeout passes.
@@ -175,15 +228,22 @@ func (a *Allocator) assumeLocked(off uint64, p *pending) {
 	a.expiry = append(a.expiry, expiryEntry{off: off, gen: p.gen, deadline: a.now().Add(a.assumeTimeout)})
 }
 
-// expireLocked drops the assumptions older than the assume timeout, giving their addresses the
-// informer cache's state. It pops the expired head of the queue: O(1) amortized.
+// expireLocked drops the assumptions older than the assume timeout, and those due for a recheck,
+// giving their addresses the informer cache's state. It pops the expired heads of the two queues
+// (each is in deadline order, as its delay is constant): O(1) amortized.
 func (a *Allocator) expireLocked() {
-	if len(a.expiry) == 0 {
+	if len(a.expiry) == 0 && len(a.rechecks) == 0 {
 		return
 	}
 	now := a.now()
+	a.expiry = a.expireQueueLocked(a.expiry, now, "Informer did not show a write in time, using its cache")
+	a.rechecks = a.expireQueueLocked(a.rechecks, now, "Informer shows an object newer than our delete may be, using its cache")
+}
+
+// expireQueueLocked drops the assumptions of q due by now and returns what is left of q.
+func (a *Allocator) expireQueueLocked(q []expiryEntry, now time.Time, msg string) []expiryEntry {
 	n := 0
-	for _, e := range a.expiry {
+	for _, e := range q {
 		if e.deadline.After(now) {
 			break
 		}
@@ -194,16 +254,18 @@ func (a *Allocator) expireLocked() {
 		}
 		delete(a.pending, e.off)
 		_, ok := a.cached(e.off)
-		a.logger.V(4).Info("Informer did not show a write in time, using its cache", "ip", a.addrAt(e.off), "allocated", ok)
+		a.logger.V(4).Info(msg, "ip", a.addrAt(e.off), "allocated", ok)
 		a.setLocked(e.off, ok)
 	}
-	if n > 0 {
-		clear(a.expiry[:n])
-		a.expiry = a.expiry[n:]
-		if len(a.expiry) == 0 {
-			a.expiry = nil // let the backing array go
-		}
+	if n == 0 {
+		return q
 	}
+	clear(q[:n])
+	q = q[n:]
+	if len(q) == 0 {
+		return nil // let the backing array go
+	}
+	return q
 }
 
 // setLocked marks off allocated or free.
@@ -258,6 +320,9 @@ func (a *Allocator) applyLocked(off uint64, e event) {
 	}
 	if !p.caughtUp(e) {
 		a.staleEvents++
+		if p.unordered(e) {
+			a.recheckLocked(off, p)
+		}
 		return
 	}
 	delete(a.pending, off)

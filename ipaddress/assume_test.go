@@ -10,7 +10,7 @@ import (
 
 // step is one thing that happens to the address under test.
 type step struct {
-	do      string    // "begin-create", "begin-delete", "settle", "event", "cache-add", "cache-del", "wait"
+	do      string    // "begin-create", "begin-delete", "settle", "event", "cache-add", "cache-del", "wait", "wait-settle"
 	present bool      // event: added/updated (true) or deleted
 	uid     types.UID // event, settle, cache-add
 	rv      uint64    // event, settle, cache-add
@@ -142,12 +142,72 @@ func TestAssumeCache(t *testing.T) {
 		{
 			name: "NotFound on delete counts as free",
 			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
 				{do: "event", present: true, uid: "u1", rv: 5, want: true},
 				{do: "begin-delete", want: true},
 				{do: "settle", result: writeNotFound, want: false},
 				{do: "event", present: true, uid: "u1", rv: 5, want: false},
 				{do: "event", present: false, uid: "u1", rv: 6, want: false},
 			},
+		},
+		{
+			name: "NotFound for an address nobody knew about assumes nothing: a later object counts at once",
+			steps: []step{
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeNotFound, want: false},
+				{do: "event", present: true, uid: "u5", rv: 30, want: true},
+			},
+		},
+		{
+			name: "NotFound for an address nobody knew about: an object added during the Delete counts",
+			steps: []step{
+				{do: "begin-delete", want: false},
+				{do: "event", present: true, uid: "u5", rv: 30, want: false},
+				{do: "settle", result: writeNotFound, want: true},
+			},
+		},
+		{
+			name: "deleting an object the informer had not shown: an Add we cannot order counts within a second",
+			steps: []step{
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "cache-add", uid: "u9", rv: 40},
+				{do: "event", present: true, uid: "u9", rv: 40, want: false},
+				{do: "wait-settle", want: true},
+			},
+		},
+		{
+			name: "deleting an object the informer had not shown: its stale Add and Delete change nothing",
+			steps: []step{
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "event", present: true, uid: "u1", rv: 5, want: false},
+				{do: "event", present: false, uid: "u1", rv: 5, want: false},
+				{do: "wait-settle", want: false},
+			},
+		},
+		{
+			name: "a new object whose resourceVersion is not a number counts within a second",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "event", present: true, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "cache-add", uid: "u3", rv: 0},
+				{do: "event", present: true, uid: "u3", rv: 0, want: false},
+				{do: "wait-settle", want: true},
+			},
+		},
+		{
+			name: "a stale Update of the object we deleted is no reason to look again",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "event", present: true, uid: "u1", rv: 6, want: false},
+				{do: "wait-settle", want: false},
+			},
+			wantPending: true,
 		},
 		{
 			name: "without UIDs and resource versions any event settles a create",
@@ -183,6 +243,8 @@ func TestAssumeCache(t *testing.T) {
 					store.Add(ipAddressObject(ip.String(), s.uid, s.rv))
 				case "wait":
 					now = now.Add(timeout + time.Second)
+				case "wait-settle":
+					now = now.Add(time.Second)
 				}
 				a.mu.Unlock()
 				if s.do == "cache-add" {

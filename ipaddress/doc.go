@@ -10,7 +10,9 @@
 // free address from it in a few map lookups at any fill, and Used and Free are counters, so no
 // operation costs time proportional to the number of allocated addresses. The index is advisory:
 // the API server decides, and an address the index thought free but the server already holds costs
-// one more Create.
+// one more Create. An assumed write is dropped once the informer shows it or something newer, or
+// after the assume timeout (a minute by default); an object the informer holds is never hidden by
+// one of the Allocator's own deletes for more than a second unless it is the very object deleted.
 //
 // Each object is named after the canonical address (netip.Addr.String), labelled
 // ipaddress.kubernetes.io/ip-family (IPv4 or IPv6) and ipaddress.kubernetes.io/managed-by

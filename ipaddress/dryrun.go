@@ -21,6 +21,9 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Own
 	if _, err := a.offsetOf(ip); err != nil {
 		return err
 	}
+	if err := allocator.CheckOwner(owner); err != nil {
+		return err
+	}
 	if err := a.readyErr(); err != nil {
 		return err
 	}
@@ -40,7 +43,10 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Own
 	return fmt.Errorf("ipaddress: dry-run create IPAddress %s: %w", ip, err)
 }
 
-func (d dryRun) AllocateNext(_ context.Context, _ allocator.Owner) (netip.Addr, error) {
+func (d dryRun) AllocateNext(_ context.Context, owner allocator.Owner) (netip.Addr, error) {
+	if err := allocator.CheckOwner(owner); err != nil {
+		return netip.Addr{}, err
+	}
 	a := d.a
 	if err := a.readyErr(); err != nil {
 		return netip.Addr{}, err

@@ -72,7 +72,9 @@ func WithSeed(seed uint64) Option {
 // IPAddress it created counts as allocated, one it deleted as free) while the informer has not
 // shown the write or anything newer. After that it falls back to the informer's cache, which
 // covers a write the informer never reports (an object created and deleted again between two
-// lists). Default DefaultAssumeTimeout (1 minute); d ≤ 0 keeps the default.
+// lists). An assumed delete that the informer contradicts with an object the Allocator cannot
+// order against it (no usable UID or resourceVersion) is held for at most a second instead.
+// Default DefaultAssumeTimeout (1 minute); d ≤ 0 keeps the default.
 func WithAssumeTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {

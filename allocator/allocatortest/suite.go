@@ -13,13 +13,16 @@
 //	}
 //
 // The suite uses small ranges (at most 62 addresses) so that it runs quickly against a real
-// kube-apiserver too.
+// kube-apiserver too, and a valid Owner (with a Resource and a Name) in every call. An
+// implementation that records owners passes RecordsOwners() to have its rejection of invalid
+// owners checked too.
 package allocatortest
 
 import (
 	"context"
 	"errors"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -38,13 +41,20 @@ type Factory func(t *testing.T, cidr netip.Prefix) allocator.Interface
 type Option func(*config)
 
 type config struct {
-	multiCIDR bool
-	workers   int
+	multiCIDR     bool
+	recordsOwners bool
+	workers       int
 }
 
 // MultiCIDR declares that the allocator serves several ranges and so returns the zero Prefix from
 // CIDR() and a range-less *allocator.NotInRangeError for addresses outside them.
 func MultiCIDR() Option { return func(c *config) { c.multiCIDR = true } }
+
+// RecordsOwners declares that the allocator records each address's Owner (as the parentRef of an
+// IPAddress object), and so must reject an Owner without a Resource or a Name with an
+// *allocator.OwnerError before storing anything (see allocator.CheckOwner). Without it the suite
+// skips its owner checks, and every call uses a valid Owner.
+func RecordsOwners() Option { return func(c *config) { c.recordsOwners = true } }
 
 // Workers sets how many goroutines the concurrency tests run. Default 8; n < 1 keeps the default.
 func Workers(n int) Option {
@@ -66,11 +76,19 @@ var (
 	v6One   = netip.MustParsePrefix("fd00:80::/127")   // 1 address: the all-ones one
 )
 
-// Run runs the conformance suite as subtests of t.
+// Run runs the conformance suite as subtests of t. A nil f, or a Factory that returns a nil
+// allocator, fails t instead of panicking; nil Options are ignored.
 func Run(t *testing.T, f Factory, opts ...Option) {
+	t.Helper()
+	if f == nil {
+		t.Fatal("allocatortest: Run needs a Factory, got nil")
+	}
+	f = checked(f)
 	c := config{workers: 8}
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	tests := []struct {
 		name string
@@ -89,12 +107,29 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 		{"ConcurrentAllocateNextUnique", testConcurrentNext},
 		{"ConcurrentAllocateSameIPOneWinner", testConcurrentSame},
 		{"SmallestRanges", testSmallest},
+		{"InvalidOwnerChangesNothing", testInvalidOwner},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f, c) })
 	}
 }
 
+// checked wraps f so that a nil allocator fails the test at once.
+func checked(f Factory) Factory {
+	return func(t *testing.T, cidr netip.Prefix) allocator.Interface {
+		t.Helper()
+		a := f(t, cidr)
+		if a == nil {
+			t.Fatalf("allocatortest: the Factory returned a nil allocator for %v", cidr)
+		}
+		if v := reflect.ValueOf(a); v.Kind() == reflect.Pointer && v.IsNil() {
+			t.Fatalf("allocatortest: the Factory returned a nil %T for %v", a, cidr)
+		}
+		return a
+	}
+}
+
+// owner is a valid Owner, as kube-apiserver requires of a parentRef: it has a Resource and a Name.
 var owner = allocator.Owner{Resource: "services", Namespace: "default", Name: "conformance"}
 
 // fill allocates every free address with AllocateNext, checks each, and returns them in order.
@@ -525,5 +560,44 @@ func testSmallest(t *testing.T, f Factory, _ config) {
 				t.Errorf("AllocateNext() until full = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func testInvalidOwner(t *testing.T, f Factory, c config) {
+	if !c.recordsOwners {
+		t.Skip("the allocator records no owners (pass allocatortest.RecordsOwners() if it does)")
+	}
+	ctx := context.Background()
+	a := f(t, v4Small)
+	ip := addr(v4Small, 3)
+	d := a.DryRun()
+	for _, o := range []allocator.Owner{
+		{},
+		{Namespace: "default", Name: "conformance"},
+		{Resource: "services", Namespace: "default"},
+	} {
+		calls := []struct {
+			name string
+			call func() error
+		}{
+			{"Allocate", func() error { return a.Allocate(ctx, ip, o) }},
+			{"AllocateNext", func() error { _, err := a.AllocateNext(ctx, o); return err }},
+			{"DryRun().Allocate", func() error { return d.Allocate(ctx, ip, o) }},
+			{"DryRun().AllocateNext", func() error { _, err := d.AllocateNext(ctx, o); return err }},
+		}
+		for _, call := range calls {
+			err := call.call()
+			var oe *allocator.OwnerError
+			if !errors.As(err, &oe) || !errors.Is(err, allocator.ErrInvalid) {
+				t.Errorf("%s(owner %#v) = %v, want an *allocator.OwnerError matching ErrInvalid", call.name, o, err)
+			}
+		}
+	}
+	if a.Has(ip) {
+		t.Errorf("Has(%v) = true after Allocate with invalid owners", ip)
+	}
+	checkCounts(t, a, 0, ipmath.Size(v4Small))
+	if err := a.Allocate(ctx, ip, owner); err != nil {
+		t.Errorf("Allocate(%v) with a valid owner after invalid ones = %v", ip, err)
 	}
 }
