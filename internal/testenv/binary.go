@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // KubeAPIServerVersion is the version of the kube-apiserver that
@@ -27,16 +29,27 @@ const KubeAPIServerEnv = "CLUSTERIP_KUBE_APISERVER"
 // repository root.
 const modulePath = "github.com/kube-ipam/clusterip"
 
+// processStart is when this process started, as far as the build's failure
+// record is concerned.
+var processStart = time.Now()
+
+// buildEstimate is what the first build tells the user to expect, measured on
+// a 2-core machine with an empty Go build cache.
+const buildEstimate = "about 7 minutes and 2 GiB of RAM on 2 cores"
+
 // KubeAPIServerBinary returns the path of a kube-apiserver binary: the value
 // of $CLUSTERIP_KUBE_APISERVER if it is set, else
 // <repo root>/.cache/kube-apiserver-v1.33.13/kube-apiserver.
 //
 // If the cached binary is missing, KubeAPIServerBinary builds it from the
 // nested module internal/kubeapiserver with "go build", which takes about
-// 6 minutes and 2 GiB of RAM on 2 cores. Concurrent callers, in this process
-// or in other test binaries, wait on a file lock in .cache and build it once.
-// Cancelling ctx stops the wait or the build. It fails if the repository root
-// cannot be found from the source location or the working directory.
+// 7 minutes and 2 GiB of RAM on 2 cores; it says so once on stderr when it
+// starts. Concurrent callers, in this process or in other test binaries, wait
+// on a file lock in .cache and build it once; if a build failed since the
+// calling process started, they return its error instead of building again.
+// The build runs at a lower CPU priority, and cancelling ctx stops the wait
+// or the build. It fails if the repository root cannot be found from the
+// source location or the working directory.
 func KubeAPIServerBinary(ctx context.Context) (string, error) {
 	if p := os.Getenv(KubeAPIServerEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -48,52 +61,138 @@ func KubeAPIServerBinary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cacheDir := filepath.Join(root, ".cache")
-	bin := filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion, "kube-apiserver")
+	modDir := filepath.Join(root, "internal", "kubeapiserver")
+	return cachedBuild(ctx, filepath.Join(root, ".cache"), func(ctx context.Context, out string) error {
+		return goBuild(ctx, modDir, out)
+	}, notify)
+}
+
+// cachedBuild returns <cacheDir>/kube-apiserver-<version>/kube-apiserver,
+// calling build to write it first if it is missing; see KubeAPIServerBinary.
+// build writes the binary to out, a temporary file that cachedBuild renames
+// into place when build succeeds; say tells the user about long waits.
+func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
+	dir := filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion)
+	bin := filepath.Join(dir, "kube-apiserver")
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("testenv: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion+".lock"))
+	unlock, err := lockFile(ctx, filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion+".lock"), func() {
+		say("waiting for another process that is building kube-apiserver %s into %s (%s, once per clone)",
+			KubeAPIServerVersion, dir, buildEstimate)
+	})
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	// Another process may have built it while we waited for the lock.
+	// Another process may have built it while we waited for the lock, or
+	// failed to. A build that failed since this process started would most
+	// likely fail the same way after as long, so report that failure instead
+	// of trying again; the next test run tries again.
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	if err := buildKubeAPIServer(ctx, filepath.Join(root, "internal", "kubeapiserver"), bin); err != nil {
-		return "", err
+	failed := filepath.Join(dir, "build-failed.log")
+	if fi, err := os.Stat(failed); err == nil && fi.ModTime().After(processStart) {
+		log, _ := os.ReadFile(failed)
+		return "", fmt.Errorf("testenv: building kube-apiserver %s failed earlier in this run (log in %s):\n%s",
+			KubeAPIServerVersion, failed, tail(string(log), 40))
 	}
-	return bin, nil
-}
-
-// buildKubeAPIServer builds kube-apiserver from the module in modDir into a
-// temporary file next to bin, and renames it to bin when the build succeeds.
-func buildKubeAPIServer(ctx context.Context, modDir, bin string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(bin), "kube-apiserver-build-")
+	// Partial outputs of builds whose process was killed; nobody else builds
+	// while we hold the lock.
+	if stale, err := filepath.Glob(filepath.Join(dir, "kube-apiserver-build-*")); err == nil {
+		for _, f := range stale {
+			os.Remove(f)
+		}
+	}
+	tmp, err := os.CreateTemp(dir, "kube-apiserver-build-")
 	if err != nil {
-		return fmt.Errorf("testenv: %w", err)
+		return "", fmt.Errorf("testenv: %w", err)
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name()) // no-op after the rename
-	ldflags := "-X k8s.io/component-base/version.gitVersion=" + KubeAPIServerVersion +
-		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp.Name(), "-ldflags", ldflags,
-		"k8s.io/kubernetes/cmd/kube-apiserver")
-	cmd.Dir = modDir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("testenv: build kube-apiserver %s in %s: %w\n%s", KubeAPIServerVersion, modDir, err, out.Bytes())
+
+	say("building kube-apiserver %s from source for the integration tests (%s, once per clone; cached in %s)",
+		KubeAPIServerVersion, buildEstimate, dir)
+	start := time.Now()
+	if err := build(ctx, tmp.Name()); err != nil {
+		if ctx.Err() == nil {
+			os.WriteFile(failed, []byte(err.Error()), 0o644)
+		}
+		return "", err
 	}
 	if err := os.Rename(tmp.Name(), bin); err != nil {
-		return fmt.Errorf("testenv: %w", err)
+		return "", fmt.Errorf("testenv: %w", err)
+	}
+	os.Remove(failed)
+	say("built kube-apiserver %s in %v: %s", KubeAPIServerVersion, time.Since(start).Round(time.Second), bin)
+	return bin, nil
+}
+
+// goBuild builds kube-apiserver from the module in modDir into out.
+func goBuild(ctx context.Context, modDir, out string) error {
+	ldflags := "-X k8s.io/component-base/version.gitVersion=" + KubeAPIServerVersion +
+		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
+	cmd := niceCommand(ctx, "go", "build", "-trimpath", "-o", out, "-ldflags", ldflags,
+		"k8s.io/kubernetes/cmd/kube-apiserver")
+	cmd.Dir = modDir
+	// The nested module is built on its own: a go.work that a user keeps
+	// above the repository must not pull the library's module into it, and
+	// flags meant for the user's own builds (-race, -mod=vendor) must not
+	// change this one.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	cmd.SysProcAttr = childProcAttr()
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("testenv: build kube-apiserver %s in %s: %w\n%s", KubeAPIServerVersion, modDir, err, log.Bytes())
 	}
 	return nil
+}
+
+// niceCommand returns a command that runs name with args at a lower CPU
+// priority where the nice command exists, so that a build started by one
+// test package does not starve the timing-sensitive tests that other
+// packages run beside it.
+func niceCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	if nice, err := exec.LookPath("nice"); err == nil && runtime.GOOS != "windows" {
+		return exec.CommandContext(ctx, nice, append([]string{"-n", "10", name}, args...)...)
+	}
+	return exec.CommandContext(ctx, name, args...)
+}
+
+// notify writes one line about a long wait to stderr. Under "go test" with
+// several packages stderr is held back until the package finishes, so when
+// stderr is not a terminal the line also goes to the controlling terminal,
+// if there is one, where a person waiting can read it at once.
+func notify(format string, args ...any) {
+	line := "clusterip testenv: " + fmt.Sprintf(format, args...) + "\n"
+	io.WriteString(os.Stderr, line)
+	if isTerminal(os.Stderr) {
+		return
+	}
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		io.WriteString(tty, line)
+		tty.Close()
+	}
+}
+
+// isTerminal reports whether f is a character device, as a terminal is.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // repoRoot returns the directory holding the go.mod of the library's module.

@@ -9,6 +9,12 @@
 //
 // NewEtcd and NewKubeAPIServer are the test helpers; StartEtcd and
 // StartKubeAPIServer are for callers without a testing.TB. A kube-apiserver
-// binary is built once per machine (about 6 minutes) and cached under
-// .cache/ at the repository root; see KubeAPIServerBinary.
+// binary is built once per clone (about 7 minutes on 2 cores) and cached
+// under .cache/ at the repository root; see KubeAPIServerBinary.
+//
+// Deadlines: a test starts its own deadlines (context.WithTimeout and the
+// like) only after NewEtcd, NewKubeAPIServer or Shared.KubeAPIServer has
+// returned, so that neither a first build nor start-up counts against them,
+// and a package that starts a kube-apiserver runs its tests through Main, so
+// that a first build does not count against the test binary's -timeout either.
 package testenv

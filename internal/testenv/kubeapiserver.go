@@ -80,6 +80,22 @@ type KubeAPIServer struct {
 	stopped bool
 }
 
+// startTimeout bounds how long the test helpers wait for etcd and a
+// kube-apiserver whose binary exists to start; it never covers a build.
+const startTimeout = 2 * time.Minute
+
+// withBinary returns opts with Binary set, building kube-apiserver if needed.
+// The build is bounded only by the test binary's -timeout (see Main), never
+// by a deadline of its own: it takes minutes on a new machine.
+func withBinary(opts KubeAPIServerOptions) (KubeAPIServerOptions, error) {
+	if opts.Binary != "" {
+		return opts, nil
+	}
+	bin, err := KubeAPIServerBinary(context.Background())
+	opts.Binary = bin
+	return opts, err
+}
+
 // kubeAPIServerStopGrace is how long Stop waits after SIGTERM before it
 // sends SIGKILL.
 const kubeAPIServerStopGrace = 10 * time.Second
@@ -260,13 +276,18 @@ func (s *KubeAPIServer) waitReady(ctx context.Context, host, token string, timeo
 // closes it when t finishes; if t failed, the end of the server's log goes to
 // the test log. It skips t when testing.Short() is set, and fails t on any
 // error otherwise, so these tests never skip silently. It may build the
-// binary first; see KubeAPIServerBinary.
+// binary first (see KubeAPIServerBinary); the build has no deadline of its
+// own, and the test's deadlines should start after NewKubeAPIServer returns.
 func NewKubeAPIServer(t testing.TB, etcd *Etcd, opts KubeAPIServerOptions) *KubeAPIServer {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	opts, err := withBinary(opts)
+	if err != nil {
+		t.Fatalf("start kube-apiserver: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	start := time.Now()
 	s, err := StartKubeAPIServer(ctx, etcd, opts)
