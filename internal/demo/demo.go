@@ -16,8 +16,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
-	"github.com/kube-ipam/clusterip/internal/ipmath"
-	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 // Options configures Run.
@@ -60,14 +59,17 @@ func (o *Options) setDefaults() {
 // was handed out twice or the stored bitmap disagrees with what the callers were told.
 func Run(ctx context.Context, opts Options) error {
 	opts.setDefaults()
-	if err := allocator.CheckPrefix(opts.CIDR); err != nil {
+	// An in-memory bitmap of the range validates it as the persisted ones will, and tells its
+	// size and static band.
+	shape, err := bitmap.New(opts.CIDR)
+	if err != nil {
 		return err
 	}
 	out := opts.Out
 	endpoints := opts.EtcdEndpoints
 	where := "etcd at " + fmt.Sprint(endpoints)
 	if len(endpoints) == 0 {
-		etcd, err := testenv.StartEtcd(ctx, testenv.EtcdOptions{})
+		etcd, err := localcluster.StartEtcd(ctx, localcluster.EtcdOptions{})
 		if err != nil {
 			return fmt.Errorf("start embedded etcd: %w", err)
 		}
@@ -95,19 +97,23 @@ func Run(ctx context.Context, opts Options) error {
 		defer p.Close()
 		allocs[i] = p
 	}
-	size := min(ipmath.Size(opts.CIDR), bitmap.MaxIPv6Slots)
-	band := min(ipmath.BandOffset(opts.CIDR), size)
+	size, band := shape.Size(), shape.StaticBand()
 	fmt.Fprintf(out, "range %s: %d addresses, static band of %d; allocators A and B share key %s\n",
 		opts.CIDR, size, band, key)
 
-	count := min(opts.Count, int(size))
+	count := min(opts.Count, size)
 	got, elapsed, err := allocateConcurrently(ctx, allocs, opts.Workers, count)
 	if err != nil {
 		return err
 	}
+	// The static band is the first band addresses after the network address.
+	bandEnd := opts.CIDR.Masked().Addr().Next()
+	for range band {
+		bandEnd = bandEnd.Next()
+	}
 	inStatic := 0
 	for ip := range got {
-		if off, _ := ipmath.Offset(opts.CIDR, ip); off < band {
+		if ip.Less(bandEnd) {
 			inStatic++
 		}
 	}

@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 // Main runs the tests of a package that starts a kube-apiserver and returns the exit code for
-// os.Exit, closing every shared when they are done:
+// [os.Exit], closing every shared when they are done:
 //
 //	var shared testenv.Shared
 //
 //	func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &shared)) }
 //
 // Before the tests run, Main makes sure the kube-apiserver binary exists, building it if needed
-// (see KubeAPIServerBinary): the test binary's -timeout starts with the first test, so a first
+// (see [localcluster.KubeAPIServerBinary]): the test binary's -timeout starts with the first test, so a first
 // build on a new machine, which takes minutes, counts neither against it nor against any test.
 // It does not when -short is set (the kube-apiserver tests skip), nor when -run selects tests
 // without -bench (a targeted run builds only if one of its tests asks, within -timeout).
@@ -25,7 +27,7 @@ import (
 func Main(m *testing.M, shared ...*Shared) int {
 	flag.Parse()
 	if prebuild() {
-		if _, err := KubeAPIServerBinary(context.Background()); err != nil {
+		if _, err := localcluster.KubeAPIServerBinary(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}

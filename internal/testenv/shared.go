@@ -7,21 +7,24 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 // Shared is one etcd and one kube-apiserver serving every test of a package that asks for them,
 // started on first use: starting them takes seconds, so a package keeps its tests apart by the
-// names and ranges they use instead. Declare one per package and pass it to Main from TestMain,
+// names and ranges they use instead. Declare one per package and pass it to [Main] from TestMain,
 // which closes it.
 //
-// The zero Shared starts a kube-apiserver with the zero KubeAPIServerOptions. A Shared is safe for
+// The zero Shared starts a kube-apiserver with the zero [KubeAPIServerOptions]. A Shared is safe for
 // concurrent use.
 type Shared struct {
-	// Options configures the kube-apiserver. Set it before the first call to KubeAPIServer.
+	// Options configures the kube-apiserver. Set it before the first call to
+	// [Shared.KubeAPIServer].
 	Options KubeAPIServerOptions
 
 	once sync.Once
-	etcd *Etcd
+	etcd *localcluster.Etcd
 	api  *KubeAPIServer
 	err  error
 }
@@ -44,10 +47,10 @@ func (s *Shared) KubeAPIServer(t testing.TB) *KubeAPIServer {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		start := time.Now()
-		if s.etcd, s.err = StartEtcd(ctx, EtcdOptions{UnsafeNoFsync: true}); s.err != nil {
+		if s.etcd, s.err = localcluster.StartEtcd(ctx, localcluster.EtcdOptions{UnsafeNoFsync: true}); s.err != nil {
 			return
 		}
-		if s.api, s.err = StartKubeAPIServer(ctx, s.etcd, opts); s.err == nil {
+		if s.api, s.err = localcluster.StartKubeAPIServer(ctx, s.etcd, opts); s.err == nil {
 			fmt.Fprintf(os.Stderr, "kube-apiserver %s ready in %v\n", KubeAPIServerVersion, time.Since(start).Round(time.Millisecond))
 		}
 	})

@@ -10,7 +10,7 @@ import (
 const WaitTimeout = 30 * time.Second
 
 // WaitFor polls cond every few milliseconds until it holds, and fails t if it does not within
-// WaitTimeout. what names the awaited state in the failure message.
+// [WaitTimeout]. what names the awaited state in the failure message.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(WaitTimeout)

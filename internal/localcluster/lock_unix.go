@@ -1,6 +1,6 @@
 //go:build unix
 
-package testenv
+package localcluster
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 func lockFile(ctx context.Context, path string, onWait func()) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		return nil, fmt.Errorf("localcluster: %w", err)
 	}
 	for waited := false; ; waited = true {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -31,7 +31,7 @@ func lockFile(ctx context.Context, path string, onWait func()) (unlock func(), e
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			f.Close()
-			return nil, fmt.Errorf("testenv: lock %s: %w", path, err)
+			return nil, fmt.Errorf("localcluster: lock %s: %w", path, err)
 		}
 		if !waited && onWait != nil {
 			onWait()
@@ -39,7 +39,7 @@ func lockFile(ctx context.Context, path string, onWait func()) (unlock func(), e
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("testenv: waiting for %s: %w", path, ctx.Err())
+			return nil, fmt.Errorf("localcluster: waiting for %s: %w", path, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

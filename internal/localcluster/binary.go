@@ -1,4 +1,4 @@
-package testenv
+package localcluster
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 )
 
 // KubeAPIServerVersion is the version of the kube-apiserver that
-// KubeAPIServerBinary builds. It is v1.33 because v1.34 and later lock the
+// [KubeAPIServerBinary] builds. It is v1.33 because v1.34 and later lock the
 // MultiCIDRServiceAllocator feature gate on, and the interop tests need a
 // peer that still runs the legacy bitmap allocator.
 const KubeAPIServerVersion = "v1.33.13"
@@ -53,7 +53,7 @@ const buildEstimate = "about 7 minutes and 2 GiB of RAM on 2 cores"
 func KubeAPIServerBinary(ctx context.Context) (string, error) {
 	if p := os.Getenv(KubeAPIServerEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("testenv: $%s: %w", KubeAPIServerEnv, err)
+			return "", fmt.Errorf("localcluster: $%s: %w", KubeAPIServerEnv, err)
 		}
 		return p, nil
 	}
@@ -68,7 +68,7 @@ func KubeAPIServerBinary(ctx context.Context) (string, error) {
 }
 
 // cachedBuild returns <cacheDir>/kube-apiserver-<version>/kube-apiserver,
-// calling build to write it first if it is missing; see KubeAPIServerBinary.
+// calling build to write it first if it is missing; see [KubeAPIServerBinary].
 // build writes the binary to out, a temporary file that cachedBuild renames
 // into place when build succeeds; say tells the user about long waits.
 func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
@@ -78,7 +78,7 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 		return bin, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("testenv: %w", err)
+		return "", fmt.Errorf("localcluster: %w", err)
 	}
 	unlock, err := lockFile(ctx, filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion+".lock"), func() {
 		say("waiting for another process that is building kube-apiserver %s into %s (%s, once per clone)",
@@ -98,7 +98,7 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 	failed := filepath.Join(dir, "build-failed.log")
 	if fi, err := os.Stat(failed); err == nil && fi.ModTime().After(processStart) {
 		log, _ := os.ReadFile(failed)
-		return "", fmt.Errorf("testenv: building kube-apiserver %s failed earlier in this run (log in %s):\n%s",
+		return "", fmt.Errorf("localcluster: building kube-apiserver %s failed earlier in this run (log in %s):\n%s",
 			KubeAPIServerVersion, failed, tail(string(log), 40))
 	}
 	// Partial outputs of builds whose process was killed; nobody else builds
@@ -110,7 +110,7 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 	}
 	tmp, err := os.CreateTemp(dir, "kube-apiserver-build-")
 	if err != nil {
-		return "", fmt.Errorf("testenv: %w", err)
+		return "", fmt.Errorf("localcluster: %w", err)
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name()) // no-op after the rename
@@ -125,7 +125,7 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 		return "", err
 	}
 	if err := os.Rename(tmp.Name(), bin); err != nil {
-		return "", fmt.Errorf("testenv: %w", err)
+		return "", fmt.Errorf("localcluster: %w", err)
 	}
 	os.Remove(failed)
 	say("built kube-apiserver %s in %v: %s", KubeAPIServerVersion, time.Since(start).Round(time.Second), bin)
@@ -148,7 +148,7 @@ func goBuild(ctx context.Context, modDir, out string) error {
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("testenv: build kube-apiserver %s in %s: %w\n%s", KubeAPIServerVersion, modDir, err, log.Bytes())
+		return fmt.Errorf("localcluster: build kube-apiserver %s in %s: %w\n%s", KubeAPIServerVersion, modDir, err, log.Bytes())
 	}
 	return nil
 }
@@ -169,7 +169,7 @@ func niceCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
 // stderr is not a terminal the line also goes to the controlling terminal,
 // if there is one, where a person waiting can read it at once.
 func notify(format string, args ...any) {
-	line := "clusterip testenv: " + fmt.Sprintf(format, args...) + "\n"
+	line := "clusterip: " + fmt.Sprintf(format, args...) + "\n"
 	io.WriteString(os.Stderr, line)
 	if isTerminal(os.Stderr) {
 		return
@@ -207,7 +207,7 @@ func repoRoot() (string, error) {
 	}
 	wd, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("testenv: %w", err)
+		return "", fmt.Errorf("localcluster: %w", err)
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if isModuleRoot(dir) {
@@ -217,7 +217,7 @@ func repoRoot() (string, error) {
 			break
 		}
 	}
-	return "", errors.New("testenv: cannot find the repository root (the go.mod of module " + modulePath +
+	return "", errors.New("localcluster: cannot find the repository root (the go.mod of module " + modulePath +
 		") from the source location or " + wd + "; set $" + KubeAPIServerEnv)
 }
 
