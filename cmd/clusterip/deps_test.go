@@ -39,3 +39,27 @@ func TestBinaryLinksNoTestCode(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandUsesPublicAPIOnly checks what the command's own packages import from the library:
+// its public packages and internal/localcluster (the local etcd and kube-apiserver), never the
+// library's internal machinery, so that the command shows what a user of the library can do.
+func TestCommandUsesPublicAPIOnly(t *testing.T) {
+	lines := goList(t, "-f", `{{.ImportPath}}{{range .Imports}} {{$.ImportPath}}>{{.}}{{end}}`, "./...")
+	checked := 0
+	for _, l := range lines {
+		from, imp, ok := strings.Cut(l, ">")
+		if !ok || !strings.HasPrefix(imp, modulePath+"/") {
+			continue
+		}
+		checked++
+		switch {
+		case imp == modulePath+"/internal/localcluster":
+		case strings.HasPrefix(imp, modulePath+"/cmd/clusterip/"):
+		case strings.Contains(imp, "/internal/") || strings.HasSuffix(imp, "/internal"):
+			t.Errorf("%s imports %s, an internal package of the library; use its public API", from, imp)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("found no import of the library to check")
+	}
+}
