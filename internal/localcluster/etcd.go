@@ -21,7 +21,7 @@ import (
 // new temporary directory.
 type EtcdOptions struct {
 	// Dir is the data directory. Defaults to a new temporary directory that
-	// Close removes; a directory given here is kept.
+	// [Etcd.Close] removes; a directory given here is kept.
 	Dir string
 	// UnsafeNoFsync disables fsync. It makes tests several times faster and
 	// loses data on a machine crash; never set it outside tests.
@@ -54,7 +54,7 @@ type Etcd struct {
 const etcdStartAttempts = 3
 
 // StartEtcd starts an embedded etcd on free 127.0.0.1 ports and waits until it
-// serves clients. The caller must Close it.
+// serves clients. The caller must [Etcd.Close] it.
 func StartEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 30 * time.Second
@@ -137,7 +137,7 @@ func (e *Etcd) start(ctx context.Context) error {
 }
 
 // Endpoints returns the client URLs of e, such as "http://127.0.0.1:40123".
-// They stay the same across Stop and Restart.
+// They stay the same across [Etcd.Stop] and [Etcd.Restart].
 func (e *Etcd) Endpoints() []string {
 	return []string{"http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
 }

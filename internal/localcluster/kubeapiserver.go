@@ -85,7 +85,7 @@ const kubeAPIServerStopGrace = 10 * time.Second
 // StartKubeAPIServer starts a kube-apiserver that stores its objects in etcd
 // and waits until its /readyz reports ready. If opts.Binary is empty it may
 // build the binary first, within ctx; see [KubeAPIServerBinary]. The caller
-// must Close it. On failure the error includes the end of the server's log.
+// must [KubeAPIServer.Close] it. On failure the error includes the end of the server's log.
 func StartKubeAPIServer(ctx context.Context, etcd *Etcd, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
 	if opts.ServiceClusterIPRange == "" {
 		opts.ServiceClusterIPRange = "10.96.0.0/24"
@@ -279,7 +279,7 @@ func (s *KubeAPIServer) Stop() {
 	}
 }
 
-// Close stops the server and removes Dir, with the log in it.
+// Close stops the server and removes [KubeAPIServer.Dir], with the log in it.
 func (s *KubeAPIServer) Close() error {
 	s.Stop()
 	if err := os.RemoveAll(s.Dir); err != nil {

@@ -38,7 +38,7 @@ func Main(m *testing.M, shared ...*Shared) int {
 	return code
 }
 
-// prebuild reports whether Main should make sure of the kube-apiserver binary before the tests.
+// prebuild reports whether [Main] should make sure of the kube-apiserver binary before the tests.
 func prebuild() bool {
 	if testing.Short() {
 		return false

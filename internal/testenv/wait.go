@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// WaitTimeout is how long WaitFor polls before it fails the test: generous, because the tests
+// WaitTimeout is how long [WaitFor] polls before it fails the test: generous, because the tests
 // run under -race on two cores beside a kube-apiserver.
 const WaitTimeout = 30 * time.Second
 
