@@ -33,9 +33,10 @@ const modulePath = "github.com/kube-ipam/clusterip"
 // record is concerned.
 var processStart = time.Now()
 
-// buildEstimate is what the first build tells the user to expect, measured on
-// a 2-core machine with an empty Go build cache.
-const buildEstimate = "about 7 minutes and 2 GiB of RAM on 2 cores"
+// buildEstimate is what the first build tells the user to expect: measured on
+// an idle 2-core machine with an empty Go build cache; on one shared with
+// other builds and tests (load 15-23) the same build took 44 minutes.
+const buildEstimate = "about 7 minutes and 2 GiB of RAM on 2 idle cores, longer on a busy machine"
 
 // KubeAPIServerBinary returns the path of a kube-apiserver binary: the value
 // of $CLUSTERIP_KUBE_APISERVER if it is set, else
