@@ -35,11 +35,9 @@ import (
 
 var shared testenv.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Close()
-	os.Exit(code)
-}
+// TestMain builds kube-apiserver, if this clone has none yet, before -timeout starts, and closes
+// shared after the tests; see testenv.Main.
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &shared)) }
 
 // apiServer returns the package's kube-apiserver, starting it on first use. It skips t in -short
 // mode.

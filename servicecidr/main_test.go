@@ -21,8 +21,6 @@ func sharedKubeAPIServer(t testing.TB) kubernetes.Interface {
 	return shared.KubeAPIServer(t).Client
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Close()
-	os.Exit(code)
-}
+// TestMain builds kube-apiserver, if this clone has none yet, before -timeout starts, and closes
+// shared after the tests; see testenv.Main.
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &shared)) }

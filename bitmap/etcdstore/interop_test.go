@@ -24,13 +24,14 @@ import (
 // and never hands out our addresses, we see and never hand out its, and what we release it can
 // allocate again.
 func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	etcd := testenv.NewEtcd(t)
 	kas := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
 		ServiceClusterIPRange: testCIDR,
 		FeatureGates:          "MultiCIDRServiceAllocator=false",
 	})
+	// The deadline starts once the apiserver is up: the first run on a machine builds it first.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	services := kas.Client.CoreV1().Services(metav1.NamespaceDefault)
 
 	// The apiserver creates the "kubernetes" Service at 10.96.0.1 on start-up.

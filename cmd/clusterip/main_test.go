@@ -37,6 +37,8 @@ func TestCommandLineRejectsBadInput(t *testing.T) {
 		{"IPv4-mapped range", []string{"demo", "-cidr", "::ffff:10.0.0.0/120"}, "IPv4-mapped"},
 		{"a /32", []string{"demo", "-cidr", "10.0.0.1/32"}, "no usable addresses"},
 		{"host bits", []string{"demo", "-cidr", "10.96.0.1/24"}, "host bits set"},
+		{"two IPv4 ranges", []string{"demo", "-service-cluster-ip-range", "10.96.0.0/24,10.97.0.0/24"}, "same IP family"},
+		{"a bad second range", []string{"demo", "-service-cluster-ip-range", "10.96.0.0/24,fd00::/200"}, "fd00::/200"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,39 +7,50 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 // Shared is one etcd and one kube-apiserver serving every test of a package that asks for them,
 // started on first use: starting them takes seconds, so a package keeps its tests apart by the
-// names and ranges they use instead. Declare one per package and Close it from TestMain.
+// names and ranges they use instead. Declare one per package and pass it to [Main] from TestMain,
+// which closes it.
 //
-// The zero Shared starts a kube-apiserver with the zero KubeAPIServerOptions. A Shared is safe for
+// The zero Shared starts a kube-apiserver with the zero [KubeAPIServerOptions]. A Shared is safe for
 // concurrent use.
 type Shared struct {
-	// Options configures the kube-apiserver. Set it before the first call to KubeAPIServer.
+	// Options configures the kube-apiserver. Set it before the first call to
+	// [Shared.KubeAPIServer].
 	Options KubeAPIServerOptions
 
 	once sync.Once
-	etcd *Etcd
+	etcd *localcluster.Etcd
 	api  *KubeAPIServer
 	err  error
 }
 
 // KubeAPIServer returns the shared kube-apiserver, starting it and its etcd (and building it, the
 // first time on a machine) if needed. It skips t in -short mode and fails t if they do not start.
+// A test starts its own deadlines after KubeAPIServer returns, so that neither the build nor the
+// start-up counts against them.
 func (s *Shared) KubeAPIServer(t testing.TB) *KubeAPIServer {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
 	s.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		defer cancel()
-		start := time.Now()
-		if s.etcd, s.err = StartEtcd(ctx, EtcdOptions{UnsafeNoFsync: true}); s.err != nil {
+		opts, err := withBinary(s.Options)
+		if err != nil {
+			s.err = err
 			return
 		}
-		if s.api, s.err = StartKubeAPIServer(ctx, s.etcd, s.Options); s.err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		start := time.Now()
+		if s.etcd, s.err = localcluster.StartEtcd(ctx, localcluster.EtcdOptions{UnsafeNoFsync: true}); s.err != nil {
+			return
+		}
+		if s.api, s.err = localcluster.StartKubeAPIServer(ctx, s.etcd, opts); s.err == nil {
 			fmt.Fprintf(os.Stderr, "kube-apiserver %s ready in %v\n", KubeAPIServerVersion, time.Since(start).Round(time.Millisecond))
 		}
 	})

@@ -16,15 +16,18 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
-	"github.com/kube-ipam/clusterip/internal/ipmath"
-	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
-// Options configures Run.
+// Options configures [Run].
 type Options struct {
-	// CIDR is the Service range. Defaults to 10.96.0.0/20.
-	CIDR netip.Prefix
-	// Count is how many addresses to allocate. Defaults to 3000; it is capped at the range size.
+	// Ranges are the Service ranges, as kube-apiserver's --service-cluster-ip-range: one, or two
+	// of different families, primary first. As in kube-apiserver, the first range's bitmap is
+	// stored at ranges/serviceips and the second's at ranges/secondaryserviceips, whatever their
+	// families. Defaults to 10.96.0.0/20.
+	Ranges []netip.Prefix
+	// Count is how many addresses to allocate in each range. Defaults to 3000; it is capped at
+	// the range size.
 	Count int
 	// Workers is how many goroutines allocate through each of the two allocators. Defaults to 4.
 	Workers int
@@ -38,8 +41,8 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	if !o.CIDR.IsValid() {
-		o.CIDR = netip.MustParsePrefix("10.96.0.0/20")
+	if len(o.Ranges) == 0 {
+		o.Ranges = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/20")}
 	}
 	if o.Count <= 0 {
 		o.Count = 3000
@@ -55,19 +58,51 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Run allocates Count addresses through two bitmap allocators that share one etcd key, the key
-// and encoding kube-apiserver uses, and reports what each saw. It returns an error if any address
-// was handed out twice or the stored bitmap disagrees with what the callers were told.
+// checkRanges applies kube-apiserver's rules for --service-cluster-ip-range: one range, or two
+// of different families.
+func checkRanges(ranges []netip.Prefix) error {
+	switch {
+	case len(ranges) > 2:
+		return fmt.Errorf("demo: %d Service ranges, want one, or two of different IP families", len(ranges))
+	case len(ranges) == 2 && ranges[0].Addr().Is4() == ranges[1].Addr().Is4():
+		return fmt.Errorf("demo: Service ranges %v and %v are of the same IP family, want one of each", ranges[0], ranges[1])
+	}
+	return nil
+}
+
+// bitmapKey returns the etcd key of the bitmap of the range at index i of
+// --service-cluster-ip-range. kube-apiserver chooses it by flag order, not by family.
+func bitmapKey(prefix string, i int) string {
+	if i == 0 {
+		return etcdstore.ServiceIPsKey(prefix)
+	}
+	return etcdstore.SecondaryServiceIPsKey(prefix)
+}
+
+// Run allocates Count addresses in each range through two bitmap allocators that share one etcd
+// key, the key and encoding kube-apiserver uses, and reports what each saw. It returns an error
+// if any address was handed out twice or the stored bitmap disagrees with what the callers were
+// told.
 func Run(ctx context.Context, opts Options) error {
 	opts.setDefaults()
-	if err := allocator.CheckPrefix(opts.CIDR); err != nil {
+	if err := checkRanges(opts.Ranges); err != nil {
 		return err
+	}
+	// In-memory bitmaps of the ranges validate them as the persisted ones will, and tell their
+	// sizes and static bands.
+	shapes := make([]*bitmap.Allocator, len(opts.Ranges))
+	for i, r := range opts.Ranges {
+		a, err := bitmap.New(r)
+		if err != nil {
+			return err
+		}
+		shapes[i] = a
 	}
 	out := opts.Out
 	endpoints := opts.EtcdEndpoints
 	where := "etcd at " + fmt.Sprint(endpoints)
 	if len(endpoints) == 0 {
-		etcd, err := testenv.StartEtcd(ctx, testenv.EtcdOptions{})
+		etcd, err := localcluster.StartEtcd(ctx, localcluster.EtcdOptions{})
 		if err != nil {
 			return fmt.Errorf("start embedded etcd: %w", err)
 		}
@@ -75,12 +110,18 @@ func Run(ctx context.Context, opts Options) error {
 		endpoints = etcd.Endpoints()
 		where = "embedded etcd at " + endpoints[0]
 	}
-	key := etcdstore.ServiceIPsKey(opts.Prefix)
-	if opts.CIDR.Addr().Is6() {
-		key = etcdstore.SecondaryServiceIPsKey(opts.Prefix)
-	}
 	fmt.Fprintf(out, "clusterip demo: the bitmap allocator persisted in %s\n", where)
+	for i, shape := range shapes {
+		if err := runRange(ctx, opts, endpoints, shape, bitmapKey(opts.Prefix, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
+// runRange runs the demo on the range of shape, whose bitmap is stored at key.
+func runRange(ctx context.Context, opts Options, endpoints []string, shape *bitmap.Allocator, key string) error {
+	out, cidr := opts.Out, shape.CIDR()
 	var allocs [2]*bitmap.Persistent
 	for i := range allocs {
 		client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
@@ -88,26 +129,30 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("etcd client: %w", err)
 		}
 		defer client.Close()
-		p, err := bitmap.NewPersistent(ctx, opts.CIDR, etcdstore.New(client, key))
+		p, err := bitmap.NewPersistent(ctx, cidr, etcdstore.New(client, key))
 		if err != nil {
 			return err
 		}
 		defer p.Close()
 		allocs[i] = p
 	}
-	size := min(ipmath.Size(opts.CIDR), bitmap.MaxIPv6Slots)
-	band := min(ipmath.BandOffset(opts.CIDR), size)
+	size, band := shape.Size(), shape.StaticBand()
 	fmt.Fprintf(out, "range %s: %d addresses, static band of %d; allocators A and B share key %s\n",
-		opts.CIDR, size, band, key)
+		cidr, size, band, key)
 
-	count := min(opts.Count, int(size))
+	count := min(opts.Count, size)
 	got, elapsed, err := allocateConcurrently(ctx, allocs, opts.Workers, count)
 	if err != nil {
 		return err
 	}
+	// The static band is the first band addresses after the network address.
+	bandEnd := cidr.Addr().Next()
+	for range band {
+		bandEnd = bandEnd.Next()
+	}
 	inStatic := 0
 	for ip := range got {
-		if off, _ := ipmath.Offset(opts.CIDR, ip); off < band {
+		if ip.Less(bandEnd) {
 			inStatic++
 		}
 	}

@@ -1,11 +1,11 @@
 //go:build !unix
 
-package testenv
+package localcluster
 
 import "context"
 
 // lockFile does nothing where flock is missing: concurrent builds then race,
 // and the last rename wins.
-func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+func lockFile(ctx context.Context, path string, onWait func()) (unlock func(), err error) {
 	return func() {}, nil
 }

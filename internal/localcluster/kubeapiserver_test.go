@@ -1,4 +1,4 @@
-package testenv
+package localcluster_test
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kube-ipam/clusterip/internal/localcluster"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 func clusterIPService(name string) *corev1.Service {
@@ -27,8 +30,8 @@ func clusterIPService(name string) *corev1.Service {
 // TestKubeAPIServerDualWrite runs a v1.33 apiserver with its defaults and
 // checks it allocates ClusterIPs and serves networking.k8s.io/v1.
 func TestKubeAPIServerDualWrite(t *testing.T) {
-	etcd := NewEtcd(t)
-	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{})
+	etcd := testenv.NewEtcd(t)
+	s := testenv.NewKubeAPIServer(t, etcd, localcluster.KubeAPIServerOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -36,8 +39,8 @@ func TestKubeAPIServerDualWrite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ServerVersion() error = %v", err)
 	}
-	if v.GitVersion != KubeAPIServerVersion {
-		t.Errorf("ServerVersion() = %s, want %s", v.GitVersion, KubeAPIServerVersion)
+	if v.GitVersion != localcluster.KubeAPIServerVersion {
+		t.Errorf("ServerVersion() = %s, want %s", v.GitVersion, localcluster.KubeAPIServerVersion)
 	}
 
 	svc, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService("web"), metav1.CreateOptions{})
@@ -93,8 +96,8 @@ func TestKubeAPIServerDualWrite(t *testing.T) {
 // TestKubeAPIServerLegacyAllocator checks that with MultiCIDRServiceAllocator
 // off, the apiserver keeps its allocations in the bitmap key in etcd.
 func TestKubeAPIServerLegacyAllocator(t *testing.T) {
-	etcd := NewEtcd(t)
-	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{FeatureGates: "MultiCIDRServiceAllocator=false"})
+	etcd := testenv.NewEtcd(t)
+	s := testenv.NewKubeAPIServer(t, etcd, localcluster.KubeAPIServerOptions{FeatureGates: "MultiCIDRServiceAllocator=false"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -114,8 +117,8 @@ func TestKubeAPIServerLegacyAllocator(t *testing.T) {
 // TestKubeAPIServerDualStackPrefix checks a dual-stack range and a custom
 // etcd prefix.
 func TestKubeAPIServerDualStackPrefix(t *testing.T) {
-	etcd := NewEtcd(t)
-	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{
+	etcd := testenv.NewEtcd(t)
+	s := testenv.NewKubeAPIServer(t, etcd, localcluster.KubeAPIServerOptions{
 		ServiceClusterIPRange: "10.97.0.0/24,fd00:97::/112",
 		EtcdPrefix:            "/other",
 	})
@@ -150,8 +153,8 @@ func TestKubeAPIServerDualStackPrefix(t *testing.T) {
 // TestKubeAPIServerSurvivesEtcdRestart checks the fault the interop tests
 // inject: etcd goes away under a running apiserver and comes back.
 func TestKubeAPIServerSurvivesEtcdRestart(t *testing.T) {
-	etcd := NewEtcd(t)
-	s := NewKubeAPIServer(t, etcd, KubeAPIServerOptions{})
+	etcd := testenv.NewEtcd(t)
+	s := testenv.NewKubeAPIServer(t, etcd, localcluster.KubeAPIServerOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 

@@ -1,13 +1,16 @@
-package testenv
+package localcluster_test
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/kube-ipam/clusterip/internal/localcluster"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 func TestEtcdPutGet(t *testing.T) {
-	e := NewEtcd(t)
+	e := testenv.NewEtcd(t)
 	c := e.TestClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -24,7 +27,7 @@ func TestEtcdPutGet(t *testing.T) {
 }
 
 func TestEtcdStopFailsClientsAndRestartKeepsData(t *testing.T) {
-	e := NewEtcd(t)
+	e := testenv.NewEtcd(t)
 	c := e.TestClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -67,12 +70,12 @@ func TestEtcdStopFailsClientsAndRestartKeepsData(t *testing.T) {
 
 func TestEtcdParallelServersGetDifferentPorts(t *testing.T) {
 	const n = 2
-	servers := make(chan *Etcd, n)
+	servers := make(chan *localcluster.Etcd, n)
 	for range n {
 		go func() {
-			e, err := StartEtcd(context.Background(), EtcdOptions{UnsafeNoFsync: true})
+			e, err := localcluster.StartEtcd(context.Background(), localcluster.EtcdOptions{UnsafeNoFsync: true})
 			if err != nil {
-				t.Errorf("StartEtcd() error = %v", err)
+				t.Errorf("localcluster.StartEtcd() error = %v", err)
 			}
 			servers <- e
 		}()
@@ -89,7 +92,7 @@ func TestEtcdParallelServersGetDifferentPorts(t *testing.T) {
 			t.Errorf("two servers share endpoint %s", ep)
 		}
 		seen[ep] = true
-		c := e.TestClient(t)
+		c := (&testenv.Etcd{Etcd: e}).TestClient(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if _, err := c.Put(ctx, "/k", ep); err != nil {
 			t.Errorf("Put() on %s error = %v", ep, err)
@@ -100,7 +103,7 @@ func TestEtcdParallelServersGetDifferentPorts(t *testing.T) {
 
 func TestEtcdStartTime(t *testing.T) {
 	start := time.Now()
-	e, err := StartEtcd(context.Background(), EtcdOptions{UnsafeNoFsync: true})
+	e, err := localcluster.StartEtcd(context.Background(), localcluster.EtcdOptions{UnsafeNoFsync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,239 @@
+package localcluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// KubeAPIServerVersion is the version of the kube-apiserver that
+// [KubeAPIServerBinary] builds. It is v1.33 because v1.34 and later lock the
+// MultiCIDRServiceAllocator feature gate on, and the interop tests need a
+// peer that still runs the legacy bitmap allocator.
+const KubeAPIServerVersion = "v1.33.13"
+
+// KubeAPIServerEnv names the environment variable that, when set, gives the
+// path of a kube-apiserver binary to use instead of the cached build.
+const KubeAPIServerEnv = "CLUSTERIP_KUBE_APISERVER"
+
+// modulePath is the path of the library's module, whose go.mod marks the
+// repository root.
+const modulePath = "github.com/kube-ipam/clusterip"
+
+// processStart is when this process started, as far as the build's failure
+// record is concerned.
+var processStart = time.Now()
+
+// buildEstimate is what the first build tells the user to expect: measured on
+// an idle 2-core machine with an empty Go build cache; on one shared with
+// other builds and tests (load 15-23) the same build took 44 minutes.
+const buildEstimate = "about 7 minutes and 2 GiB of RAM on 2 idle cores, longer on a busy machine"
+
+// KubeAPIServerBinary returns the path of a kube-apiserver binary: the value
+// of $CLUSTERIP_KUBE_APISERVER if it is set, else
+// <repo root>/.cache/kube-apiserver-v1.33.13/kube-apiserver.
+//
+// If the cached binary is missing, KubeAPIServerBinary builds it from the
+// nested module internal/kubeapiserver with "go build", which takes about
+// 7 minutes and 2 GiB of RAM on 2 cores; it says so once on stderr when it
+// starts. Concurrent callers, in this process or in other test binaries, wait
+// on a file lock in .cache and build it once; if a build failed since the
+// calling process started, they return its error instead of building again.
+// The build runs at a lower CPU priority, and cancelling ctx stops the wait
+// or the build. It fails if the repository root cannot be found from the
+// source location or the working directory.
+func KubeAPIServerBinary(ctx context.Context) (string, error) {
+	if p := os.Getenv(KubeAPIServerEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("localcluster: $%s: %w", KubeAPIServerEnv, err)
+		}
+		return p, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	modDir := filepath.Join(root, "internal", "kubeapiserver")
+	return cachedBuild(ctx, filepath.Join(root, ".cache"), func(ctx context.Context, out string) error {
+		return goBuild(ctx, modDir, out)
+	}, notify)
+}
+
+// cachedBuild returns <cacheDir>/kube-apiserver-<version>/kube-apiserver,
+// calling build to write it first if it is missing; see [KubeAPIServerBinary].
+// build writes the binary to out, a temporary file that cachedBuild renames
+// into place when build succeeds; say tells the user about long waits.
+func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
+	dir := filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion)
+	bin := filepath.Join(dir, "kube-apiserver")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("localcluster: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion+".lock"), func() {
+		say("waiting for another process that is building kube-apiserver %s into %s (%s, once per clone)",
+			KubeAPIServerVersion, dir, buildEstimate)
+	})
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	// Another process may have built it while we waited for the lock, or
+	// failed to. A build that failed since this process started would most
+	// likely fail the same way after as long, so report that failure instead
+	// of trying again; the next test run tries again.
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	failed := filepath.Join(dir, "build-failed.log")
+	if fi, err := os.Stat(failed); err == nil && fi.ModTime().After(processStart) {
+		log, _ := os.ReadFile(failed)
+		return "", fmt.Errorf("localcluster: building kube-apiserver %s failed earlier in this run (log in %s):\n%s",
+			KubeAPIServerVersion, failed, tail(string(log), 40))
+	}
+	// Partial outputs of builds whose process was killed; nobody else builds
+	// while we hold the lock.
+	if stale, err := filepath.Glob(filepath.Join(dir, "kube-apiserver-build-*")); err == nil {
+		for _, f := range stale {
+			os.Remove(f)
+		}
+	}
+	tmp, err := os.CreateTemp(dir, "kube-apiserver-build-")
+	if err != nil {
+		return "", fmt.Errorf("localcluster: %w", err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name()) // no-op after the rename
+
+	say("building kube-apiserver %s from source for the integration tests (%s, once per clone; cached in %s)",
+		KubeAPIServerVersion, buildEstimate, dir)
+	start := time.Now()
+	if err := build(ctx, tmp.Name()); err != nil {
+		if ctx.Err() == nil {
+			os.WriteFile(failed, []byte(err.Error()), 0o644)
+		}
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), bin); err != nil {
+		return "", fmt.Errorf("localcluster: %w", err)
+	}
+	os.Remove(failed)
+	say("built kube-apiserver %s in %v: %s", KubeAPIServerVersion, time.Since(start).Round(time.Second), bin)
+	return bin, nil
+}
+
+// goBuild builds kube-apiserver from the module in modDir into out.
+func goBuild(ctx context.Context, modDir, out string) error {
+	ldflags := "-X k8s.io/component-base/version.gitVersion=" + KubeAPIServerVersion +
+		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
+	cmd := niceCommand(ctx, "go", "build", "-trimpath", "-o", out, "-ldflags", ldflags,
+		"k8s.io/kubernetes/cmd/kube-apiserver")
+	cmd.Dir = modDir
+	// The nested module is built on its own: a go.work that a user keeps
+	// above the repository must not pull the library's module into it, and
+	// flags meant for the user's own builds (-race, -mod=vendor) must not
+	// change this one.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	cmd.SysProcAttr = childProcAttr()
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("localcluster: build kube-apiserver %s in %s: %w\n%s", KubeAPIServerVersion, modDir, err, log.Bytes())
+	}
+	return nil
+}
+
+// niceCommand returns a command that runs name with args at a lower CPU
+// priority where the nice command exists, so that a build started by one
+// test package does not starve the timing-sensitive tests that other
+// packages run beside it.
+func niceCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	if nice, err := exec.LookPath("nice"); err == nil && runtime.GOOS != "windows" {
+		return exec.CommandContext(ctx, nice, append([]string{"-n", "10", name}, args...)...)
+	}
+	return exec.CommandContext(ctx, name, args...)
+}
+
+// notify writes one line about a long wait to stderr. Under "go test" with
+// several packages stderr is held back until the package finishes, so when
+// stderr is not a terminal the line also goes to the controlling terminal,
+// if there is one, where a person waiting can read it at once.
+func notify(format string, args ...any) {
+	line := "clusterip: " + fmt.Sprintf(format, args...) + "\n"
+	io.WriteString(os.Stderr, line)
+	if isTerminal(os.Stderr) {
+		return
+	}
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		io.WriteString(tty, line)
+		tty.Close()
+	}
+}
+
+// isTerminal reports whether f is a character device, as a terminal is.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// repoRoot returns the directory holding the go.mod of the library's module.
+// It looks next to this source file first, then walks up from the working
+// directory, which also works for binaries built with -trimpath.
+func repoRoot() (string, error) {
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		dir := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+		if isModuleRoot(dir) {
+			return dir, nil
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("localcluster: %w", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if isModuleRoot(dir) {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			break
+		}
+	}
+	return "", errors.New("localcluster: cannot find the repository root (the go.mod of module " + modulePath +
+		") from the source location or " + wd + "; set $" + KubeAPIServerEnv)
+}
+
+// isModuleRoot reports whether dir holds the go.mod of the library's module.
+func isModuleRoot(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`) == modulePath
+		}
+	}
+	return false
+}

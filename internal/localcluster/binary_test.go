@@ -1,0 +1,219 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestKubeAPIServerBinaryFromEnv(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kube-apiserver")
+	if err := os.WriteFile(bin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(KubeAPIServerEnv, bin)
+	got, err := KubeAPIServerBinary(context.Background())
+	if err != nil || got != bin {
+		t.Errorf("KubeAPIServerBinary() = %q, %v, want %q, nil", got, err, bin)
+	}
+
+	t.Setenv(KubeAPIServerEnv, bin+".missing")
+	if got, err := KubeAPIServerBinary(context.Background()); err == nil {
+		t.Errorf("KubeAPIServerBinary() with a missing $%s = %q, want an error", KubeAPIServerEnv, got)
+	}
+}
+
+func TestRepoRootFindsLibraryModule(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "internal", "kubeapiserver", "go.mod")); err != nil {
+		t.Errorf("repoRoot() = %s, which has no internal/kubeapiserver/go.mod: %v", root, err)
+	}
+	if isModuleRoot(filepath.Join(root, "internal", "kubeapiserver")) {
+		t.Errorf("isModuleRoot(nested kubeapiserver module) = true, want false")
+	}
+}
+
+// messages collects what cachedBuild says.
+type messages struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (m *messages) say(format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lines = append(m.lines, fmt.Sprintf(format, args...))
+}
+
+// count returns how many lines start with prefix.
+func (m *messages) count(prefix string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, l := range m.lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// writeBinary is a build function that writes a fake binary and counts its calls.
+func writeBinary(calls *atomic.Int32) func(context.Context, string) error {
+	return func(_ context.Context, out string) error {
+		calls.Add(1)
+		return os.WriteFile(out, []byte("kube-apiserver"), 0o755)
+	}
+}
+
+func TestCachedBuildBuildsOnceForConcurrentCallers(t *testing.T) {
+	cache := t.TempDir()
+	var calls atomic.Int32
+	started := make(chan struct{})
+	build := func(ctx context.Context, out string) error {
+		close(started)
+		time.Sleep(700 * time.Millisecond) // long enough for the others to find the lock taken
+		return writeBinary(&calls)(ctx, out)
+	}
+	var msgs messages
+	var wg sync.WaitGroup
+	paths := make([]string, 4)
+	for i := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i > 0 {
+				<-started
+			}
+			p, err := cachedBuild(context.Background(), cache, build, msgs.say)
+			if err != nil {
+				t.Errorf("cachedBuild() = %v", err)
+			}
+			paths[i] = p
+		}()
+	}
+	wg.Wait()
+	if got := calls.Load(); got != 1 {
+		t.Errorf("build ran %d times for 4 concurrent callers, want 1", got)
+	}
+	// The build says once what it does and how long it takes; each caller that waits says why.
+	for _, tt := range []struct {
+		prefix string
+		want   int
+	}{
+		{"building kube-apiserver " + KubeAPIServerVersion + " from source for the integration tests (about 7 minutes", 1},
+		{"built kube-apiserver", 1},
+		{"waiting for another process that is building kube-apiserver", 3},
+	} {
+		if got := msgs.count(tt.prefix); got != tt.want {
+			t.Errorf("%d messages starting %q, want %d; all:\n%s", got, tt.prefix, tt.want, strings.Join(msgs.lines, "\n"))
+		}
+	}
+	want := filepath.Join(cache, "kube-apiserver-"+KubeAPIServerVersion, "kube-apiserver")
+	for i, p := range paths {
+		if p != want {
+			t.Errorf("cachedBuild() #%d = %q, want %q", i, p, want)
+		}
+	}
+	if b, err := os.ReadFile(want); err != nil || string(b) != "kube-apiserver" {
+		t.Errorf("cached binary = %q, %v, want what build wrote", b, err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(cache, "*", "kube-apiserver-build-*")); len(leftovers) != 0 {
+		t.Errorf("temporary build outputs left behind: %v", leftovers)
+	}
+}
+
+func TestCachedBuildDoesNotRetryAFailureOfThisRun(t *testing.T) {
+	cache := t.TempDir()
+	var calls atomic.Int32
+	failing := func(context.Context, string) error {
+		calls.Add(1)
+		return errors.New("out of memory")
+	}
+	if _, err := cachedBuild(context.Background(), cache, failing, t.Logf); err == nil || !strings.Contains(err.Error(), "out of memory") {
+		t.Fatalf("cachedBuild() with a failing build = %v, want its error", err)
+	}
+	// A second caller in this run gets the same failure without a second build of several minutes.
+	_, err := cachedBuild(context.Background(), cache, failing, t.Logf)
+	if err == nil || !strings.Contains(err.Error(), "out of memory") || !strings.Contains(err.Error(), "failed earlier in this run") {
+		t.Errorf("cachedBuild() after a failed build = %v, want the earlier failure", err)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Errorf("build ran %d times, want 1", got)
+	}
+
+	// A failure recorded before this process started (an earlier run) is tried again, and a success
+	// clears the record.
+	failed := filepath.Join(cache, "kube-apiserver-"+KubeAPIServerVersion, "build-failed.log")
+	old := processStart.Add(-time.Hour)
+	if err := os.Chtimes(failed, old, old); err != nil {
+		t.Fatal(err)
+	}
+	var ok atomic.Int32
+	if _, err := cachedBuild(context.Background(), cache, writeBinary(&ok), t.Logf); err != nil {
+		t.Fatalf("cachedBuild() after an earlier run's failure = %v, want a new build", err)
+	}
+	if ok.Load() != 1 {
+		t.Errorf("build ran %d times after an earlier run's failure, want 1", ok.Load())
+	}
+	if _, err := os.Stat(failed); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("failure record after a successful build: Stat() = %v, want it removed", err)
+	}
+}
+
+func TestCachedBuildRemovesOutputsOfKilledBuilds(t *testing.T) {
+	cache := t.TempDir()
+	dir := filepath.Join(cache, "kube-apiserver-"+KubeAPIServerVersion)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, "kube-apiserver-build-123")
+	if err := os.WriteFile(stale, []byte("half a binary"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	if _, err := cachedBuild(context.Background(), cache, writeBinary(&calls), t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale build output: Stat() = %v, want it removed", err)
+	}
+}
+
+func TestLockFileIsExclusive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	unlock, err := lockFile(context.Background(), path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	waits := 0
+	if unlock2, err := lockFile(ctx, path, func() { waits++ }); err == nil {
+		unlock2()
+		t.Fatalf("lockFile() of a held lock succeeded, want it to wait until ctx is done")
+	}
+	if waits != 1 {
+		t.Errorf("lockFile() of a held lock called onWait %d times, want once", waits)
+	}
+	unlock()
+	waits = 0
+	unlock3, err := lockFile(context.Background(), path, func() { waits++ })
+	if err != nil {
+		t.Fatalf("lockFile() after unlock: %v", err)
+	}
+	unlock3()
+	if waits != 0 {
+		t.Errorf("lockFile() of a free lock called onWait %d times, want 0", waits)
+	}
+}

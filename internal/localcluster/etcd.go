@@ -1,0 +1,240 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// EtcdOptions configures [StartEtcd]. The zero value starts a durable etcd in a
+// new temporary directory.
+type EtcdOptions struct {
+	// Dir is the data directory. Defaults to a new temporary directory that
+	// [Etcd.Close] removes; a directory given here is kept.
+	Dir string
+	// UnsafeNoFsync disables fsync. It makes tests several times faster and
+	// loses data on a machine crash; never set it outside tests.
+	UnsafeNoFsync bool
+	// ReadyTimeout bounds how long [StartEtcd] and [Etcd.Restart] wait for the server to
+	// serve clients. Defaults to 30 seconds.
+	ReadyTimeout time.Duration
+}
+
+// Etcd is a single-member etcd server embedded in the process, listening on
+// 127.0.0.1. It keeps its ports and data directory across [Etcd.Stop] and
+// [Etcd.Restart], so fault-injection tests can take etcd away and bring it
+// back under running clients.
+//
+// The zero Etcd is not usable; use [StartEtcd].
+// The methods of an Etcd are safe for concurrent use.
+type Etcd struct {
+	opts       EtcdOptions
+	dir        string
+	removeDir  bool
+	clientPort int
+	peerPort   int
+
+	mu     sync.Mutex // guards server
+	server *embed.Etcd
+}
+
+// etcdStartAttempts is how often [StartEtcd] picks new ports when another
+// process took a pre-picked port before etcd could bind it.
+const etcdStartAttempts = 3
+
+// StartEtcd starts an embedded etcd on free 127.0.0.1 ports and waits until it
+// serves clients. The caller must [Etcd.Close] it.
+func StartEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = 30 * time.Second
+	}
+	e := &Etcd{opts: opts, dir: opts.Dir}
+	if e.dir == "" {
+		dir, err := os.MkdirTemp("", "localcluster-etcd-")
+		if err != nil {
+			return nil, fmt.Errorf("localcluster: etcd data dir: %w", err)
+		}
+		e.dir, e.removeDir = dir, true
+	}
+	var err error
+	for range etcdStartAttempts {
+		ports, perr := freePorts(2)
+		if perr != nil {
+			err = perr
+			break
+		}
+		e.clientPort, e.peerPort = ports[0], ports[1]
+		err = e.start(ctx)
+		if err == nil || !isAddrInUse(err) {
+			break
+		}
+	}
+	if err != nil {
+		if e.removeDir {
+			os.RemoveAll(e.dir)
+		}
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Etcd) config() *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = "localcluster"
+	cfg.Dir = e.dir
+	cfg.TickMs = 10
+	cfg.ElectionMs = 50
+	cfg.UnsafeNoFsync = e.opts.UnsafeNoFsync
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
+	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.peerPort))}
+	cfg.ListenClientUrls = []url.URL{clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	cfg.ListenPeerUrls = []url.URL{peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	return cfg
+}
+
+// start starts the server on e's ports and data directory.
+func (e *Etcd) start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.server != nil {
+		return errors.New("localcluster: etcd is already running")
+	}
+	srv, err := embed.StartEtcd(e.config())
+	if err != nil {
+		return fmt.Errorf("localcluster: start etcd: %w", err)
+	}
+	timer := time.NewTimer(e.opts.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case <-srv.Server.ReadyNotify():
+		e.server = srv
+		return nil
+	case err := <-srv.Err():
+		srv.Close()
+		return fmt.Errorf("localcluster: start etcd: %w", err)
+	case <-timer.C:
+		srv.Close()
+		return fmt.Errorf("localcluster: etcd not ready after %v", e.opts.ReadyTimeout)
+	case <-ctx.Done():
+		srv.Close()
+		return fmt.Errorf("localcluster: start etcd: %w", ctx.Err())
+	}
+}
+
+// Endpoints returns the client URLs of e, such as "http://127.0.0.1:40123".
+// They stay the same across [Etcd.Stop] and [Etcd.Restart].
+func (e *Etcd) Endpoints() []string {
+	return []string{"http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
+}
+
+// Dir returns the data directory of e.
+func (e *Etcd) Dir() string { return e.dir }
+
+// Client returns a new client of e with a no-op logger. The caller must close
+// it. The client does not dial until its first call, so it can be created
+// while e is stopped.
+func (e *Etcd) Client() (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   e.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: etcd client: %w", err)
+	}
+	return c, nil
+}
+
+// Running reports whether the server of e is started.
+func (e *Etcd) Running() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.server != nil
+}
+
+// Stop stops the server and keeps its data directory; clients then fail until
+// [Etcd.Restart]. Stopping a stopped Etcd does nothing.
+func (e *Etcd) Stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.server == nil {
+		return
+	}
+	e.server.Close()
+	e.server = nil
+}
+
+// Restart starts a stopped server again on the same ports and data
+// directory, and waits until it serves clients. It fails if e is running or
+// if another process took one of its ports meanwhile.
+func (e *Etcd) Restart(ctx context.Context) error {
+	return e.start(ctx)
+}
+
+// Close stops the server and removes the data directory if [StartEtcd]
+// created it.
+func (e *Etcd) Close() error {
+	e.Stop()
+	if e.removeDir {
+		if err := os.RemoveAll(e.dir); err != nil {
+			return fmt.Errorf("localcluster: remove etcd data dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// picked holds the ports this process has handed out, so that two servers
+// started concurrently never get the same port even though each listener is
+// closed before the server binds it.
+var picked struct {
+	mu    sync.Mutex // guards ports
+	ports map[int]bool
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1 that this process
+// has not handed out before. Another process may still take one before the
+// caller binds it.
+func freePorts(n int) ([]int, error) {
+	picked.mu.Lock()
+	defer picked.mu.Unlock()
+	if picked.ports == nil {
+		picked.ports = make(map[int]bool)
+	}
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100 {
+			return nil, errors.New("localcluster: no free port on 127.0.0.1")
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("localcluster: pick free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if picked.ports[port] {
+			continue
+		}
+		picked.ports[port] = true
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
+
+func isAddrInUse(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "address already in use")
+}
