@@ -149,7 +149,6 @@ func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service,
 	}
 	patchAllocatedValues(svc, old)
 	normalizeClusterIPs(svc, old)
-	dropTypeDependentFields(svc, old)
 	if err := s.initIPFamilyFields(svc, old); err != nil {
 		return nil, err
 	}
@@ -157,6 +156,7 @@ func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service,
 	if err := s.updateClusterIPs(ctx, svc, old, txn); err != nil {
 		return nil, err
 	}
+	dropTypeDependentFields(svc, old)
 	if el := validateUpdate(svc, old); len(el) > 0 {
 		_ = txn.Revert(ctx)
 		return nil, apierrors.NewInvalid(serviceKind, svc.Name, el)
@@ -322,11 +322,10 @@ func isNone(svc *corev1.Service) bool {
 	return len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone
 }
 
-// isHeadless reports whether svc is a headless Service as validation counts it: type ClusterIP
-// with the single ClusterIP "None".
+// isHeadless reports whether svc is a headless Service as validation counts it: the single
+// ClusterIP "None".
 func isHeadless(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeClusterIP && len(svc.Spec.ClusterIPs) == 1 &&
-		svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone
+	return len(svc.Spec.ClusterIPs) == 1 && svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone
 }
 
 // policyOf returns svc's ipFamilyPolicy, or "" when unset.
@@ -370,7 +369,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		switch {
 		case old != nil && old.Spec.IPFamilyPolicy != nil:
 			svc.Spec.IPFamilyPolicy = policyPtr(*old.Spec.IPFamilyPolicy)
-		case len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0:
+		case svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0:
 			svc.Spec.IPFamilyPolicy = policyPtr(corev1.IPFamilyPolicyRequireDualStack)
 		default:
 			svc.Spec.IPFamilyPolicy = policyPtr(corev1.IPFamilyPolicySingleStack)
@@ -438,7 +437,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 
 	// Headless and selectorless: no addresses, so any family goes, even on a single-stack
 	// cluster.
-	if isNone(svc) && len(svc.Spec.Selector) == 0 {
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0 {
 		if len(svc.Spec.IPFamilies) == 0 {
 			svc.Spec.IPFamilies = []corev1.IPFamily{s.primary}
 		}
@@ -470,14 +469,19 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 }
 
 // isMatchingPreferDualStack reports whether an update keeps a PreferDualStack Service's type,
-// policy, addresses and families, in which case nothing is defaulted or allocated.
+// addresses and families (the old policy may be unset), in which case nothing is defaulted or
+// allocated.
 func isMatchingPreferDualStack(svc, old *corev1.Service) bool {
-	if old == nil || svc.Spec.Type != old.Spec.Type {
+	if old == nil || svc.Spec.IPFamilyPolicy == nil || svc.Spec.Type != old.Spec.Type {
 		return false
 	}
-	if old.Spec.IPFamilyPolicy == nil || svc.Spec.IPFamilyPolicy == nil ||
-		*old.Spec.IPFamilyPolicy != *svc.Spec.IPFamilyPolicy ||
-		*svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack {
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+	default:
+		return false
+	}
+	if *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack ||
+		(old.Spec.IPFamilyPolicy != nil && *old.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack) {
 		return false
 	}
 	return slices.Equal(old.Spec.ClusterIPs, svc.Spec.ClusterIPs) &&
@@ -523,7 +527,7 @@ func patchAllocatedValues(svc, old *corev1.Service) {
 // dropTypeDependentFields clears the ClusterIP fields of a Service changed to ExternalName when
 // the client left them as they were.
 func dropTypeDependentFields(svc, old *corev1.Service) {
-	if svc.Spec.Type != corev1.ServiceTypeExternalName {
+	if old.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.Type != corev1.ServiceTypeExternalName {
 		return
 	}
 	if slices.Equal(old.Spec.ClusterIPs, svc.Spec.ClusterIPs) && old.Spec.ClusterIP == svc.Spec.ClusterIP {

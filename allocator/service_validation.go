@@ -103,16 +103,21 @@ func validIPText(s string, old *corev1.Service) bool {
 }
 
 // validateCreate checks the ClusterIP fields of a Service after its families are defaulted and
-// its addresses allocated.
+// its addresses allocated, in kube-apiserver's order.
 func validateCreate(svc *corev1.Service) field.ErrorList {
-	el := validateClusterIPsRelatedFields(svc, nil)
-	return append(el, validateTypeFields(svc)...)
+	el := validateTypeFields(svc)
+	return append(el, validateClusterIPsRelatedFields(svc, nil)...)
 }
 
 // validateTypeFields checks the ClusterIP fields against the Service's type.
 func validateTypeFields(svc *corev1.Service) field.ErrorList {
 	var el field.ErrorList
 	switch svc.Spec.Type {
+	case corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+		if isHeadless(svc) {
+			el = append(el, field.Invalid(pathClusterIPs.Index(0), svc.Spec.ClusterIPs[0],
+				fmt.Sprintf("may not be set to 'None' for %s services", svc.Spec.Type)))
+		}
 	case corev1.ServiceTypeExternalName:
 		if len(svc.Spec.ClusterIPs) > 0 {
 			el = append(el, field.Forbidden(pathClusterIPs, "may not be set for ExternalName services"))
@@ -123,24 +128,17 @@ func validateTypeFields(svc *corev1.Service) field.ErrorList {
 		if svc.Spec.IPFamilyPolicy != nil {
 			el = append(el, field.Forbidden(pathIPFamilyPolicy, "may not be set for ExternalName services"))
 		}
-	case corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
-		for i, ip := range svc.Spec.ClusterIPs {
-			if ip == corev1.ClusterIPNone {
-				el = append(el, field.Invalid(pathClusterIPs.Index(i), ip,
-					fmt.Sprintf("may not be set to 'None' for %s services", svc.Spec.Type)))
-			}
-		}
 	}
 	return el
 }
 
-// validateUpdate checks the ClusterIP fields of an updated Service after allocation: those of a
-// create, and that set addresses and families did not change.
+// validateUpdate checks the ClusterIP fields of an updated Service after allocation, in
+// kube-apiserver's order: set addresses and families may not change, then the checks of a create.
 func validateUpdate(svc, old *corev1.Service) field.ErrorList {
-	el := validateClusterIPsRelatedFields(svc, old)
+	el := validateClusterIPsChange(svc, old)
+	el = append(el, validateIPFamiliesChange(svc, old)...)
 	el = append(el, validateTypeFields(svc)...)
-	el = append(el, validateClusterIPsChange(svc, old)...)
-	return append(el, validateIPFamiliesChange(svc, old)...)
+	return append(el, validateClusterIPsRelatedFields(svc, old)...)
 }
 
 // validateClusterIPsChange allows adding a secondary address and, with SingleStack, dropping it;
@@ -169,8 +167,8 @@ func validateClusterIPsChange(svc, old *corev1.Service) field.ErrorList {
 			el = append(el, field.Invalid(pathClusterIPs.Index(0), ips, "may not change once set"))
 		}
 		if len(ips) == 1 && policyOf(svc) != corev1.IPFamilyPolicySingleStack {
-			el = append(el, field.Invalid(pathClusterIPs.Index(0), ips,
-				"`ipFamilyPolicy` must be set to 'SingleStack' when releasing the secondary clusterIP"))
+			el = append(el, field.Invalid(pathIPFamilyPolicy, svc.Spec.IPFamilyPolicy,
+				"must be set to 'SingleStack' when releasing the secondary clusterIP"))
 		}
 	default:
 		if len(oldIPs) > 0 && ips[0] != oldIPs[0] {
@@ -181,7 +179,8 @@ func validateClusterIPsChange(svc, old *corev1.Service) field.ErrorList {
 }
 
 // validateIPFamiliesChange is validateClusterIPsChange for ipFamilies. Like kube-apiserver it
-// reports a changed family of equal-length lists at index 0, whatever its index.
+// reports a changed family of equal-length lists at index 0, whatever its index, and calls an
+// update that drops a family and every address "primary ipFamily can not be unset".
 func validateIPFamiliesChange(svc, old *corev1.Service) field.ErrorList {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName || old.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
@@ -199,12 +198,15 @@ func validateIPFamiliesChange(svc, old *corev1.Service) field.ErrorList {
 			}
 		}
 	case len(oldFams) > len(fams):
+		if len(svc.Spec.ClusterIPs) == 0 {
+			el = append(el, field.Invalid(pathIPFamilies.Index(0), fams, "primary ipFamily can not be unset"))
+		}
 		if len(fams) > 0 && fams[0] != oldFams[0] {
-			el = append(el, field.Invalid(pathIPFamilies.Index(0), fams, "may not change once set"))
+			el = append(el, field.Invalid(pathIPFamilies.Index(0), svc.Spec.ClusterIPs, "may not change once set"))
 		}
 		if len(fams) == 1 && policyOf(svc) != corev1.IPFamilyPolicySingleStack {
-			el = append(el, field.Invalid(pathClusterIPs.Index(0), svc.Spec.ClusterIPs,
-				"`ipFamilyPolicy` must be set to 'SingleStack' when releasing the secondary ipFamily"))
+			el = append(el, field.Invalid(pathIPFamilyPolicy, svc.Spec.IPFamilyPolicy,
+				"must be set to 'SingleStack' when releasing the secondary ipFamily"))
 		}
 	default:
 		if len(oldFams) > 0 && len(fams) > 0 && fams[0] != oldFams[0] {
