@@ -181,6 +181,24 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				}
 				txn.Commit()
 				mc.checkHeld(t, "after a dry-run Allocate", taken)
+				if tc.Update == nil {
+					return
+				}
+				svc = matrixService(name, tc.Create)
+				txn, err = mc.sa.Allocate(ctx, svc, false)
+				if err != nil {
+					t.Fatalf("third Allocate: %v", err)
+				}
+				txn.Commit()
+				created := svc.DeepCopy()
+				upd := created.DeepCopy()
+				applySpec(upd, *tc.Update, created)
+				utxn, err := mc.sa.Update(ctx, created, upd, true)
+				if got := resultOf(t, tc, mc.ranges, upd, created, err); !cmp.Equal(*want.Update, got) {
+					t.Errorf("dry-run Update: result (-want +got):\n%s", cmp.Diff(*want.Update, got))
+				}
+				utxn.Commit()
+				mc.checkHeld(t, "after a dry-run Update", wantHeld(taken, created))
 			})
 		}
 	}
