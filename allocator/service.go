@@ -1,0 +1,543 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// serviceKind is the GroupKind kube-apiserver names in a Service's Invalid errors.
+var serviceKind = schema.GroupKind{Kind: "Service"}
+
+// Field paths kube-apiserver uses for the ClusterIP fields.
+var (
+	pathClusterIPs     = field.NewPath("spec", "clusterIPs")
+	pathIPFamilies     = field.NewPath("spec", "ipFamilies")
+	pathIPFamilyPolicy = field.NewPath("spec", "ipFamilyPolicy")
+)
+
+// ServiceAllocator gives Services their ClusterIPs the way kube-apiserver's Service registry does:
+// it defaults spec.ipFamilyPolicy and spec.ipFamilies from the cluster's families, allocates
+// spec.clusterIPs from one Interface per family, and rejects what kube-apiserver rejects with the
+// same 422 Invalid errors (field paths and error types).
+//
+// A ServiceAllocator keeps no state of its own beyond its allocators; it is safe for concurrent
+// use when they are. The zero ServiceAllocator serves no family and rejects every Service that
+// needs a ClusterIP; use NewServiceAllocator.
+type ServiceAllocator struct {
+	primary  corev1.IPFamily
+	families map[corev1.IPFamily]Interface
+}
+
+// NewServiceAllocator returns a ServiceAllocator for a cluster whose default family is primary
+// (the family of the first --service-cluster-ip-range) and which serves the families in
+// families. Entries with a nil Interface are ignored. The map is copied.
+func NewServiceAllocator(primary corev1.IPFamily, families map[corev1.IPFamily]Interface) *ServiceAllocator {
+	s := &ServiceAllocator{primary: primary, families: make(map[corev1.IPFamily]Interface, len(families))}
+	for f, a := range families {
+		if a != nil {
+			s.families[f] = a
+		}
+	}
+	return s
+}
+
+// dualStack reports whether the cluster serves two families.
+func (s *ServiceAllocator) dualStack() bool { return len(s.families) > 1 }
+
+// Txn is the outcome of one successful Allocate or Update: the addresses it took and those an
+// update dropped. Exactly one of Commit or Revert should be called once the caller knows whether
+// the Service was stored. A nil *Txn is valid and does nothing. A Txn is not safe for concurrent
+// use.
+type Txn struct {
+	s         *ServiceAllocator
+	dryRun    bool
+	done      bool
+	allocated []netip.Addr // taken by the call; released by Revert
+	released  []netip.Addr // dropped by an update; released by Commit
+}
+
+// Commit finalizes the transaction: it releases the addresses an update dropped (the secondary IP
+// of a dual-stack to single-stack downgrade, or every IP of a change to ExternalName). A release
+// that fails leaves the address to the repair loop, as kube-apiserver does. Commit after Commit or
+// Revert does nothing.
+func (t *Txn) Commit() {
+	if t == nil || t.done {
+		return
+	}
+	t.done = true
+	if t.dryRun {
+		return
+	}
+	_ = t.s.release(context.Background(), t.released)
+}
+
+// Revert undoes the transaction: it releases the addresses the call allocated and keeps those an
+// update would have dropped. It returns the first release error, having tried every address.
+// Revert after Commit or Revert does nothing.
+func (t *Txn) Revert(ctx context.Context) error {
+	if t == nil || t.done {
+		return nil
+	}
+	t.done = true
+	if t.dryRun {
+		return nil
+	}
+	return t.s.release(ctx, t.allocated)
+}
+
+// Allocated returns the addresses the call took, in family order.
+func (t *Txn) Allocated() []netip.Addr {
+	if t == nil {
+		return nil
+	}
+	return slices.Clone(t.allocated)
+}
+
+// Released returns the addresses Commit releases.
+func (t *Txn) Released() []netip.Addr {
+	if t == nil {
+		return nil
+	}
+	return slices.Clone(t.released)
+}
+
+// Allocate fills spec.clusterIP, spec.clusterIPs, spec.ipFamilies and spec.ipFamilyPolicy of svc,
+// which is being created, and allocates its ClusterIPs, changing svc in place.
+//
+// An ExternalName Service gets nothing; a headless Service ("None") gets families and a policy but
+// no address. A request kube-apiserver rejects returns a 422 Invalid *errors.StatusError built from
+// a field.ErrorList; a chosen address that is taken or outside the range returns the same error at
+// spec.clusterIPs; a family with no free address returns a 500 InternalError. On any error nothing
+// stays allocated. With dryRun the allocators' DryRun views validate and pick addresses, and
+// nothing is taken; the returned Txn then does nothing.
+func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Txn, error) {
+	if svc == nil {
+		return nil, errors.New("allocator: nil Service")
+	}
+	normalizeClusterIPs(svc, nil)
+	if err := s.initIPFamilyFields(svc, nil); err != nil {
+		return nil, err
+	}
+	txn := &Txn{s: s, dryRun: dryRun}
+	if err := s.allocClusterIPs(ctx, svc, txn); err != nil {
+		return nil, err
+	}
+	if el := validateCreate(svc); len(el) > 0 {
+		_ = txn.Revert(ctx)
+		return nil, apierrors.NewInvalid(serviceKind, svc.Name, el)
+	}
+	return txn, nil
+}
+
+// Update applies kube-apiserver's update rules to svc, the new version of old, changing svc in
+// place: values the client left out are kept from old, a single-stack Service asking for two
+// families gets its secondary address, a dual-stack Service set to SingleStack drops its secondary
+// address (released by Txn.Commit), a change from ExternalName allocates and a change to
+// ExternalName releases (on Commit), and ClusterIPs and families that are set may not change.
+// old is not changed. Errors and dryRun are as for Allocate; on error nothing is taken or dropped.
+func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service, dryRun bool) (*Txn, error) {
+	if svc == nil || old == nil {
+		return nil, errors.New("allocator: nil Service")
+	}
+	patchAllocatedValues(svc, old)
+	normalizeClusterIPs(svc, old)
+	if err := s.initIPFamilyFields(svc, old); err != nil {
+		return nil, err
+	}
+	txn := &Txn{s: s, dryRun: dryRun}
+	if err := s.updateClusterIPs(ctx, svc, old, txn); err != nil {
+		return nil, err
+	}
+	dropTypeDependentFields(svc, old)
+	if el := validateUpdate(svc, old); len(el) > 0 {
+		_ = txn.Revert(ctx)
+		return nil, apierrors.NewInvalid(serviceKind, svc.Name, el)
+	}
+	return txn, nil
+}
+
+// Release frees every ClusterIP svc holds, in the allocator of its family. Addresses that do not
+// parse, "None", and families the cluster does not serve are skipped. It returns the first error,
+// having tried every address.
+func (s *ServiceAllocator) Release(ctx context.Context, svc *corev1.Service) error {
+	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	var addrs []netip.Addr
+	for _, v := range ips {
+		if ip, err := netip.ParseAddr(v); err == nil {
+			addrs = append(addrs, ip.Unmap())
+		}
+	}
+	return s.release(ctx, addrs)
+}
+
+// release frees each address in the allocator of its family and returns the first error.
+func (s *ServiceAllocator) release(ctx context.Context, ips []netip.Addr) error {
+	var first error
+	for _, ip := range ips {
+		a := s.families[FamilyOf(ip)]
+		if a == nil {
+			continue
+		}
+		if err := a.Release(ctx, ip); err != nil && first == nil {
+			first = fmt.Errorf("allocator: release %s: %w", ip, err)
+		}
+	}
+	return first
+}
+
+// allocClusterIPs gives svc an address for each of its families, keeping chosen ones, and records
+// them in txn. On error it releases what it took.
+func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Service, txn *Txn) error {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || isNone(svc) {
+		return nil
+	}
+	for i := len(svc.Spec.ClusterIPs); i < len(svc.Spec.IPFamilies); i++ {
+		svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, "")
+	}
+	for i := range svc.Spec.IPFamilies {
+		if err := s.allocIndex(ctx, svc, i, txn); err != nil {
+			_ = txn.Revert(ctx)
+			return err
+		}
+	}
+	if len(svc.Spec.ClusterIPs) > 0 {
+		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
+	}
+	return nil
+}
+
+// allocIndex allocates svc.Spec.ClusterIPs[i] (any free address when empty) from the allocator
+// of svc.Spec.IPFamilies[i] and records it in txn.
+func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, txn *Txn) error {
+	family := svc.Spec.IPFamilies[i]
+	a := s.families[family]
+	if a == nil { // initIPFamilyFields has checked this; keep it from panicking anyway
+		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
+			field.Invalid(pathIPFamilies.Index(i), family, "not configured on this cluster")})
+	}
+	if txn.dryRun {
+		a = a.DryRun()
+	}
+	owner := ServiceOwner(svc)
+	if svc.Spec.ClusterIPs[i] == "" {
+		ip, err := a.AllocateNext(ctx, owner)
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+		}
+		svc.Spec.ClusterIPs[i] = ip.String()
+		if !txn.dryRun {
+			txn.allocated = append(txn.allocated, ip)
+		}
+		return nil
+	}
+	requested := svc.Spec.ClusterIPs[i]
+	ip, err := netip.ParseAddr(requested)
+	if err == nil {
+		err = a.Allocate(ctx, ip, owner)
+	}
+	if err != nil {
+		if isRequestError(err) {
+			return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(pathClusterIPs,
+				svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", requested, err))})
+		}
+		return apierrors.NewInternalError(fmt.Errorf("failed to allocate IP %s: %w", requested, err))
+	}
+	if !txn.dryRun {
+		txn.allocated = append(txn.allocated, ip)
+	}
+	return nil
+}
+
+// isRequestError reports whether err blames the requested address (taken, outside the range,
+// invalid) rather than the allocator or its storage.
+func isRequestError(err error) bool {
+	var nir *NotInRangeError
+	return errors.Is(err, ErrAllocated) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrMismatchedNetwork) || errors.As(err, &nir)
+}
+
+// updateClusterIPs allocates or drops addresses for an update, as kube-apiserver does: every
+// address on a change from ExternalName, the secondary on an upgrade to dual-stack; on a change to
+// ExternalName every old address, and on a downgrade the old secondary, are left for Commit.
+func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev1.Service, txn *Txn) error {
+	if isMatchingPreferDualStack(svc, old) {
+		return nil
+	}
+	if old.Spec.Type == corev1.ServiceTypeExternalName && svc.Spec.Type != corev1.ServiceTypeExternalName {
+		return s.allocClusterIPs(ctx, svc, txn)
+	}
+	if isNone(old) {
+		return nil
+	}
+	if old.Spec.Type != corev1.ServiceTypeExternalName && svc.Spec.Type == corev1.ServiceTypeExternalName {
+		txn.released = append(txn.released, parseAll(old.Spec.ClusterIPs)...)
+		return nil
+	}
+	switch {
+	case len(old.Spec.IPFamilies) == 1 && len(svc.Spec.IPFamilies) == 2: // upgrade
+		if len(svc.Spec.ClusterIPs) < 2 {
+			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, "")
+		}
+		if err := s.allocIndex(ctx, svc, 1, txn); err != nil {
+			if len(svc.Spec.ClusterIPs) == 2 && svc.Spec.ClusterIPs[1] == "" {
+				svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:1]
+			}
+			return err
+		}
+	case len(old.Spec.IPFamilies) == 2 && len(svc.Spec.IPFamilies) == 1: // downgrade
+		if len(old.Spec.ClusterIPs) > 1 {
+			txn.released = append(txn.released, parseAll(old.Spec.ClusterIPs[1:2])...)
+		}
+	}
+	return nil
+}
+
+// parseAll returns the addresses among ips that parse.
+func parseAll(ips []string) []netip.Addr {
+	var out []netip.Addr
+	for _, v := range ips {
+		if ip, err := netip.ParseAddr(v); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// isNone reports whether svc asks for no ClusterIP ("None" first).
+func isNone(svc *corev1.Service) bool {
+	return len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone
+}
+
+// isHeadless reports whether svc is a headless Service as validation counts it: the single
+// ClusterIP "None".
+func isHeadless(svc *corev1.Service) bool {
+	return len(svc.Spec.ClusterIPs) == 1 && svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone
+}
+
+// policyOf returns svc's ipFamilyPolicy, or "" when unset.
+func policyOf(svc *corev1.Service) corev1.IPFamilyPolicy {
+	if svc.Spec.IPFamilyPolicy == nil {
+		return ""
+	}
+	return *svc.Spec.IPFamilyPolicy
+}
+
+func policyPtr(p corev1.IPFamilyPolicy) *corev1.IPFamilyPolicy { return &p }
+
+// otherFamily returns the family that is not f.
+func otherFamily(f corev1.IPFamily) corev1.IPFamily {
+	if f == corev1.IPv4Protocol {
+		return corev1.IPv6Protocol
+	}
+	return corev1.IPv4Protocol
+}
+
+// familyOfString returns the family of an address in text form, IPv4 when it does not parse.
+func familyOfString(s string) corev1.IPFamily {
+	if ip, err := netip.ParseAddr(s); err == nil && ip.Unmap().Is6() {
+		return corev1.IPv6Protocol
+	}
+	return corev1.IPv4Protocol
+}
+
+// initIPFamilyFields defaults ipFamilyPolicy and ipFamilies from the request and the cluster and
+// rejects combinations the cluster cannot serve, following kube-apiserver's Service registry.
+func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	// A PreferDualStack Service is neither upgraded nor downgraded when the cluster changes,
+	// only when the client changes its policy and its addresses or families.
+	if isMatchingPreferDualStack(svc, old) {
+		return nil
+	}
+	if svc.Spec.IPFamilyPolicy == nil {
+		switch {
+		case old != nil && old.Spec.IPFamilyPolicy != nil:
+			svc.Spec.IPFamilyPolicy = policyPtr(*old.Spec.IPFamilyPolicy)
+		case svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0:
+			svc.Spec.IPFamilyPolicy = policyPtr(corev1.IPFamilyPolicyRequireDualStack)
+		default:
+			svc.Spec.IPFamilyPolicy = policyPtr(corev1.IPFamilyPolicySingleStack)
+		}
+	}
+	if svc.Spec.IPFamilies == nil {
+		svc.Spec.IPFamilies = []corev1.IPFamily{}
+	}
+	if el := validateClusterIPsRelatedFields(svc, old); len(el) > 0 {
+		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+	}
+
+	var el field.ErrorList
+	policy := policyOf(svc)
+	if old != nil {
+		if policy == corev1.IPFamilyPolicySingleStack {
+			// With the addresses and families unchanged, SingleStack is a clear request to
+			// drop the secondary; the primary cannot change.
+			if slices.Equal(old.Spec.ClusterIPs, svc.Spec.ClusterIPs) && len(svc.Spec.ClusterIPs) > 1 {
+				svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:1]
+			}
+			if slices.Equal(old.Spec.IPFamilies, svc.Spec.IPFamilies) && len(svc.Spec.IPFamilies) > 1 {
+				svc.Spec.IPFamilies = svc.Spec.IPFamilies[:1]
+			}
+		} else {
+			if len(svc.Spec.ClusterIPs) > 0 && len(svc.Spec.ClusterIPs) < len(old.Spec.ClusterIPs) {
+				el = append(el, field.Invalid(pathIPFamilyPolicy, svc.Spec.IPFamilyPolicy,
+					"must be 'SingleStack' to release the secondary cluster IP"))
+			}
+			if len(svc.Spec.IPFamilies) > 0 && len(svc.Spec.IPFamilies) < len(old.Spec.IPFamilies) {
+				el = append(el, field.Invalid(pathIPFamilyPolicy, svc.Spec.IPFamilyPolicy,
+					"must be 'SingleStack' to release the secondary IP family"))
+			}
+		}
+	}
+	if policy == corev1.IPFamilyPolicySingleStack {
+		if len(svc.Spec.ClusterIPs) == 2 {
+			el = append(el, field.Invalid(pathIPFamilyPolicy, svc.Spec.IPFamilyPolicy,
+				"must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified"))
+		}
+		if len(svc.Spec.IPFamilies) == 2 {
+			el = append(el, field.Invalid(pathIPFamilyPolicy, svc.Spec.IPFamilyPolicy,
+				"must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"))
+		}
+	}
+	// Families follow the chosen addresses where the client named none.
+	for i, ip := range svc.Spec.ClusterIPs {
+		if ip == corev1.ClusterIPNone {
+			break
+		}
+		if i < len(svc.Spec.IPFamilies) {
+			continue
+		}
+		fam := familyOfString(ip)
+		if s.families[fam] == nil {
+			el = append(el, field.Invalid(pathClusterIPs.Index(i), svc.Spec.ClusterIPs,
+				fmt.Sprintf("%s is not configured on this cluster", fam)))
+		} else {
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, fam)
+		}
+	}
+	if len(el) > 0 {
+		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+	}
+
+	// Headless and selectorless: no addresses, so any family goes, even on a single-stack
+	// cluster.
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0 {
+		if len(svc.Spec.IPFamilies) == 0 {
+			svc.Spec.IPFamilies = []corev1.IPFamily{s.primary}
+		}
+		if len(svc.Spec.IPFamilies) < 2 && policy != corev1.IPFamilyPolicySingleStack {
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, otherFamily(svc.Spec.IPFamilies[0]))
+		}
+		return nil
+	}
+
+	if policy == corev1.IPFamilyPolicyRequireDualStack && !s.dualStack() {
+		el = append(el, field.Invalid(pathIPFamilyPolicy, svc.Spec.IPFamilyPolicy,
+			"this cluster is not configured for dual-stack services"))
+	}
+	for i, fam := range svc.Spec.IPFamilies {
+		if s.families[fam] == nil {
+			el = append(el, field.Invalid(pathIPFamilies.Index(i), fam, "not configured on this cluster"))
+		}
+	}
+	if len(el) > 0 {
+		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+	}
+	if len(svc.Spec.IPFamilies) == 0 {
+		svc.Spec.IPFamilies = []corev1.IPFamily{s.primary}
+	}
+	if policy != corev1.IPFamilyPolicySingleStack && len(svc.Spec.IPFamilies) == 1 && s.dualStack() {
+		svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, otherFamily(svc.Spec.IPFamilies[0]))
+	}
+	return nil
+}
+
+// isMatchingPreferDualStack reports whether an update keeps a PreferDualStack Service's type,
+// addresses and families (the old policy may be unset), in which case nothing is defaulted or
+// allocated.
+func isMatchingPreferDualStack(svc, old *corev1.Service) bool {
+	if old == nil || svc.Spec.IPFamilyPolicy == nil || svc.Spec.Type != old.Spec.Type {
+		return false
+	}
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+	default:
+		return false
+	}
+	if *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack ||
+		(old.Spec.IPFamilyPolicy != nil && *old.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack) {
+		return false
+	}
+	return slices.Equal(old.Spec.ClusterIPs, svc.Spec.ClusterIPs) &&
+		slices.Equal(old.Spec.IPFamilies, svc.Spec.IPFamilies)
+}
+
+// normalizeClusterIPs keeps spec.clusterIP and spec.clusterIPs in step for clients that set only
+// one of them, as kube-apiserver does before anything else looks at them. old is nil on create.
+func normalizeClusterIPs(svc, old *corev1.Service) {
+	if old == nil {
+		if svc.Spec.ClusterIP != "" && len(svc.Spec.ClusterIPs) == 0 {
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+		}
+		return
+	}
+	// An old client that does not know clusterIPs sent it empty.
+	if len(old.Spec.ClusterIPs) > 0 && len(svc.Spec.ClusterIPs) == 0 && old.Spec.ClusterIP == svc.Spec.ClusterIP {
+		svc.Spec.ClusterIPs = slices.Clone(old.Spec.ClusterIPs)
+	}
+	if old.Spec.ClusterIP != svc.Spec.ClusterIP {
+		if old.Spec.ClusterIP != "" && svc.Spec.ClusterIP == "" && slices.Equal(old.Spec.ClusterIPs, svc.Spec.ClusterIPs) {
+			svc.Spec.ClusterIPs = nil
+		}
+		if slices.Equal(old.Spec.ClusterIPs, svc.Spec.ClusterIPs) {
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+		}
+	}
+}
+
+// patchAllocatedValues keeps the old addresses when the client left them out of an update.
+func patchAllocatedValues(svc, old *corev1.Service) {
+	if old.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return
+	}
+	if svc.Spec.ClusterIP == "" {
+		svc.Spec.ClusterIP = old.Spec.ClusterIP
+	}
+	if len(svc.Spec.ClusterIPs) == 0 && len(old.Spec.ClusterIPs) > 0 {
+		svc.Spec.ClusterIPs = slices.Clone(old.Spec.ClusterIPs)
+	}
+}
+
+// dropTypeDependentFields clears the ClusterIP fields of a Service changed to ExternalName when
+// the client left them as they were.
+func dropTypeDependentFields(svc, old *corev1.Service) {
+	if old.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.Type != corev1.ServiceTypeExternalName {
+		return
+	}
+	if slices.Equal(old.Spec.ClusterIPs, svc.Spec.ClusterIPs) && old.Spec.ClusterIP == svc.Spec.ClusterIP {
+		svc.Spec.ClusterIP = ""
+		svc.Spec.ClusterIPs = nil
+	}
+	if slices.Equal(old.Spec.IPFamilies, svc.Spec.IPFamilies) {
+		svc.Spec.IPFamilies = nil
+	}
+	if policyOf(old) == policyOf(svc) {
+		svc.Spec.IPFamilyPolicy = nil
+	}
+}
