@@ -22,6 +22,14 @@
 // ServiceCIDR that is being deleted (Ready=False, reason Terminating) while any IPAddress would be
 // left in no other ready ServiceCIDR.
 //
+// A decision that cannot be undone is confirmed against live state. The LifecycleController's
+// informer caches drive its cheap checks, but before it removes a finalizer, which lets the
+// ServiceCIDR go for good, it lists ServiceCIDRs and IPAddresses from the API server, once per
+// deletion attempt, and removes the finalizer with an update that carries the resourceVersion it
+// read, so that a decision taken on state that has changed since fails with a Conflict and is
+// taken again. A cache that lags behind (an IPAddress created a moment before the deletion, a
+// slow or restarted watch) therefore cannot let a ServiceCIDR go while an address is in it.
+//
 // New starts nothing; Allocator.Run and LifecycleController.Run do the work and block until their
 // context is done. Start the informer factory after New and NewLifecycleController so that both
 // informers are registered with it.

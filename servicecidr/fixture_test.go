@@ -26,6 +26,9 @@ const waitTimeout = 30 * time.Second
 
 var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name: "test"}
 
+// webOwner is the Owner of a named Service, as a registry would pass it.
+var webOwner = allocator.ServiceOwner(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "web-uid"}})
+
 func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
 	return &networkingv1.ServiceCIDR{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -86,9 +89,13 @@ type fixtureConfig struct {
 	objects   []runtime.Object
 	mem       *memFactory // nil: the default per-CIDR allocator
 	lifecycle *LifecycleOptions
-	noRun     bool   // build the Allocator but do not run it
-	label     string // filter ServiceCIDRs on testLabel=label; objects are not labelled
-	opts      []Option
+	noRun     bool // build the Allocator but do not run it
+	// blindLifecycleIPs gives the LifecycleController an IPAddress informer that shows none: one
+	// on an empty fake clientset, or on a real server one whose label selector matches nothing.
+	// It stands for a watch that lags behind the API server for the whole test.
+	blindLifecycleIPs bool
+	label             string // filter ServiceCIDRs on testLabel=label; objects are not labelled
+	opts              []Option
 }
 
 func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
@@ -120,11 +127,28 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 		t.Fatalf("New() = %v", err)
 	}
 	f := &fixture{t: t, ctx: ctx, client: client, cidrInf: cidrInf, ipInf: ipInf, alloc: a, mem: cfg.mem, label: cfg.label, real: cfg.client != nil}
+	var blindInf informers.SharedInformerFactory
 	if cfg.lifecycle != nil {
-		f.lifecycle = NewLifecycleController(client, cidrs, ips, *cfg.lifecycle)
+		lifecycleIPs := ips
+		if cfg.blindLifecycleIPs {
+			if f.real {
+				blindInf = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+					o.LabelSelector = "servicecidr.test/never=true"
+				}))
+			} else {
+				blind := newFakeClient()
+				blindInf = informers.NewSharedInformerFactory(blind, 0)
+				defer waitWatching(t, blind, "ipaddresses")
+			}
+			lifecycleIPs = blindInf.Networking().V1().IPAddresses()
+		}
+		f.lifecycle = NewLifecycleController(client, cidrs, lifecycleIPs, *cfg.lifecycle)
 	}
 	cidrInf.Start(ctx.Done())
 	ipInf.Start(ctx.Done())
+	if blindInf != nil {
+		blindInf.Start(ctx.Done())
+	}
 	done := make(chan struct{}, 2)
 	running := 0
 	if !cfg.noRun {
@@ -153,6 +177,9 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 		}
 		cidrInf.Shutdown()
 		ipInf.Shutdown()
+		if blindInf != nil {
+			blindInf.Shutdown()
+		}
 		if err := a.Close(); err != nil {
 			t.Errorf("Close() = %v", err)
 		}

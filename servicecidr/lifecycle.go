@@ -56,7 +56,9 @@ type LifecycleOptions struct {
 // ServiceCIDR and the Ready=True condition to those that lack one, and removes the finalizer of a
 // ServiceCIDR being deleted only once no IPAddress would be left in no other ready ServiceCIDR and
 // that has held for the grace period. While deletion is blocked the ServiceCIDR has Ready=False
-// with reason Terminating.
+// with reason Terminating. The checks read the informer caches, except the last one before the
+// finalizer comes off, which lists ServiceCIDRs and IPAddresses from the API server; the update
+// that removes the finalizer carries the resourceVersion read there.
 //
 // The zero LifecycleController is not usable; use NewLifecycleController. Its methods are safe for
 // concurrent use.
@@ -297,22 +299,7 @@ func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1
 		c.setClearSince(sc.Name, "", time.Time{})
 		logger.V(2).Info("Deletion blocked by IPAddresses in no other ServiceCIDR", "serviceCIDR", sc.Name, "count", len(orphans), "first", orphans[0])
 		c.queue.AddAfter(sc.Name, c.opts.RecheckInterval)
-		cond := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
-		if cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ReasonTerminating {
-			return nil
-		}
-		cp := sc.DeepCopy()
-		meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
-			Type:               networkingv1.ServiceCIDRConditionReady,
-			Status:             metav1.ConditionFalse,
-			Reason:             ReasonTerminating,
-			Message:            fmt.Sprintf("%s (%d IPAddresses, such as %s, are in no other ready ServiceCIDR)", messageTerminating, len(orphans), orphans[0]),
-			ObservedGeneration: sc.Generation,
-		})
-		if _, err := c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("servicecidr: set Terminating on %s: %w", sc.Name, err)
-		}
-		return nil
+		return c.setTerminating(ctx, sc, orphans)
 	}
 
 	// Nothing would be orphaned now. An allocator that has not yet seen the deletion may still be
@@ -328,7 +315,36 @@ func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1
 		c.queue.AddAfter(sc.Name, wait)
 		return nil
 	}
-	cp := sc.DeepCopy()
+	return c.removeFinalizer(ctx, sc)
+}
+
+// removeFinalizer lets the ServiceCIDR sc, which the cache shows orphaning nothing for the grace
+// period, go. Removing the finalizer cannot be undone, and the cache may lag behind the API server
+// (an IPAddress created a moment before the deletion, a slow or restarted watch), so the decision
+// is confirmed against live state: ServiceCIDRs and IPAddresses are listed from the API server, and
+// the update that removes the finalizer carries the resourceVersion read there, so that it fails
+// with a Conflict, and is retried, if the ServiceCIDR changed since.
+func (c *LifecycleController) removeFinalizer(ctx context.Context, sc *networkingv1.ServiceCIDR) error {
+	logger := klog.FromContext(ctx)
+	live, orphans, err := c.liveOrphans(ctx, sc)
+	if err != nil {
+		return err
+	}
+	switch {
+	case live == nil:
+		c.setClearSince(sc.Name, "", time.Time{})
+		return nil
+	case live.UID != sc.UID || live.DeletionTimestamp == nil || !slices.Contains(live.Finalizers, Finalizer):
+		// The cache is behind: its events will queue the ServiceCIDR again.
+		c.setClearSince(sc.Name, "", time.Time{})
+		return nil
+	case len(orphans) > 0:
+		c.setClearSince(sc.Name, "", time.Time{})
+		logger.V(2).Info("Deletion blocked by IPAddresses the cache has not shown yet", "serviceCIDR", sc.Name, "count", len(orphans), "first", orphans[0])
+		c.queue.AddAfter(sc.Name, c.opts.RecheckInterval)
+		return c.setTerminating(ctx, live, orphans)
+	}
+	cp := live.DeepCopy()
 	cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool { return f == Finalizer })
 	if _, err := c.client.NetworkingV1().ServiceCIDRs().Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -341,13 +357,74 @@ func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1
 	return nil
 }
 
-// orphans returns the addresses of IPAddresses that sc contains and no other ready ServiceCIDR
-// does, in ascending order.
+// setTerminating sets Ready=False, reason Terminating, on sc unless it has it already.
+func (c *LifecycleController) setTerminating(ctx context.Context, sc *networkingv1.ServiceCIDR, orphans []netip.Addr) error {
+	cond := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
+	if cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ReasonTerminating {
+		return nil
+	}
+	cp := sc.DeepCopy()
+	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
+		Type:               networkingv1.ServiceCIDRConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             ReasonTerminating,
+		Message:            fmt.Sprintf("%s (%d IPAddresses, such as %s, are in no other ready ServiceCIDR)", messageTerminating, len(orphans), orphans[0]),
+		ObservedGeneration: sc.Generation,
+	})
+	if _, err := c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("servicecidr: set Terminating on %s: %w", sc.Name, err)
+	}
+	return nil
+}
+
+// orphans returns the addresses of IPAddresses in the cache that sc contains and no other ready
+// ServiceCIDR in the cache does, in ascending order.
 func (c *LifecycleController) orphans(sc *networkingv1.ServiceCIDR) ([]netip.Addr, error) {
 	cidrs, err := c.cidrLister.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
+	ips, err := c.ipLister.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	return orphansOf(sc, cidrs, ips), nil
+}
+
+// liveOrphans lists ServiceCIDRs and IPAddresses from the API server (consistent reads, not the
+// cache) and returns the live copy of sc, nil if it is gone, and the addresses it would orphan.
+func (c *LifecycleController) liveOrphans(ctx context.Context, sc *networkingv1.ServiceCIDR) (*networkingv1.ServiceCIDR, []netip.Addr, error) {
+	cidrList, err := c.client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("servicecidr: list ServiceCIDRs: %w", err)
+	}
+	var (
+		live  *networkingv1.ServiceCIDR
+		cidrs = make([]*networkingv1.ServiceCIDR, len(cidrList.Items))
+	)
+	for i := range cidrList.Items {
+		cidrs[i] = &cidrList.Items[i]
+		if cidrs[i].Name == sc.Name {
+			live = cidrs[i]
+		}
+	}
+	if live == nil {
+		return nil, nil, nil
+	}
+	ipList, err := c.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("servicecidr: list IPAddresses: %w", err)
+	}
+	ips := make([]*networkingv1.IPAddress, len(ipList.Items))
+	for i := range ipList.Items {
+		ips[i] = &ipList.Items[i]
+	}
+	return live, orphansOf(live, cidrs, ips), nil
+}
+
+// orphansOf returns the addresses of ips that sc contains and no ready ServiceCIDR of cidrs other
+// than sc does, in ascending order.
+func orphansOf(sc *networkingv1.ServiceCIDR, cidrs []*networkingv1.ServiceCIDR, ips []*networkingv1.IPAddress) []netip.Addr {
 	var others []netip.Prefix
 	for _, o := range cidrs {
 		if o.Name == sc.Name || !isReady(o) {
@@ -358,10 +435,6 @@ func (c *LifecycleController) orphans(sc *networkingv1.ServiceCIDR) ([]netip.Add
 				others = append(others, p.Masked())
 			}
 		}
-	}
-	ips, err := c.ipLister.List(labels.Everything())
-	if err != nil {
-		return nil, err
 	}
 	var out []netip.Addr
 	for _, ipa := range ips {
@@ -374,7 +447,7 @@ func (c *LifecycleController) orphans(sc *networkingv1.ServiceCIDR) ([]netip.Add
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return out, nil
+	return out
 }
 
 func (c *LifecycleController) clearSinceOf(name string) time.Time {
