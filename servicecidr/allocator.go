@@ -47,6 +47,7 @@ type Allocator struct {
 	factory allocatorFactory
 
 	started atomic.Bool                                  // Run has been called
+	synced  atomic.Bool                                  // Run has reconciled the informer's cache once
 	queue   workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
 
 	mu      sync.RWMutex // guards entries and closed
@@ -179,6 +180,16 @@ func topLevel(vs []view) []view {
 	return top
 }
 
+// readyErr returns an error matching allocator.ErrNotReady until Run has reconciled the
+// ServiceCIDRs of the informer's synced cache once: until then the Allocator cannot tell an
+// address out of range from one in a ServiceCIDR it has not seen yet.
+func (a *Allocator) readyErr() error {
+	if !a.synced.Load() {
+		return fmt.Errorf("servicecidr: %s ServiceCIDRs not synced yet: %w", a.family, allocator.ErrNotReady)
+	}
+	return nil
+}
+
 func (a *Allocator) notInRange(ip netip.Addr) error {
 	return &allocator.NotInRangeError{IP: ip}
 }
@@ -194,12 +205,16 @@ func (a *Allocator) undo(ctx context.Context, alloc cidrAllocator, ip netip.Addr
 }
 
 // Allocate reserves ip for owner through the outermost ready ServiceCIDR that contains it. It
-// returns a range-less *allocator.NotInRangeError (matching allocator.ErrMismatchedNetwork) if no
+// returns allocator.ErrNotReady until Run has reconciled the ServiceCIDRs once, a range-less
+// *allocator.NotInRangeError (matching allocator.ErrMismatchedNetwork) if no
 // ServiceCIDR of the family can allocate ip, allocator.ErrNotReady if only ServiceCIDRs that are
 // not ready can, allocator.ErrAllocated if ip is taken, and an *allocator.AddrError for an invalid,
 // zoned or IPv4-mapped ip.
 func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := allocator.CheckAddr(ip); err != nil {
+		return err
+	}
+	if err := a.readyErr(); err != nil {
 		return err
 	}
 	vs := a.containing(ip)
@@ -238,6 +253,9 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (ne
 }
 
 func (a *Allocator) allocateNext(ctx context.Context, owner allocator.Owner, dryRun bool) (netip.Addr, error) {
+	if err := a.readyErr(); err != nil {
+		return netip.Addr{}, err
+	}
 	cands := topLevel(a.views(func(e *entry) bool { return e.ready && e.alloc.Ready() }))
 	full := false
 	for len(cands) > 0 {

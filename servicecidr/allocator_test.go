@@ -77,8 +77,11 @@ func TestNotReadyBeforeRun(t *testing.T) {
 	if _, err := f.alloc.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("AllocateNext() before Run = %v, want ErrNotReady", err)
 	}
-	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); err == nil {
-		t.Errorf("Allocate() before Run = nil, want an error")
+	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("Allocate() before Run = %v, want ErrNotReady", err)
+	}
+	if err := f.alloc.DryRun().Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("DryRun().Allocate() before Run = %v, want ErrNotReady", err)
 	}
 	if f.alloc.Ready() {
 		t.Errorf("Ready() before Run = true")

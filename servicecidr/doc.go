@@ -15,7 +15,8 @@
 //   - A ServiceCIDR is ready while its Ready condition is True or absent and it is not being
 //     deleted. Addresses only in ServiceCIDRs that are not ready are refused with
 //     allocator.ErrNotReady; addresses in none with a range-less *allocator.NotInRangeError, which
-//     matches allocator.ErrMismatchedNetwork.
+//     matches allocator.ErrMismatchedNetwork. Until Run has reconciled the synced ServiceCIDR
+//     cache once, Allocate and AllocateNext return allocator.ErrNotReady.
 //
 // The LifecycleController is the optional controller that kube-controller-manager runs upstream: it
 // adds the networking.k8s.io/service-cidr-finalizer finalizer and the Ready condition, and holds a

@@ -152,6 +152,9 @@ func (a *Allocator) syncAll(ctx context.Context) error {
 		}
 	}
 	a.mu.Unlock()
+	if want != nil {
+		a.synced.Store(true)
+	}
 
 	for _, e := range drop {
 		logger.V(2).Info("No ServiceCIDR holds the prefix any more", "cidr", e.prefix)
