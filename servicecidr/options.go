@@ -29,8 +29,23 @@ type allocatorFactory func(logger klog.Logger, cidr netip.Prefix) (cidrAllocator
 type Option func(*options)
 
 type options struct {
-	factory     allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
-	ipaddresses []ipaddress.Option
+	factory      allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
+	ipaddresses  []ipaddress.Option
+	managedBy    string // the managed-by label value; ipaddress.DefaultManagedBy unless set
+	managedBySet bool   // WithManagedBy was given: pass it on to the per-CIDR allocators
+}
+
+// WithManagedBy sets the ipaddress.kubernetes.io/managed-by label of the IPAddress objects the
+// Allocator creates (it is passed to every per-CIDR allocator, after WithIPAddressOptions) and by
+// which Release recognises them outside any known ServiceCIDR. Default
+// ipaddress.DefaultManagedBy; an empty value keeps the default. Set it here rather than with
+// ipaddress.WithManagedBy in WithIPAddressOptions, which Release would not know of.
+func WithManagedBy(value string) Option {
+	return func(o *options) {
+		if value != "" {
+			o.managedBy, o.managedBySet = value, true
+		}
+	}
 }
 
 // WithIPAddressOptions passes opts to ipaddress.New for every per-CIDR allocator, after the
