@@ -95,7 +95,9 @@ func New(family corev1.IPFamily, client kubernetes.Interface, cidrs networkingv1
 	}
 	o := options{managedBy: ipaddress.DefaultManagedBy}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.factory == nil {
 		if client == nil {

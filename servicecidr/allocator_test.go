@@ -3,6 +3,7 @@ package servicecidr
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"slices"
 	"sync"
@@ -71,6 +72,65 @@ func TestNewRejectsBadArguments(t *testing.T) {
 		})
 	}
 }
+
+// TestConstructorsRejectNilArguments calls every exported constructor with nil or zero
+// arguments: each returns an error or a working value, and none panics.
+func TestConstructorsRejectNilArguments(t *testing.T) {
+	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true})
+	client := f.client
+	cidrs, ips := f.cidrInf.Networking().V1().ServiceCIDRs(), f.ipInf.Networking().V1().IPAddresses()
+	for _, tt := range []struct {
+		name    string
+		call    func() (io.Closer, error)
+		wantErr bool
+	}{
+		{"New with nothing", func() (io.Closer, error) { return New("", nil, nil, nil) }, true},
+		{"New with nil informers", func() (io.Closer, error) { return New(corev1.IPv4Protocol, client, nil, nil) }, true},
+		{"New with a nil client", func() (io.Closer, error) { return New(corev1.IPv4Protocol, nil, cidrs, ips) }, true},
+		{"New with a nil Option", func() (io.Closer, error) {
+			return New(corev1.IPv4Protocol, client, cidrs, ips, nil, WithIPAddressOptions(nil))
+		}, false},
+		{"NewLifecycleController with nothing", func() (io.Closer, error) {
+			c, err := NewLifecycleController(nil, nil, nil, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with a nil client", func() (io.Closer, error) {
+			c, err := NewLifecycleController(nil, cidrs, ips, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with a nil ServiceCIDR informer", func() (io.Closer, error) {
+			c, err := NewLifecycleController(client, nil, ips, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with a nil IPAddress informer", func() (io.Closer, error) {
+			c, err := NewLifecycleController(client, cidrs, nil, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with zero options", func() (io.Closer, error) {
+			c, err := NewLifecycleController(client, cidrs, ips, LifecycleOptions{})
+			return nopCloser(c), err
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.call()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error = %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil {
+				if err := got.Close(); err != nil {
+					t.Errorf("Close() = %v", err)
+				}
+			}
+		})
+	}
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// nopCloser lets a LifecycleController, which has nothing to close, stand in the table above.
+func nopCloser(*LifecycleController) io.Closer { return closerFunc(func() error { return nil }) }
 
 func TestNotReadyBeforeRun(t *testing.T) {
 	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true, objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/28")}})

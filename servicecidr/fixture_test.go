@@ -142,7 +142,9 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 			}
 			lifecycleIPs = blindInf.Networking().V1().IPAddresses()
 		}
-		f.lifecycle = NewLifecycleController(client, cidrs, lifecycleIPs, *cfg.lifecycle)
+		if f.lifecycle, err = NewLifecycleController(client, cidrs, lifecycleIPs, *cfg.lifecycle); err != nil {
+			t.Fatalf("NewLifecycleController() = %v", err)
+		}
 	}
 	cidrInf.Start(ctx.Done())
 	ipInf.Start(ctx.Done())

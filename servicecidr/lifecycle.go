@@ -87,8 +87,16 @@ type clearMark struct {
 
 // NewLifecycleController returns a controller that manages the ServiceCIDRs seen by cidrs, judging
 // orphans with the IPAddresses seen by ips, and writes with client. It registers both informers
-// with their factory and starts nothing; call Run.
-func NewLifecycleController(client kubernetes.Interface, cidrs networkingv1informers.ServiceCIDRInformer, ips networkingv1informers.IPAddressInformer, opts LifecycleOptions) *LifecycleController {
+// with their factory and starts nothing; call Run. A nil client or informer returns an error.
+func NewLifecycleController(client kubernetes.Interface, cidrs networkingv1informers.ServiceCIDRInformer, ips networkingv1informers.IPAddressInformer, opts LifecycleOptions) (*LifecycleController, error) {
+	switch {
+	case client == nil:
+		return nil, errors.New("servicecidr: NewLifecycleController needs a client")
+	case cidrs == nil:
+		return nil, errors.New("servicecidr: NewLifecycleController needs a ServiceCIDR informer")
+	case ips == nil:
+		return nil, errors.New("servicecidr: NewLifecycleController needs an IPAddress informer")
+	}
 	if opts.GracePeriod == 0 {
 		opts.GracePeriod = 10 * time.Second
 	}
@@ -105,7 +113,7 @@ func NewLifecycleController(client kubernetes.Interface, cidrs networkingv1infor
 		opts:       opts,
 		now:        time.Now,
 		clearSince: map[string]clearMark{},
-	}
+	}, nil
 }
 
 // Run processes ServiceCIDRs with workers goroutines (at least one) until ctx is done, then
