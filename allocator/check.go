@@ -23,15 +23,20 @@ func CheckAddr(ip netip.Addr) error {
 	return nil
 }
 
+// ipv4MappedBlock holds the IPv4-mapped IPv6 addresses (RFC 4291 §2.5.5.2).
+var ipv4MappedBlock = netip.PrefixFrom(netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff}), 96)
+
 // CheckPrefix returns nil if p is a range an allocator can serve: valid, masked (no host bits
-// set), not IPv4-mapped, and with at least one usable address (so not an IPv4 /31 or /32, nor an
-// IPv6 /128). Otherwise it returns a *PrefixError.
+// set), and with at least one usable address (so not an IPv4 /31 or /32, nor an IPv6 /128).
+// An IPv6 prefix must not overlap the IPv4-mapped block ::ffff:0:0/96, neither lying inside it
+// nor containing it (as ::/80 or ::/0 do): such a range could hand out an IPv4-mapped address,
+// which no allocator accepts back. Otherwise it returns a *PrefixError.
 func CheckPrefix(p netip.Prefix) error {
 	switch {
 	case !p.IsValid():
 		return &PrefixError{Prefix: p, Reason: "invalid prefix"}
-	case p.Addr().Is4In6():
-		return &PrefixError{Prefix: p, Reason: "IPv4-mapped IPv6 prefix"}
+	case p.Overlaps(ipv4MappedBlock):
+		return &PrefixError{Prefix: p, Reason: "overlaps the IPv4-mapped IPv6 block ::ffff:0:0/96"}
 	case p.Masked() != p:
 		return &PrefixError{Prefix: p, Reason: "host bits set, the range is " + p.Masked().String()}
 	case ipmath.Size(p) == 0:

@@ -3,6 +3,7 @@ package allocator_test
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -86,7 +87,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		if p, err := allocator.ParsePrefix(s); err == nil {
-			if allocator.CheckPrefix(p) != nil || p.Masked() != p || p.Addr().Is4In6() {
+			if allocator.CheckPrefix(p) != nil || p.Masked() != p || p.Overlaps(netip.MustParsePrefix("::ffff:0:0/96")) {
 				t.Fatalf("ParsePrefix(%q) accepted %v, which fails CheckPrefix", s, p)
 			}
 			if q, err := allocator.ParsePrefix(p.String()); err != nil || q != p {
@@ -103,4 +104,46 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("ParseAddr(%q) error %v is not ErrInvalid", s, err)
 		}
 	})
+}
+
+// TestCheckPrefixRejectsOverlapWithIPv4MappedBlock checks that no prefix that contains
+// ::ffff:0:0/96, or lies inside it, is accepted: an allocator serving it could hand out an
+// IPv4-mapped address that Release then rejects, leaking it forever.
+func TestCheckPrefixRejectsOverlapWithIPv4MappedBlock(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{name: "contains the block, /95", in: "::fffe:0:0/95"},
+		{name: "contains the block, /80", in: "::/80"},
+		{name: "contains the block, /64", in: "::/64"},
+		{name: "contains the block, /0", in: "::/0"},
+		{name: "is the block", in: "::ffff:0:0/96"},
+		{name: "inside the block", in: "::ffff:10.0.0.0/104"},
+		{name: "inside the block, /127", in: "::ffff:10.0.0.0/127"},
+		{name: "just below the block", in: "::fffe:0:0/96", ok: true},
+		{name: "just above the block", in: "::1:0:0:0/96", ok: true},
+		{name: "ULA", in: "fd00::/108", ok: true},
+		{name: "IPv4 range", in: "0.0.0.0/1", ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := netip.MustParsePrefix(tt.in)
+			err := allocator.CheckPrefix(p)
+			if tt.ok {
+				if err != nil {
+					t.Errorf("CheckPrefix(%v) = %v, want nil", p, err)
+				}
+				return
+			}
+			var pe *allocator.PrefixError
+			if !errors.As(err, &pe) || pe.Prefix != p || !errors.Is(err, allocator.ErrInvalid) {
+				t.Fatalf("CheckPrefix(%v) = %v, want a *PrefixError for %v", p, err, p)
+			}
+			if !strings.Contains(pe.Reason, "::ffff:0:0/96") {
+				t.Errorf("CheckPrefix(%v) reason = %q, want it to name the IPv4-mapped block ::ffff:0:0/96", p, pe.Reason)
+			}
+		})
+	}
 }
