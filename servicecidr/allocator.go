@@ -61,6 +61,8 @@ type Allocator struct {
 	synced  atomic.Bool                                  // Run has reconciled the informer's cache once
 	queue   workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
 
+	skipped sync.Map // "uid/name/cidr" of each ServiceCIDR CIDR logged as not servable
+
 	mu      sync.RWMutex // guards entries and closed
 	entries map[netip.Prefix]*entry
 	closed  bool

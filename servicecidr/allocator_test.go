@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,10 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -371,4 +374,39 @@ func TestDryRunChangesNothing(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Errorf("DryRun().Close() = %v", err)
 	}
+}
+
+// TestServiceCIDROverlappingIPv4MappedBlockIsSkipped gives the Allocator a ServiceCIDR whose
+// prefix contains ::ffff:0:0/96, from which AllocateNext could return an IPv4-mapped address that
+// Release rejects: it is skipped, with a log line, and the other ServiceCIDR is served.
+func TestServiceCIDROverlappingIPv4MappedBlockIsSkipped(t *testing.T) {
+	for _, b := range []backend{memBackend, fakeBackend} {
+		t.Run(b.name, func(t *testing.T) {
+			f := b.fixture(t, fixtureConfig{family: corev1.IPv6Protocol})
+			f.create(serviceCIDR("mapped", "::fffe:0:0/95"))
+			f.create(serviceCIDR("ok", "fd00:5::/120"))
+			testenv.WaitFor(t, "the logged skip", func() bool {
+				return strings.Contains(logsOf(f), "Not allocating from a CIDR of a ServiceCIDR")
+			})
+			f.waitReady("fd00:5::/120")
+			time.Sleep(50 * time.Millisecond) // more syncs: still skipped
+			if got, want := f.alloc.ReadyCIDRs(), []netip.Prefix{mustPrefix("fd00:5::/120")}; !slices.Equal(got, want) {
+				t.Errorf("ReadyCIDRs() = %v, want %v", got, want)
+			}
+			if got := strings.Count(logsOf(f), "Not allocating from a CIDR of a ServiceCIDR"); got != 1 {
+				t.Errorf("the skip was logged %d times, want once", got)
+			}
+			for range 20 {
+				ip, err := f.alloc.AllocateNext(f.ctx, webOwner)
+				if err != nil || ip.Is4In6() || !mustPrefix("fd00:5::/120").Contains(ip) {
+					t.Fatalf("AllocateNext() = %v, %v; want an address of fd00:5::/120", ip, err)
+				}
+			}
+		})
+	}
+}
+
+// logsOf returns what the fixture's logger has written so far.
+func logsOf(f *fixture) string {
+	return klog.FromContext(f.ctx).GetSink().(ktesting.Underlier).GetBuffer().String()
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -107,7 +108,7 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 	if client == nil {
 		client = newFakeClient(cfg.objects...)
 	}
-	_, ctx := ktesting.NewTestContext(t)
+	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))) // logsOf reads the buffer
 	ctx, cancel := context.WithCancel(ctx)
 	var cidrOpts []informers.SharedInformerOption
 	if cfg.label != "" {

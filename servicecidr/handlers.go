@@ -27,7 +27,7 @@ func serviceCIDRFrom(obj any) (*networkingv1.ServiceCIDR, bool) {
 func (a *Allocator) handlers(logger klog.Logger) cache.ResourceEventHandler {
 	mine := func(obj any) bool {
 		sc, ok := serviceCIDRFrom(obj)
-		return ok && len(prefixesOf(logger, sc, a.family)) > 0
+		return ok && len(a.prefixesOf(logger, sc)) > 0
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,19 +25,44 @@ func isReady(sc *networkingv1.ServiceCIDR) bool {
 	return c == nil || c.Status == metav1.ConditionTrue
 }
 
-// prefixesOf returns the prefixes of sc of family that an allocator can serve. The apiserver
-// validates spec.cidrs (at most one per family, masked); anything else is logged and skipped.
-func prefixesOf(logger klog.Logger, sc *networkingv1.ServiceCIDR, family corev1.IPFamily) []netip.Prefix {
-	var ps []netip.Prefix
+// specCIDR is one entry of a ServiceCIDR's spec.cidrs, parsed.
+type specCIDR struct {
+	text   string
+	prefix netip.Prefix // masked; invalid if text does not parse
+	err    error        // why an allocator cannot serve it (allocator.ParsePrefix), nil if it can
+}
+
+// specCIDRsOf parses sc's spec.cidrs: the one place they are parsed. The apiserver validates
+// them (at most one per family, masked), but not all it accepts can be served: a prefix that
+// overlaps the IPv4-mapped block ::ffff:0:0/96, for one.
+func specCIDRsOf(sc *networkingv1.ServiceCIDR) []specCIDR {
+	out := make([]specCIDR, 0, len(sc.Spec.CIDRs))
 	for _, s := range sc.Spec.CIDRs {
-		p, err := allocator.ParsePrefix(s)
-		if err != nil {
-			logger.V(2).Info("Ignoring a CIDR of a ServiceCIDR", "serviceCIDR", sc.Name, "cidr", s, "err", err)
+		c := specCIDR{text: s}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			c.prefix = p.Masked()
+		}
+		_, c.err = allocator.ParsePrefix(s)
+		out = append(out, c)
+	}
+	return out
+}
+
+// prefixesOf returns the prefixes of sc of the Allocator's family that an allocator can serve.
+// Those it cannot serve are skipped, and logged once per ServiceCIDR and CIDR.
+func (a *Allocator) prefixesOf(logger klog.Logger, sc *networkingv1.ServiceCIDR) []netip.Prefix {
+	var ps []netip.Prefix
+	for _, c := range specCIDRsOf(sc) {
+		if c.prefix.IsValid() && allocator.FamilyOf(c.prefix.Addr()) != a.family {
 			continue
 		}
-		if allocator.FamilyOf(p.Addr()) == family {
-			ps = append(ps, p)
+		if c.err != nil {
+			if _, logged := a.skipped.LoadOrStore(string(sc.UID)+"/"+sc.Name+"/"+c.text, true); !logged {
+				logger.Error(c.err, "Not allocating from a CIDR of a ServiceCIDR", "serviceCIDR", sc.Name, "cidr", c.text)
+			}
+			continue
 		}
+		ps = append(ps, c.prefix)
 	}
 	return ps
 }
@@ -52,7 +76,7 @@ func (a *Allocator) desired(logger klog.Logger) (map[netip.Prefix]map[string]boo
 	}
 	want := map[netip.Prefix]map[string]bool{}
 	for _, sc := range list {
-		for _, p := range prefixesOf(logger, sc, a.family) {
+		for _, p := range a.prefixesOf(logger, sc) {
 			if want[p] == nil {
 				want[p] = map[string]bool{}
 			}
@@ -175,7 +199,7 @@ func (a *Allocator) syncAll(ctx context.Context) error {
 func (a *Allocator) removeServiceCIDR(logger klog.Logger, sc *networkingv1.ServiceCIDR) {
 	var drop []*entry
 	a.mu.Lock()
-	for _, p := range prefixesOf(logger, sc, a.family) {
+	for _, p := range a.prefixesOf(logger, sc) {
 		e := a.entries[p]
 		if e == nil {
 			continue
