@@ -26,7 +26,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
@@ -121,15 +120,6 @@ func New(family corev1.IPFamily, client kubernetes.Interface, cidrs networkingv1
 		factory:   o.factory,
 		entries:   map[netip.Prefix]*entry{},
 	}, nil
-}
-
-// usable reports whether ip is an address p can allocate: inside p, and neither its network
-// address nor its IPv4 broadcast address.
-func usable(p netip.Prefix, ip netip.Addr) bool {
-	if !p.Contains(ip) || ip == ipmath.Network(p) {
-		return false
-	}
-	return !(ip.Is4() && ip == ipmath.Last(p))
 }
 
 // serving reports whether v can allocate now: its ServiceCIDR is ready and so is its allocator.

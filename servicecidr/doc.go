@@ -31,6 +31,14 @@
 // taken again. A cache that lags behind (an IPAddress created a moment before the deletion, a
 // slow or restarted watch) therefore cannot let a ServiceCIDR go while an address is in it.
 //
+// The files follow the two controllers: allocator.go (the Allocator's type, New and the
+// allocator.Interface methods), allocator_run.go (Run and its queue), allocator_handlers.go
+// (ServiceCIDR events), allocator_sync.go (one level-based pass over every prefix),
+// allocator_options.go and allocator_dryrun.go; lifecycle.go (the LifecycleController's type,
+// options, NewLifecycleController and Run), lifecycle_handlers.go, lifecycle_sync.go (one pass
+// per ServiceCIDR, with the live confirmation) and lifecycle_grace.go (the grace-period marks);
+// cidrs.go parses spec.cidrs and readiness for both.
+//
 // New starts nothing; Allocator.Run and LifecycleController.Run do the work and block until their
 // context is done. Start the informer factory after New and NewLifecycleController so that both
 // informers are registered with it.

@@ -1,6 +1,9 @@
 package servicecidr
 
 import (
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"net/netip"
 
 	"k8s.io/klog/v2"
@@ -62,5 +65,14 @@ func withAllocatorFactory(f allocatorFactory) Option {
 		if f != nil {
 			o.factory = f
 		}
+	}
+}
+
+// ipaddressFactory builds an ipaddress.Allocator per prefix, sharing client and the IPAddress
+// informer.
+func ipaddressFactory(client kubernetes.Interface, ips networkingv1informers.IPAddressInformer, opts []ipaddress.Option) allocatorFactory {
+	return func(logger klog.Logger, cidr netip.Prefix) (cidrAllocator, error) {
+		all := append([]ipaddress.Option{ipaddress.WithLogger(logger)}, opts...)
+		return ipaddress.New(cidr, client, ips, all...)
 	}
 }
