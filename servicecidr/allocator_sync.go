@@ -140,10 +140,11 @@ func (a *Allocator) syncAll(ctx context.Context) error {
 			}
 		}
 	}
-	a.mu.Unlock()
 	if want != nil {
+		// Under mu, so that whoever sees the entries of this pass also sees synced.
 		a.synced.Store(true)
 	}
+	a.mu.Unlock()
 
 	for _, e := range drop {
 		logger.V(2).Info("No ServiceCIDR holds the prefix any more", "cidr", e.prefix)
