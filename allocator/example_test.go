@@ -8,7 +8,7 @@ import (
 )
 
 func ExampleParsePrefix() {
-	for _, s := range []string{"10.96.0.0/12", "10.96.0.1/12", "10.0.0.0/31", "::ffff:10.0.0.0/104"} {
+	for _, s := range []string{"10.96.0.0/12", "10.96.0.1/12", "10.0.0.0/31", "::ffff:10.0.0.0/104", "::/80"} {
 		p, err := allocator.ParsePrefix(s)
 		fmt.Println(p, errors.Is(err, allocator.ErrInvalid), err)
 	}
@@ -16,5 +16,6 @@ func ExampleParsePrefix() {
 	// 10.96.0.0/12 false <nil>
 	// invalid Prefix true allocator: invalid range "10.96.0.1/12": host bits set, the range is 10.96.0.0/12
 	// invalid Prefix true allocator: invalid range "10.0.0.0/31": no usable addresses
-	// invalid Prefix true allocator: invalid range "::ffff:10.0.0.0/104": IPv4-mapped IPv6 prefix
+	// invalid Prefix true allocator: invalid range "::ffff:10.0.0.0/104": overlaps the IPv4-mapped IPv6 block ::ffff:0:0/96
+	// invalid Prefix true allocator: invalid range "::/80": overlaps the IPv4-mapped IPv6 block ::ffff:0:0/96
 }
