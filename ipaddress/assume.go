@@ -5,7 +5,8 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-ipam/clusterip/internal/informerutil"
 )
 
 // The index is the informer's view of the range overlaid with the Allocator's own writes:
@@ -289,10 +290,7 @@ func (a *Allocator) cached(off uint64) (*networkingv1.IPAddress, bool) {
 
 // onEvent applies an informer event: an IPAddress added or updated (present) or deleted.
 func (a *Allocator) onEvent(obj any, present bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	ipa, ok := obj.(*networkingv1.IPAddress)
+	ipa, ok := informerutil.ObjectFrom[*networkingv1.IPAddress](obj)
 	if !ok || ipa == nil {
 		return
 	}

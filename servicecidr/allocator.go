@@ -15,6 +15,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
@@ -23,8 +26,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
+
+// ErrNotManaged is matched by the error of a Release that found an IPAddress for the address in
+// no ServiceCIDR the Allocator knows, created by someone else (another managed-by label, or no
+// parentRef), and left it in place.
+var ErrNotManaged = errors.New("servicecidr: IPAddress not managed by this allocator")
 
 var _ allocator.Interface = (*Allocator)(nil)
 
@@ -40,14 +48,19 @@ const releaseTimeout = 30 * time.Second
 // reconciled a ready ServiceCIDR it serves nothing: Allocate and AllocateNext return
 // allocator.ErrNotReady.
 type Allocator struct {
-	family  corev1.IPFamily
-	cidrs   cache.SharedIndexInformer
-	ips     cache.SharedIndexInformer
-	lister  networkingv1listers.ServiceCIDRLister
-	factory allocatorFactory
+	family    corev1.IPFamily
+	client    kubernetes.Interface // nil only with a test's in-memory per-CIDR allocators
+	managedBy string               // the managed-by label value of the IPAddresses it creates
+	cidrs     cache.SharedIndexInformer
+	ips       cache.SharedIndexInformer
+	lister    networkingv1listers.ServiceCIDRLister
+	factory   allocatorFactory
 
 	started atomic.Bool                                  // Run has been called
+	synced  atomic.Bool                                  // Run has reconciled the informer's cache once
 	queue   workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
+
+	skipped sync.Map // "uid/name/cidr" of each ServiceCIDR CIDR logged as not servable
 
 	mu      sync.RWMutex // guards entries and closed
 	entries map[netip.Prefix]*entry
@@ -81,33 +94,32 @@ func New(family corev1.IPFamily, client kubernetes.Interface, cidrs networkingv1
 	if cidrs == nil || ips == nil {
 		return nil, errors.New("servicecidr: nil informer")
 	}
-	var o options
+	o := options{managedBy: ipaddress.DefaultManagedBy}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.factory == nil {
 		if client == nil {
 			return nil, errors.New("servicecidr: nil client")
 		}
-		o.factory = ipaddressFactory(client, ips, o.ipaddresses)
+		ipOpts := o.ipaddresses
+		if o.managedBySet {
+			ipOpts = append(slices.Clone(ipOpts), ipaddress.WithManagedBy(o.managedBy))
+		}
+		o.factory = ipaddressFactory(client, ips, ipOpts)
 	}
 	return &Allocator{
-		family:  family,
-		cidrs:   cidrs.Informer(),
-		ips:     ips.Informer(),
-		lister:  cidrs.Lister(),
-		factory: o.factory,
-		entries: map[netip.Prefix]*entry{},
+		family:    family,
+		client:    client,
+		managedBy: o.managedBy,
+		cidrs:     cidrs.Informer(),
+		ips:       ips.Informer(),
+		lister:    cidrs.Lister(),
+		factory:   o.factory,
+		entries:   map[netip.Prefix]*entry{},
 	}, nil
-}
-
-// usable reports whether ip is an address p can allocate: inside p, and neither its network
-// address nor its IPv4 broadcast address.
-func usable(p netip.Prefix, ip netip.Addr) bool {
-	if !p.Contains(ip) || ip == ipmath.Network(p) {
-		return false
-	}
-	return !(ip.Is4() && ip == ipmath.Last(p))
 }
 
 // serving reports whether v can allocate now: its ServiceCIDR is ready and so is its allocator.
@@ -179,6 +191,16 @@ func topLevel(vs []view) []view {
 	return top
 }
 
+// readyErr returns an error matching allocator.ErrNotReady until Run has reconciled the
+// ServiceCIDRs of the informer's synced cache once: until then the Allocator cannot tell an
+// address out of range from one in a ServiceCIDR it has not seen yet.
+func (a *Allocator) readyErr() error {
+	if !a.synced.Load() {
+		return fmt.Errorf("servicecidr: %s ServiceCIDRs not synced yet: %w", a.family, allocator.ErrNotReady)
+	}
+	return nil
+}
+
 func (a *Allocator) notInRange(ip netip.Addr) error {
 	return &allocator.NotInRangeError{IP: ip}
 }
@@ -194,12 +216,16 @@ func (a *Allocator) undo(ctx context.Context, alloc cidrAllocator, ip netip.Addr
 }
 
 // Allocate reserves ip for owner through the outermost ready ServiceCIDR that contains it. It
-// returns a range-less *allocator.NotInRangeError (matching allocator.ErrMismatchedNetwork) if no
+// returns allocator.ErrNotReady until Run has reconciled the ServiceCIDRs once, a range-less
+// *allocator.NotInRangeError (matching allocator.ErrMismatchedNetwork) if no
 // ServiceCIDR of the family can allocate ip, allocator.ErrNotReady if only ServiceCIDRs that are
 // not ready can, allocator.ErrAllocated if ip is taken, and an *allocator.AddrError for an invalid,
 // zoned or IPv4-mapped ip.
 func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := allocator.CheckAddr(ip); err != nil {
+		return err
+	}
+	if err := a.readyErr(); err != nil {
 		return err
 	}
 	vs := a.containing(ip)
@@ -238,6 +264,9 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (ne
 }
 
 func (a *Allocator) allocateNext(ctx context.Context, owner allocator.Owner, dryRun bool) (netip.Addr, error) {
+	if err := a.readyErr(); err != nil {
+		return netip.Addr{}, err
+	}
 	cands := topLevel(a.views(func(e *entry) bool { return e.ready && e.alloc.Ready() }))
 	full := false
 	for len(cands) > 0 {
@@ -306,18 +335,68 @@ func pick(vs []view) int {
 	return last // rounding left r just above the sum
 }
 
-// Release frees ip through the outermost ServiceCIDR that contains it, ready or not. Releasing an
-// address that is not allocated, or that no ServiceCIDR contains, returns nil; an invalid, zoned
-// or IPv4-mapped ip returns an *allocator.AddrError.
+// Release frees ip through the outermost ServiceCIDR that contains it, ready or not, deleting its
+// IPAddress whoever created it. Releasing an address that is not allocated returns nil; an
+// invalid, zoned or IPv4-mapped ip returns an *allocator.AddrError.
+//
+// When no ServiceCIDR the Allocator knows contains ip (its ServiceCIDR was deleted without the
+// LifecycleController, its finalizer was removed by hand, or Run has not synced yet), Release
+// reads the IPAddress named after ip from the API server and deletes it if it is one of ours: it
+// has the managed-by label of the Allocator (see WithManagedBy) and a parentRef. The delete
+// carries the UID read, so an object created again under that name meanwhile is left alone. An
+// IPAddress that is not ours is left in place and Release returns an error matching
+// ErrNotManaged; API errors are wrapped with %w. Release never returns nil while an IPAddress of
+// ours for ip remains.
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
 	}
-	vs := a.containing(ip)
-	if len(vs) == 0 {
+	if vs := a.containing(ip); len(vs) > 0 {
+		return vs[0].alloc.Release(ctx, ip)
+	}
+	return a.releaseUnknown(ctx, ip)
+}
+
+// releaseUnknown deletes the IPAddress of ip, which no ServiceCIDR the Allocator knows contains,
+// if it is ours; see Release.
+func (a *Allocator) releaseUnknown(ctx context.Context, ip netip.Addr) error {
+	if a.client == nil {
+		return nil // in-memory per-CIDR allocators (tests): there are no objects
+	}
+	ipas := a.client.NetworkingV1().IPAddresses()
+	obj, err := ipas.Get(ctx, ip.String(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("servicecidr: release %s, in no known ServiceCIDR: get its IPAddress: %w", ip, err)
+	}
+	if !a.ours(obj) {
+		return fmt.Errorf("servicecidr: release %s: its IPAddress is in no known ServiceCIDR and has managed-by label %q and parentRef %v, not ours (%q and a parentRef); left in place: %w",
+			ip, obj.Labels[networkingv1.LabelManagedBy], obj.Spec.ParentRef, a.managedBy, ErrNotManaged)
+	}
+	uid := obj.UID
+	err = ipas.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	logger := klog.FromContext(ctx)
+	switch {
+	case err == nil:
+		logger.V(2).Info("Released an IP in no known ServiceCIDR", "ip", ip)
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		// The UID precondition failed: the object read is gone, and the one there now was
+		// created by another allocation.
+		logger.V(2).Info("The IPAddress of a released IP was replaced meanwhile; leaving the new one", "ip", ip)
 		return nil
 	}
-	return vs[0].alloc.Release(ctx, ip)
+	return fmt.Errorf("servicecidr: release %s, in no known ServiceCIDR: delete its IPAddress: %w", ip, err)
+}
+
+// ours reports whether the Allocator would have created ipa: it carries the Allocator's managed-by
+// label and a parentRef.
+func (a *Allocator) ours(ipa *networkingv1.IPAddress) bool {
+	return ipa.Labels[networkingv1.LabelManagedBy] == a.managedBy && ipa.Spec.ParentRef != nil
 }
 
 // Has reports whether ip is allocated in any ServiceCIDR of the family, ready or not.

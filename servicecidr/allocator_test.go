@@ -3,8 +3,10 @@ package servicecidr
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,10 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -72,13 +76,75 @@ func TestNewRejectsBadArguments(t *testing.T) {
 	}
 }
 
+// TestConstructorsRejectNilArguments calls every exported constructor with nil or zero
+// arguments: each returns an error or a working value, and none panics.
+func TestConstructorsRejectNilArguments(t *testing.T) {
+	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true})
+	client := f.client
+	cidrs, ips := f.cidrInf.Networking().V1().ServiceCIDRs(), f.ipInf.Networking().V1().IPAddresses()
+	for _, tt := range []struct {
+		name    string
+		call    func() (io.Closer, error)
+		wantErr bool
+	}{
+		{"New with nothing", func() (io.Closer, error) { return New("", nil, nil, nil) }, true},
+		{"New with nil informers", func() (io.Closer, error) { return New(corev1.IPv4Protocol, client, nil, nil) }, true},
+		{"New with a nil client", func() (io.Closer, error) { return New(corev1.IPv4Protocol, nil, cidrs, ips) }, true},
+		{"New with a nil Option", func() (io.Closer, error) {
+			return New(corev1.IPv4Protocol, client, cidrs, ips, nil, WithIPAddressOptions(nil))
+		}, false},
+		{"NewLifecycleController with nothing", func() (io.Closer, error) {
+			c, err := NewLifecycleController(nil, nil, nil, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with a nil client", func() (io.Closer, error) {
+			c, err := NewLifecycleController(nil, cidrs, ips, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with a nil ServiceCIDR informer", func() (io.Closer, error) {
+			c, err := NewLifecycleController(client, nil, ips, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with a nil IPAddress informer", func() (io.Closer, error) {
+			c, err := NewLifecycleController(client, cidrs, nil, LifecycleOptions{})
+			return nopCloser(c), err
+		}, true},
+		{"NewLifecycleController with zero options", func() (io.Closer, error) {
+			c, err := NewLifecycleController(client, cidrs, ips, LifecycleOptions{})
+			return nopCloser(c), err
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.call()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error = %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil {
+				if err := got.Close(); err != nil {
+					t.Errorf("Close() = %v", err)
+				}
+			}
+		})
+	}
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// nopCloser lets a LifecycleController, which has nothing to close, stand in the table above.
+func nopCloser(*LifecycleController) io.Closer { return closerFunc(func() error { return nil }) }
+
 func TestNotReadyBeforeRun(t *testing.T) {
 	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true, objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/28")}})
 	if _, err := f.alloc.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("AllocateNext() before Run = %v, want ErrNotReady", err)
 	}
-	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); err == nil {
-		t.Errorf("Allocate() before Run = nil, want an error")
+	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("Allocate() before Run = %v, want ErrNotReady", err)
+	}
+	if err := f.alloc.DryRun().Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("DryRun().Allocate() before Run = %v, want ErrNotReady", err)
 	}
 	if f.alloc.Ready() {
 		t.Errorf("Ready() before Run = true")
@@ -308,4 +374,39 @@ func TestDryRunChangesNothing(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Errorf("DryRun().Close() = %v", err)
 	}
+}
+
+// TestServiceCIDROverlappingIPv4MappedBlockIsSkipped gives the Allocator a ServiceCIDR whose
+// prefix contains ::ffff:0:0/96, from which AllocateNext could return an IPv4-mapped address that
+// Release rejects: it is skipped, with a log line, and the other ServiceCIDR is served.
+func TestServiceCIDROverlappingIPv4MappedBlockIsSkipped(t *testing.T) {
+	for _, b := range []backend{memBackend, fakeBackend} {
+		t.Run(b.name, func(t *testing.T) {
+			f := b.fixture(t, fixtureConfig{family: corev1.IPv6Protocol})
+			f.create(serviceCIDR("mapped", "::fffe:0:0/95"))
+			f.create(serviceCIDR("ok", "fd00:5::/120"))
+			testenv.WaitFor(t, "the logged skip", func() bool {
+				return strings.Contains(logsOf(f), "Not allocating from a CIDR of a ServiceCIDR")
+			})
+			f.waitReady("fd00:5::/120")
+			time.Sleep(50 * time.Millisecond) // more syncs: still skipped
+			if got, want := f.alloc.ReadyCIDRs(), []netip.Prefix{mustPrefix("fd00:5::/120")}; !slices.Equal(got, want) {
+				t.Errorf("ReadyCIDRs() = %v, want %v", got, want)
+			}
+			if got := strings.Count(logsOf(f), "Not allocating from a CIDR of a ServiceCIDR"); got != 1 {
+				t.Errorf("the skip was logged %d times, want once", got)
+			}
+			for range 20 {
+				ip, err := f.alloc.AllocateNext(f.ctx, webOwner)
+				if err != nil || ip.Is4In6() || !mustPrefix("fd00:5::/120").Contains(ip) {
+					t.Fatalf("AllocateNext() = %v, %v; want an address of fd00:5::/120", ip, err)
+				}
+			}
+		})
+	}
+}
+
+// logsOf returns what the fixture's logger has written so far.
+func logsOf(f *fixture) string {
+	return klog.FromContext(f.ctx).GetSink().(ktesting.Underlier).GetBuffer().String()
 }

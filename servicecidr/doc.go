@@ -15,12 +15,29 @@
 //   - A ServiceCIDR is ready while its Ready condition is True or absent and it is not being
 //     deleted. Addresses only in ServiceCIDRs that are not ready are refused with
 //     allocator.ErrNotReady; addresses in none with a range-less *allocator.NotInRangeError, which
-//     matches allocator.ErrMismatchedNetwork.
+//     matches allocator.ErrMismatchedNetwork. Until Run has reconciled the synced ServiceCIDR
+//     cache once, Allocate and AllocateNext return allocator.ErrNotReady.
 //
 // The LifecycleController is the optional controller that kube-controller-manager runs upstream: it
 // adds the networking.k8s.io/service-cidr-finalizer finalizer and the Ready condition, and holds a
 // ServiceCIDR that is being deleted (Ready=False, reason Terminating) while any IPAddress would be
 // left in no other ready ServiceCIDR.
+//
+// A decision that cannot be undone is confirmed against live state. The LifecycleController's
+// informer caches drive its cheap checks, but before it removes a finalizer, which lets the
+// ServiceCIDR go for good, it lists ServiceCIDRs and IPAddresses from the API server, once per
+// deletion attempt, and removes the finalizer with an update that carries the resourceVersion it
+// read, so that a decision taken on state that has changed since fails with a Conflict and is
+// taken again. A cache that lags behind (an IPAddress created a moment before the deletion, a
+// slow or restarted watch) therefore cannot let a ServiceCIDR go while an address is in it.
+//
+// The files follow the two controllers: allocator.go (the Allocator's type, New and the
+// allocator.Interface methods), allocator_run.go (Run and its queue), allocator_handlers.go
+// (ServiceCIDR events), allocator_sync.go (one level-based pass over every prefix),
+// allocator_options.go and allocator_dryrun.go; lifecycle.go (the LifecycleController's type,
+// options, NewLifecycleController and Run), lifecycle_handlers.go, lifecycle_sync.go (one pass
+// per ServiceCIDR, with the live confirmation) and lifecycle_grace.go (the grace-period marks);
+// cidrs.go parses spec.cidrs and readiness for both.
 //
 // New starts nothing; Allocator.Run and LifecycleController.Run do the work and block until their
 // context is done. Start the informer factory after New and NewLifecycleController so that both

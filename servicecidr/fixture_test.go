@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -25,6 +26,9 @@ import (
 const waitTimeout = 30 * time.Second
 
 var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name: "test"}
+
+// webOwner is the Owner of a named Service, as a registry would pass it.
+var webOwner = allocator.ServiceOwner(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "web-uid"}})
 
 func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
 	return &networkingv1.ServiceCIDR{
@@ -86,9 +90,13 @@ type fixtureConfig struct {
 	objects   []runtime.Object
 	mem       *memFactory // nil: the default per-CIDR allocator
 	lifecycle *LifecycleOptions
-	noRun     bool   // build the Allocator but do not run it
-	label     string // filter ServiceCIDRs on testLabel=label; objects are not labelled
-	opts      []Option
+	noRun     bool // build the Allocator but do not run it
+	// blindLifecycleIPs gives the LifecycleController an IPAddress informer that shows none: one
+	// on an empty fake clientset, or on a real server one whose label selector matches nothing.
+	// It stands for a watch that lags behind the API server for the whole test.
+	blindLifecycleIPs bool
+	label             string // filter ServiceCIDRs on testLabel=label; objects are not labelled
+	opts              []Option
 }
 
 func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
@@ -100,7 +108,7 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 	if client == nil {
 		client = newFakeClient(cfg.objects...)
 	}
-	_, ctx := ktesting.NewTestContext(t)
+	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))) // logsOf reads the buffer
 	ctx, cancel := context.WithCancel(ctx)
 	var cidrOpts []informers.SharedInformerOption
 	if cfg.label != "" {
@@ -120,11 +128,30 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 		t.Fatalf("New() = %v", err)
 	}
 	f := &fixture{t: t, ctx: ctx, client: client, cidrInf: cidrInf, ipInf: ipInf, alloc: a, mem: cfg.mem, label: cfg.label, real: cfg.client != nil}
+	var blindInf informers.SharedInformerFactory
 	if cfg.lifecycle != nil {
-		f.lifecycle = NewLifecycleController(client, cidrs, ips, *cfg.lifecycle)
+		lifecycleIPs := ips
+		if cfg.blindLifecycleIPs {
+			if f.real {
+				blindInf = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+					o.LabelSelector = "servicecidr.test/never=true"
+				}))
+			} else {
+				blind := newFakeClient()
+				blindInf = informers.NewSharedInformerFactory(blind, 0)
+				defer waitWatching(t, blind, "ipaddresses")
+			}
+			lifecycleIPs = blindInf.Networking().V1().IPAddresses()
+		}
+		if f.lifecycle, err = NewLifecycleController(client, cidrs, lifecycleIPs, *cfg.lifecycle); err != nil {
+			t.Fatalf("NewLifecycleController() = %v", err)
+		}
 	}
 	cidrInf.Start(ctx.Done())
 	ipInf.Start(ctx.Done())
+	if blindInf != nil {
+		blindInf.Start(ctx.Done())
+	}
 	done := make(chan struct{}, 2)
 	running := 0
 	if !cfg.noRun {
@@ -153,6 +180,9 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 		}
 		cidrInf.Shutdown()
 		ipInf.Shutdown()
+		if blindInf != nil {
+			blindInf.Shutdown()
+		}
 		if err := a.Close(); err != nil {
 			t.Errorf("Close() = %v", err)
 		}

@@ -252,3 +252,44 @@ func TestLifecycleGraceRestartsForARecreatedServiceCIDR(t *testing.T) {
 		t.Errorf("finalizer of the new a removed %v after its deletion, want at least the grace period %v", elapsed, grace)
 	}
 }
+
+// TestLifecycleConfirmsFinalizerRemovalAgainstLiveState allocates an address and deletes its
+// ServiceCIDR at once, with no grace period: the finalizer stays, with Ready=False and reason
+// Terminating, until the address is released, also when the controller's IPAddress informer has
+// not seen the address (blind): the last check before the finalizer comes off reads the API
+// server.
+func TestLifecycleConfirmsFinalizerRemovalAgainstLiveState(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		b     backend
+		blind bool
+	}{
+		{"FakeInformerBehind", fakeBackend, true},
+		{"KubeAPIServerInformerBehind", apiserverBackend, true},
+		{"KubeAPIServer", apiserverBackend, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := tt.b.fixture(t, fixtureConfig{
+				blindLifecycleIPs: tt.blind,
+				lifecycle:         &LifecycleOptions{GracePeriod: -1, RecheckInterval: 50 * time.Millisecond},
+			})
+			f.create(serviceCIDR("a", "10.21.0.0/24"))
+			f.waitFinalized("a")
+			f.waitReady("10.21.0.0/24")
+			ip, err := f.alloc.AllocateNext(f.ctx, webOwner)
+			if err != nil {
+				t.Fatalf("AllocateNext() = %v", err)
+			}
+			f.markDeleting("a")
+			f.waitTerminating("a")
+			time.Sleep(300 * time.Millisecond) // several rechecks
+			if !f.hasFinalizer("a") {
+				t.Fatalf("finalizer removed while %v is allocated in the ServiceCIDR", ip)
+			}
+			if err := f.alloc.Release(f.ctx, ip); err != nil {
+				t.Fatalf("Release(%v) = %v", ip, err)
+			}
+			f.waitGone("a")
+		})
+	}
+}

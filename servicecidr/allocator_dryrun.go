@@ -21,6 +21,9 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Own
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
 	}
+	if err := d.a.readyErr(); err != nil {
+		return err
+	}
 	vs := d.a.containing(ip)
 	if len(vs) == 0 {
 		return d.a.notInRange(ip)

@@ -6,39 +6,28 @@ import (
 	"fmt"
 	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
 )
 
-// isReady reports whether sc may be allocated from: its Ready condition is True or absent, and it
-// is not being deleted.
-func isReady(sc *networkingv1.ServiceCIDR) bool {
-	if sc.DeletionTimestamp != nil {
-		return false
-	}
-	c := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
-	return c == nil || c.Status == metav1.ConditionTrue
-}
-
-// prefixesOf returns the prefixes of sc of family that an allocator can serve. The apiserver
-// validates spec.cidrs (at most one per family, masked); anything else is logged and skipped.
-func prefixesOf(logger klog.Logger, sc *networkingv1.ServiceCIDR, family corev1.IPFamily) []netip.Prefix {
+// prefixesOf returns the prefixes of sc of the Allocator's family that an allocator can serve.
+// Those it cannot serve are skipped, and logged once per ServiceCIDR and CIDR.
+func (a *Allocator) prefixesOf(logger klog.Logger, sc *networkingv1.ServiceCIDR) []netip.Prefix {
 	var ps []netip.Prefix
-	for _, s := range sc.Spec.CIDRs {
-		p, err := allocator.ParsePrefix(s)
-		if err != nil {
-			logger.V(2).Info("Ignoring a CIDR of a ServiceCIDR", "serviceCIDR", sc.Name, "cidr", s, "err", err)
+	for _, c := range specCIDRsOf(sc) {
+		if c.prefix.IsValid() && allocator.FamilyOf(c.prefix.Addr()) != a.family {
 			continue
 		}
-		if allocator.FamilyOf(p.Addr()) == family {
-			ps = append(ps, p)
+		if c.err != nil {
+			if _, logged := a.skipped.LoadOrStore(string(sc.UID)+"/"+sc.Name+"/"+c.text, true); !logged {
+				logger.Error(c.err, "Not allocating from a CIDR of a ServiceCIDR", "serviceCIDR", sc.Name, "cidr", c.text)
+			}
+			continue
 		}
+		ps = append(ps, c.prefix)
 	}
 	return ps
 }
@@ -52,7 +41,7 @@ func (a *Allocator) desired(logger klog.Logger) (map[netip.Prefix]map[string]boo
 	}
 	want := map[netip.Prefix]map[string]bool{}
 	for _, sc := range list {
-		for _, p := range prefixesOf(logger, sc, a.family) {
+		for _, p := range a.prefixesOf(logger, sc) {
 			if want[p] == nil {
 				want[p] = map[string]bool{}
 			}
@@ -151,6 +140,10 @@ func (a *Allocator) syncAll(ctx context.Context) error {
 			}
 		}
 	}
+	if want != nil {
+		// Under mu, so that whoever sees the entries of this pass also sees synced.
+		a.synced.Store(true)
+	}
 	a.mu.Unlock()
 
 	for _, e := range drop {
@@ -172,7 +165,7 @@ func (a *Allocator) syncAll(ctx context.Context) error {
 func (a *Allocator) removeServiceCIDR(logger klog.Logger, sc *networkingv1.ServiceCIDR) {
 	var drop []*entry
 	a.mu.Lock()
-	for _, p := range prefixesOf(logger, sc, a.family) {
+	for _, p := range a.prefixesOf(logger, sc) {
 		e := a.entries[p]
 		if e == nil {
 			continue

@@ -1,6 +1,9 @@
 package servicecidr
 
 import (
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"net/netip"
 
 	"k8s.io/klog/v2"
@@ -29,8 +32,23 @@ type allocatorFactory func(logger klog.Logger, cidr netip.Prefix) (cidrAllocator
 type Option func(*options)
 
 type options struct {
-	factory     allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
-	ipaddresses []ipaddress.Option
+	factory      allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
+	ipaddresses  []ipaddress.Option
+	managedBy    string // the managed-by label value; ipaddress.DefaultManagedBy unless set
+	managedBySet bool   // WithManagedBy was given: pass it on to the per-CIDR allocators
+}
+
+// WithManagedBy sets the ipaddress.kubernetes.io/managed-by label of the IPAddress objects the
+// Allocator creates (it is passed to every per-CIDR allocator, after WithIPAddressOptions) and by
+// which Release recognises them outside any known ServiceCIDR. Default
+// ipaddress.DefaultManagedBy; an empty value keeps the default. Set it here rather than with
+// ipaddress.WithManagedBy in WithIPAddressOptions, which Release would not know of.
+func WithManagedBy(value string) Option {
+	return func(o *options) {
+		if value != "" {
+			o.managedBy, o.managedBySet = value, true
+		}
+	}
 }
 
 // WithIPAddressOptions passes opts to ipaddress.New for every per-CIDR allocator, after the
@@ -47,5 +65,14 @@ func withAllocatorFactory(f allocatorFactory) Option {
 		if f != nil {
 			o.factory = f
 		}
+	}
+}
+
+// ipaddressFactory builds an ipaddress.Allocator per prefix, sharing client and the IPAddress
+// informer.
+func ipaddressFactory(client kubernetes.Interface, ips networkingv1informers.IPAddressInformer, opts []ipaddress.Option) allocatorFactory {
+	return func(logger klog.Logger, cidr netip.Prefix) (cidrAllocator, error) {
+		all := append([]ipaddress.Option{ipaddress.WithLogger(logger)}, opts...)
+		return ipaddress.New(cidr, client, ips, all...)
 	}
 }

@@ -6,28 +6,20 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/internal/informerutil"
 )
 
 // syncAllKey is the only key of the Allocator's queue: every change reconciles every prefix.
 const syncAllKey = "all"
-
-// serviceCIDRFrom returns the ServiceCIDR in obj, which an informer passes to a delete handler
-// either as is or inside a cache.DeletedFinalStateUnknown tombstone.
-func serviceCIDRFrom(obj any) (*networkingv1.ServiceCIDR, bool) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	sc, ok := obj.(*networkingv1.ServiceCIDR)
-	return sc, ok
-}
 
 // handlers turns ServiceCIDR events into work: adds and updates queue a sync of every prefix,
 // deletes drop the ServiceCIDR's hold at once. Events of ServiceCIDRs with no prefix of the family
 // are ignored.
 func (a *Allocator) handlers(logger klog.Logger) cache.ResourceEventHandler {
 	mine := func(obj any) bool {
-		sc, ok := serviceCIDRFrom(obj)
-		return ok && len(prefixesOf(logger, sc, a.family)) > 0
+		sc, ok := informerutil.ObjectFrom[*networkingv1.ServiceCIDR](obj)
+		return ok && len(a.prefixesOf(logger, sc)) > 0
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -41,7 +33,7 @@ func (a *Allocator) handlers(logger klog.Logger) cache.ResourceEventHandler {
 			}
 		},
 		DeleteFunc: func(obj any) {
-			sc, ok := serviceCIDRFrom(obj)
+			sc, ok := informerutil.ObjectFrom[*networkingv1.ServiceCIDR](obj)
 			if !ok {
 				logger.Info("Ignoring the deletion of an object that is not a ServiceCIDR", "type", fmt.Sprintf("%T", obj))
 				return

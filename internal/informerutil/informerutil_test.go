@@ -1,0 +1,32 @@
+package informerutil
+
+import (
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+func TestObjectFrom(t *testing.T) {
+	sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	for _, tt := range []struct {
+		name   string
+		obj    any
+		want   *networkingv1.ServiceCIDR
+		wantOK bool
+	}{
+		{"object", sc, sc, true},
+		{"tombstone", cache.DeletedFinalStateUnknown{Key: "a", Obj: sc}, sc, true},
+		{"other type", &networkingv1.IPAddress{}, nil, false},
+		{"tombstone of another type", cache.DeletedFinalStateUnknown{Key: "a", Obj: "x"}, nil, false},
+		{"nil", nil, nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ObjectFrom[*networkingv1.ServiceCIDR](tt.obj)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("ObjectFrom() = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
