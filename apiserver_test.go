@@ -239,9 +239,11 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 	var lat []time.Duration
 	var wg sync.WaitGroup
 	wg.Add(2)
-	start := time.Now()
+	var ourDur time.Duration
 	go func() {
 		defer wg.Done()
+		start := time.Now()
+		defer func() { ourDur = time.Since(start) }()
 		run(workers, ops, func(i int) {
 			t0 := time.Now()
 			ip, err := dw.AllocateNext(ctx, testOwner)
@@ -269,7 +271,9 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 			name := fmt.Sprintf("churn-%d", i)
 			svc, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
 			if err != nil {
-				theirFails.Add(1)
+				if theirFails.Add(1) <= 5 {
+					t.Logf("kube-apiserver: create Service %s: %v", name, err)
+				}
 				return
 			}
 			ip := netip.MustParseAddr(svc.Spec.ClusterIP)
@@ -282,7 +286,6 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 		theirDur = time.Since(t0)
 	}()
 	wg.Wait()
-	ourDur := time.Since(start)
 	if n := ourFails.Load(); n != 0 {
 		t.Errorf("our allocator failed %d of %d operations, want 0", n, ops)
 	}
@@ -294,15 +297,35 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 		t.Logf("ours: %d AllocateNext+Release pairs, p50 %v, p99 %v, %+v; kube-apiserver: %d of %d creates failed, %.0f create+delete pairs/s",
 			len(lat), lat[len(lat)/2], lat[len(lat)*99/100], dw.(*DualWriteAllocator).Stats(), theirFails.Load(), ops, float64(ops)/theirDur.Seconds())
 	}
-	_ = ourDur
+	t.Logf("ours: %.0f pairs/s", float64(len(lat))/ourDur.Seconds())
 	testenv.WaitFor(t, "the apiserver's IPAddress objects to go", func() bool {
 		return len(ipAddressObjects(t, api.Client)) <= 1 // the kubernetes Service's
 	})
-	// Nothing is left in one store only.
+	// No IPAddress object is left without its bit. kube-apiserver v1.33 leaves the bit of each of
+	// its failed creates set (a stale bit that only repair frees); ours leave none.
 	bits := storedBits(t, etcd, etcdstore.DefaultServiceIPsKey)
 	objs := ipAddressObjects(t, api.Client)
-	if !slices.Equal(bits, objs) {
-		t.Errorf("after churn: bits %v, IPAddress objects %v; want the same", bits, objs)
+	for _, ip := range objs {
+		if !slices.Contains(bits, ip) {
+			t.Errorf("after churn: IPAddress %s has no bit", ip)
+		}
+	}
+	if stale := len(bits) - len(objs); stale > int(theirFails.Load()) {
+		t.Errorf("after churn: %d bits without an IPAddress object (%v), more than kube-apiserver's %d failed creates can leave", stale, bits, theirFails.Load())
+	} else {
+		t.Logf("after churn: %d stale bits, all accounted for by kube-apiserver's failed creates", stale)
+	}
+	if got := dw.(*DualWriteAllocator).Stats().UndoFailed; got != 0 {
+		t.Errorf("Stats().UndoFailed = %d, want 0", got)
+	}
+	// Free the stale bits for the tests that follow.
+	bm := a.Bitmap(corev1.IPv4Protocol)
+	for _, ip := range bits {
+		if !slices.Contains(objs, ip) {
+			if err := bm.Release(ctx, ip); err != nil {
+				t.Errorf("release the stale bit %s: %v", ip, err)
+			}
+		}
 	}
 }
 
