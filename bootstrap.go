@@ -56,7 +56,7 @@ func bootstrap(ctx context.Context, client kubernetes.Interface, cidr netip.Pref
 	if err != nil {
 		return err
 	}
-	if _, err := store.Update(ctx, 0, snapshotOf(a)); err != nil {
+	if _, err := store.Update(ctx, 0, a.Snapshot()); err != nil {
 		if errors.Is(err, bitmap.ErrConflict) {
 			logger.V(2).Info("Another process created the bitmap first")
 			return nil
@@ -122,7 +122,7 @@ func mergeListed(ctx context.Context, client kubernetes.Interface, cidr netip.Pr
 		if err != nil {
 			return 0, err
 		}
-		if err := restore(a, s); err != nil {
+		if err := a.Restore(s); err != nil {
 			return 0, err
 		}
 		added := 0
@@ -134,7 +134,7 @@ func mergeListed(ctx context.Context, client kubernetes.Interface, cidr netip.Pr
 		if added == 0 {
 			return 0, nil
 		}
-		if _, err := store.Update(ctx, rev, snapshotOf(a)); err != nil {
+		if _, err := store.Update(ctx, rev, a.Snapshot()); err != nil {
 			if errors.Is(err, bitmap.ErrConflict) {
 				continue
 			}
@@ -144,14 +144,3 @@ func mergeListed(ctx context.Context, client kubernetes.Interface, cidr netip.Pr
 	}
 	return 0, fmt.Errorf("gave up after %d attempts: %w", maxMergeAttempts, bitmap.ErrConflict)
 }
-
-// snapshotOf returns a's state as a Store holds it.
-// TODO(lead): a.Snapshot() once it returns a bitmap.Snapshot.
-func snapshotOf(a *bitmap.Allocator) bitmap.Snapshot {
-	r, data := a.Snapshot()
-	return bitmap.Snapshot{Range: r, Data: data}
-}
-
-// restore replaces a's state with s.
-// TODO(lead): a.Restore(s) once it takes a bitmap.Snapshot.
-func restore(a *bitmap.Allocator, s bitmap.Snapshot) error { return a.Restore(s.Range, s.Data) }

@@ -85,7 +85,7 @@ func TestBootstrapLeavesExistingBitmapAlone(t *testing.T) {
 	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	store := bitmap.NewMemStore()
 	empty, _ := bitmap.New(cidr)
-	rev := store.Put(snapshotOf(empty))
+	rev := store.Put(empty.Snapshot())
 	if err := bootstrap(context.Background(), client, cidr, store); err != nil {
 		t.Fatalf("bootstrap() = %v", err)
 	}
@@ -103,7 +103,7 @@ func TestBootstrapLosingTheCreateUsesTheWinners(t *testing.T) {
 	var winnerRev int64
 	store.OnUpdate(func(_ context.Context, rev int64, _ bitmap.Snapshot) error {
 		if rev == 0 && winnerRev == 0 {
-			winnerRev = store.Put(snapshotOf(winner)) // another process creates it first
+			winnerRev = store.Put(winner.Snapshot()) // another process creates it first
 		}
 		return nil
 	})

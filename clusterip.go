@@ -26,6 +26,7 @@ type Allocators struct {
 	allocs   map[corev1.IPFamily]allocator.Interface
 	bitmaps  map[corev1.IPFamily]*bitmap.Persistent
 	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
+	services *allocator.ServiceAllocator
 
 	mu      sync.Mutex // guards running and closed
 	running bool
@@ -64,6 +65,7 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			return nil, err
 		}
 	}
+	a.services = allocator.NewServiceAllocator(a.families[0], a.allocs)
 	return a, nil
 }
 
@@ -139,8 +141,10 @@ func (a *Allocators) Bitmap(f corev1.IPFamily) *bitmap.Persistent { return a.bit
 // IPAddressOnly mode, the primary in DualWrite mode; nil in Legacy mode or if f is not served.
 func (a *Allocators) ServiceCIDRs(f corev1.IPFamily) *servicecidr.Allocator { return a.cidrs[f] }
 
-// TODO(lead): Services() *allocator.ServiceAllocator, built with
-// allocator.NewServiceAllocator(a.families[0], a.allocs), once allocator.ServiceAllocator lands.
+// Services returns the allocator of a Service's ClusterIPs across every family served, with the
+// first family of Config.Ranges as the cluster's primary, as kube-apiserver's Service registry
+// uses it: see [allocator.ServiceAllocator].
+func (a *Allocators) Services() *allocator.ServiceAllocator { return a.services }
 
 // Run runs what the allocators need in the background (the servicecidr allocators, which follow
 // ServiceCIDRs, in DualWrite and IPAddressOnly mode) until ctx is done, then returns nil. It

@@ -66,6 +66,48 @@ func ExampleNew() {
 	// <nil>
 }
 
+// ExampleAllocators_Services gives a Service its ClusterIP as kube-apiserver's Service registry
+// does, through the allocators New built: the fields the registry stores are filled in, and the
+// address is held until the Service is released.
+func ExampleAllocators_Services() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewSimpleClientset(&networkingv1.ServiceCIDR{ //nolint:staticcheck // the simple fake needs no apply configurations
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/24"}},
+	})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ranges, _ := clusterip.ParseRanges("10.96.0.0/24")
+	allocs, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: ranges, Client: client, Informers: factory})
+	if err != nil {
+		panic(err)
+	}
+	defer allocs.Close()
+	factory.Start(ctx.Done())
+	go func() { _ = allocs.Run(ctx) }()
+	waitFor(func() bool { return allocs.ServiceCIDRs(corev1.IPv4Protocol).Ready() })
+
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10"},
+	}
+	txn, err := allocs.Services().Allocate(ctx, svc, false)
+	if err != nil {
+		panic(err)
+	}
+	txn.Commit() // the registry stored the Service
+	fmt.Println(svc.Spec.ClusterIPs, svc.Spec.IPFamilies, *svc.Spec.IPFamilyPolicy)
+	fmt.Println(allocs.Family(corev1.IPv4Protocol).Has(netip.MustParseAddr("10.96.0.10")))
+
+	fmt.Println(allocs.Services().Release(ctx, svc))
+	fmt.Println(allocs.Family(corev1.IPv4Protocol).Has(netip.MustParseAddr("10.96.0.10")))
+	// Output:
+	// [10.96.0.10] [IPv4] SingleStack
+	// true
+	// <nil>
+	// false
+}
+
 // waitFor polls cond for up to ten seconds.
 func waitFor(cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond() && time.Now().Before(deadline); {

@@ -208,7 +208,7 @@ func bitsOf(t testing.TB, cidr netip.Prefix, s bitmap.Snapshot) []netip.Addr {
 	if err != nil {
 		t.Fatalf("bitmap.New(%s) = %v", cidr, err)
 	}
-	if err := restore(a, s); err != nil {
+	if err := a.Restore(s); err != nil {
 		t.Fatalf("restore() = %v", err)
 	}
 	return slices.Collect(a.All())
@@ -217,7 +217,7 @@ func bitsOf(t testing.TB, cidr netip.Prefix, s bitmap.Snapshot) []netip.Addr {
 func (f *dualFixture) describeBits() string {
 	s, _, _ := f.store.Get(context.Background())
 	a, _ := bitmap.New(f.flag)
-	_ = restore(a, s)
+	_ = a.Restore(s)
 	return fmt.Sprint(slices.Collect(a.All()))
 }
 
@@ -241,7 +241,7 @@ func (f *dualFixture) setBits(ips ...netip.Addr) {
 	f.t.Helper()
 	s, _, _ := f.store.Get(context.Background())
 	a, _ := bitmap.New(f.flag)
-	if err := restore(a, s); err != nil {
+	if err := a.Restore(s); err != nil {
 		f.t.Fatal(err)
 	}
 	for _, ip := range ips {
@@ -249,7 +249,7 @@ func (f *dualFixture) setBits(ips ...netip.Addr) {
 			f.t.Fatalf("set bit %s: %v", ip, err)
 		}
 	}
-	f.store.Put(snapshotOf(a))
+	f.store.Put(a.Snapshot())
 }
 
 // checkInvariant fails t unless every IPAddress object inside the window has its bit set, and

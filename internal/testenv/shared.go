@@ -60,6 +60,15 @@ func (s *Shared) KubeAPIServer(t testing.TB) *KubeAPIServer {
 	return s.api
 }
 
+// Etcd returns the etcd the shared kube-apiserver stores its state in, starting both as
+// [Shared.KubeAPIServer] does; tests read and write the bitmaps there. It skips t in -short mode
+// and fails t if they do not start.
+func (s *Shared) Etcd(t testing.TB) *Etcd {
+	t.Helper()
+	s.KubeAPIServer(t)
+	return &Etcd{s.etcd}
+}
+
 // Close stops the kube-apiserver and etcd if they were started, reporting failures on stderr.
 func (s *Shared) Close() {
 	if s.api != nil {
