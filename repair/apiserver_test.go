@@ -111,4 +111,43 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 			t.Errorf("Audit(%s) of the seeded cluster: findings (-want +got):\n%s", tt.mode, diff)
 		}
 	}
+
+	// One IPAddressOnly pass creates the missing IPAddress and deletes the leaked one; three
+	// Legacy passes free the stale bit. Then every mode audits consistent.
+	rec := &recorder{}
+	ipc, err := NewController(withMode(cfg, featuregate.IPAddressOnly), Options{LeakGrace: -1, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ipc.RunOnce(ctx); err != nil {
+		t.Fatalf("IPAddressOnly RunOnce() error = %v", err)
+	}
+	lc, err := NewController(withMode(cfg, featuregate.Legacy), Options{LeakGrace: -1, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass := range legacyLeakPasses {
+		if _, err := lc.RunOnce(ctx); err != nil {
+			t.Fatalf("Legacy RunOnce() pass %d error = %v", pass+1, err)
+		}
+	}
+	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.Legacy, featuregate.IPAddressOnly} {
+		rep, err := Audit(ctx, withMode(cfg, mode))
+		if err != nil {
+			t.Fatalf("Audit(%s) error = %v", mode, err)
+		}
+		if !rep.Consistent {
+			t.Errorf("Audit(%s) after repair: findings %+v, want none", mode, rep.Findings)
+		}
+	}
+	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated 10.96.0.200"}
+	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
+		t.Errorf("Events (-want +got):\n%s", diff)
+	}
+}
+
+// withMode returns a copy of cfg for mode.
+func withMode(cfg clusterip.Config, mode featuregate.Mode) clusterip.Config {
+	cfg.Mode = mode
+	return cfg
 }

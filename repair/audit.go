@@ -92,11 +92,12 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 	}
 	if cfg.Mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			b, rev, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
 			if err != nil {
 				return nil, err
 			}
 			w.bitmaps = append(w.bitmaps, b)
+			w.revs = append(w.revs, rev)
 		}
 	}
 	if w.services, err = listServices(ctx, cfg.Client); err != nil {
@@ -113,23 +114,24 @@ func bitmapKey(prefix string, i int) string {
 	return etcdstore.SecondaryServiceIPsKey(prefix)
 }
 
-// readBitmap reads the bitmap of r from store; a missing one is empty.
-func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (*bitmap.Allocator, error) {
+// readBitmap reads the bitmap of r from store and returns it with its revision; a missing one is
+// empty, at revision 0.
+func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (*bitmap.Allocator, int64, error) {
 	b, err := bitmap.New(r)
 	if err != nil {
-		return nil, fmt.Errorf("repair: bitmap of %s: %w", r, err)
+		return nil, 0, fmt.Errorf("repair: bitmap of %s: %w", r, err)
 	}
 	snap, rev, err := store.Get(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
+		return nil, 0, fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
 	}
 	if rev == 0 {
-		return b, nil
+		return b, 0, nil
 	}
 	if err := b.Restore(snap); err != nil {
-		return nil, fmt.Errorf("repair: the bitmap at %s: %w", store.Key(), err)
+		return nil, 0, fmt.Errorf("repair: the bitmap at %s: %w", store.Key(), err)
 	}
-	return b, nil
+	return b, rev, nil
 }
 
 // listServices lists every Service, a page at a time.

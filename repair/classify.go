@@ -25,6 +25,9 @@ type world struct {
 	// bitmaps holds one bitmap per flag range, in the order of Config.Ranges; an absent bitmap
 	// object is an empty allocator. Read only in Legacy and DualWrite mode.
 	bitmaps []*bitmap.Allocator
+	// revs holds the etcd revision each bitmap was read at, 0 if absent: repair writes back with
+	// a compare-and-swap on it.
+	revs []int64
 }
 
 // finding is a Finding with the objects it concerns, for the repair controller.

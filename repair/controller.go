@@ -1,0 +1,119 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	clusterip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/featuregate"
+)
+
+// ErrModeNotSupported is returned by NewController for a mode whose repair is not built yet.
+var ErrModeNotSupported = errors.New("repair: mode not supported by the repair controller")
+
+// Controller repairs what Audit finds, per mode, with a leak hold-off. It remembers between
+// passes how long each bit has been seen leaked. Build it with NewController; the zero Controller
+// is not usable. A Controller is safe for concurrent use, but passes are serialised.
+//
+// What it repairs (DESIGN §7):
+//
+//   - IPAddressOnly: creates the IPAddress of a Service that has none, deletes an IPAddress no
+//     Service holds once it is older than the hold-off, recreates one whose parentRef names the
+//     wrong Service. Every decision is confirmed with a live Get first, and every delete carries a
+//     UID and resourceVersion precondition, so a repair racing an allocation cannot undo it.
+//   - Legacy: rebuilds each bitmap from the Services and writes it back with a compare-and-swap
+//     on the revision it read before listing the Services, so a concurrent allocation makes the
+//     write fail instead of being undone. A leaked bit is kept until it has been seen leaked on 3
+//     passes and for the hold-off, as kube-apiserver does; a missing bitmap is created.
+//
+// Invalid, duplicate and out-of-range ClusterIPs only get an Event.
+type Controller struct {
+	cfg  clusterip.Config
+	opts Options
+	now  func() time.Time
+
+	pass sync.Mutex // serialises passes
+
+	mu      sync.Mutex // guards leaks and heldOff
+	leaks   map[netip.Addr]bitLeak
+	heldOff int
+}
+
+// bitLeak is what the Controller remembers of a bit it has seen leaked.
+type bitLeak struct {
+	since  time.Time // when it was first seen leaked
+	passes int       // on how many passes in a row
+}
+
+// NewController returns a Controller that repairs the cluster cfg describes, as Audit reads it.
+// It starts nothing. A Config without what the mode needs gives a *clusterip.ConfigError; the
+// DualWrite mode gives ErrModeNotSupported for now.
+func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
+	if err := checkConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Mode == featuregate.DualWrite {
+		return nil, ErrModeNotSupported
+	}
+	return &Controller{cfg: cfg, opts: opts, now: time.Now, leaks: map[netip.Addr]bitLeak{}}, nil
+}
+
+// RunOnce audits the cluster and makes the repairs the audit and the hold-off allow. It returns
+// the audit it acted on, which still lists what was repaired. A failed repair does not stop the
+// others: their errors are joined in the returned error, next to the report.
+func (c *Controller) RunOnce(ctx context.Context) (*Report, error) {
+	c.pass.Lock()
+	defer c.pass.Unlock()
+	w, err := read(ctx, &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	res := classify(w)
+	var held int
+	switch c.cfg.Mode {
+	case featuregate.Legacy:
+		held, err = c.repairLegacy(ctx, w, res)
+	case featuregate.IPAddressOnly:
+		held, err = c.repairIPAddresses(ctx, res)
+	}
+	c.mu.Lock()
+	c.heldOff = held
+	c.mu.Unlock()
+	return res.report(c.cfg.Mode), err
+}
+
+// HeldOff returns how many leaks the last RunOnce left in place because of the hold-off (the
+// LeakGrace, or in Legacy mode the 3 passes): a caller that wants the cluster clean calls RunOnce
+// again until it is 0.
+func (c *Controller) HeldOff() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heldOff
+}
+
+// Run calls RunOnce every Options.Interval until ctx is done, logging its errors, and then
+// returns nil. The first pass starts at once.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("clusterip-repair")
+	t := time.NewTicker(c.opts.interval())
+	defer t.Stop()
+	for {
+		rep, err := c.RunOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Error(err, "repair pass failed")
+		case rep != nil:
+			logger.V(2).Info("repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
