@@ -31,8 +31,9 @@ const (
 	maxSkips = 64
 
 	// maxFallbacks is how many addresses the primary may choose inside the bitmap's window, only to
-	// find their bits held by a legacy peer, before AllocateNext reports the range full.
-	maxFallbacks = 64
+	// find their bits held by a Legacy peer, before AllocateNext reports the range full. Each costs
+	// an IPAddress create and delete; the primary only offers such addresses once the window is full.
+	maxFallbacks = 16
 )
 
 // DualWriteAllocator is the allocator of one IP family in DualWrite mode: a primary allocator (the

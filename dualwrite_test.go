@@ -12,6 +12,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 func alreadyExists(ip string) error {
@@ -221,7 +222,7 @@ func TestDualWriteAllocateNextSkipsAddressThePrimaryKnowsHeld(t *testing.T) {
 	if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, peer, createOpts); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the primary to see the peer's IPAddress", func() bool { return f.sc.Has(netip.MustParseAddr("10.0.0.1")) })
+	testenv.WaitFor(t, "the primary to see the peer's IPAddress", func() bool { return f.sc.Has(netip.MustParseAddr("10.0.0.1")) })
 	for range 5 {
 		ip, err := f.dw.AllocateNext(f.ctx, testOwner)
 		if err != nil {
