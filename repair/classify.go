@@ -73,7 +73,10 @@ func classify(w *world) result {
 			nbits += int(b.Used())
 		}
 	}
-	n := len(w.services) + nbits
+	n := nbits
+	for _, svc := range w.services {
+		n += len(serviceIPs(svc))
+	}
 	if useIPAs {
 		n += len(w.ipAddresses)
 	}
