@@ -75,20 +75,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	}
 	// A stale bit: set in kube-apiserver's bitmap with nothing behind it.
 	store := etcdstore.New(cli, etcdstore.ServiceIPsKey(""))
-	b := bits(t, "10.96.0.0/24")
-	snap, rev, err := store.Get(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Restore(snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Allocate(ctx, netip.MustParseAddr("10.96.0.201"), allocator.Owner{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
-		t.Fatalf("seed stale bit: %v", err)
-	}
+	seedBit(t, store, "10.96.0.201")
 
 	tests := []struct {
 		mode featuregate.Mode
@@ -112,17 +99,26 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 		}
 	}
 
-	// One IPAddressOnly pass creates the missing IPAddress and deletes the leaked one; three
-	// Legacy passes free the stale bit. Then every mode audits consistent.
+	// One DualWrite pass with no hold-off creates the missing IPAddress (and keeps its bit), and
+	// deletes the leaked IPAddress and clears the stale bit, each after a live Get.
 	rec := &recorder{}
-	ipc, err := NewController(withMode(cfg, featuregate.IPAddressOnly), Options{LeakGrace: -1, Recorder: rec})
+	dw, err := NewController(cfg, Options{LeakGrace: -1, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ipc.RunOnce(ctx); err != nil {
-		t.Fatalf("IPAddressOnly RunOnce() error = %v", err)
+	if _, err := dw.RunOnce(ctx); err != nil {
+		t.Fatalf("DualWrite RunOnce() error = %v", err)
 	}
-	lc, err := NewController(withMode(cfg, featuregate.Legacy), Options{LeakGrace: -1, Recorder: rec})
+	auditConsistent(t, cfg, "after one DualWrite pass")
+	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated 10.96.0.200"}
+	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
+		t.Errorf("Events (-want +got):\n%s", diff)
+	}
+
+	// Legacy repair frees a stale bit in kube-apiserver's own bitmap on the third pass, with a
+	// compare-and-swap on the key kube-apiserver writes.
+	seedBit(t, store, "10.96.0.202")
+	lc, err := NewController(withMode(cfg, featuregate.Legacy), Options{LeakGrace: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,19 +126,43 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 		if _, err := lc.RunOnce(ctx); err != nil {
 			t.Fatalf("Legacy RunOnce() pass %d error = %v", pass+1, err)
 		}
+		if want := pass < legacyLeakPasses-1; (lc.HeldOff() == 1) != want {
+			t.Errorf("Legacy pass %d: HeldOff() = %d, want held off: %v", pass+1, lc.HeldOff(), want)
+		}
 	}
+	auditConsistent(t, cfg, "after three Legacy passes")
+}
+
+// auditConsistent fails t unless cfg's cluster audits consistent in every mode.
+func auditConsistent(t *testing.T, cfg clusterip.Config, when string) {
+	t.Helper()
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.Legacy, featuregate.IPAddressOnly} {
-		rep, err := Audit(ctx, withMode(cfg, mode))
+		rep, err := Audit(t.Context(), withMode(cfg, mode))
 		if err != nil {
-			t.Fatalf("Audit(%s) error = %v", mode, err)
+			t.Fatalf("Audit(%s) %s: %v", mode, when, err)
 		}
 		if !rep.Consistent {
-			t.Errorf("Audit(%s) after repair: findings %+v, want none", mode, rep.Findings)
+			t.Errorf("Audit(%s) %s: findings %+v, want none", mode, when, rep.Findings)
 		}
 	}
-	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated 10.96.0.200"}
-	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
-		t.Errorf("Events (-want +got):\n%s", diff)
+}
+
+// seedBit sets ip in the bitmap at store with a compare-and-swap.
+func seedBit(t *testing.T, store *etcdstore.Store, ip string) {
+	t.Helper()
+	snap, rev, err := store.Get(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bits(t, snap.Range)
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Allocate(t.Context(), netip.MustParseAddr(ip), allocator.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(t.Context(), rev, b.Snapshot()); err != nil {
+		t.Fatalf("seed stale bit %s: %v", ip, err)
 	}
 }
 

@@ -13,9 +13,6 @@ import (
 	"github.com/kube-ipam/clusterip/featuregate"
 )
 
-// ErrModeNotSupported is returned by NewController for a mode whose repair is not built yet.
-var ErrModeNotSupported = errors.New("repair: mode not supported by the repair controller")
-
 // Controller repairs what Audit finds, per mode, with a leak hold-off. It remembers between
 // passes how long each bit has been seen leaked. Build it with NewController; the zero Controller
 // is not usable. A Controller is safe for concurrent use, but passes are serialised.
@@ -30,6 +27,10 @@ var ErrModeNotSupported = errors.New("repair: mode not supported by the repair c
 //     on the revision it read before listing the Services, so a concurrent allocation makes the
 //     write fail instead of being undone. A leaked bit is kept until it has been seen leaked on 3
 //     passes and for the hold-off, as kube-apiserver does; a missing bitmap is created.
+//   - DualWrite: both, and the bitmap from the IPAddress objects and Services, which
+//     kube-apiserver does not do (kubernetes#136475): a Service's bit that is clear is set, a
+//     stale bit (no IPAddress, no Service) is cleared once seen so for the hold-off and a live Get
+//     finds no IPAddress, and the bit of a leaked IPAddress goes with it.
 //
 // Invalid, duplicate and out-of-range ClusterIPs only get an Event.
 type Controller struct {
@@ -51,14 +52,10 @@ type bitLeak struct {
 }
 
 // NewController returns a Controller that repairs the cluster cfg describes, as Audit reads it.
-// It starts nothing. A Config without what the mode needs gives a *clusterip.ConfigError; the
-// DualWrite mode gives ErrModeNotSupported for now.
+// It starts nothing. A Config without what the mode needs gives a *clusterip.ConfigError.
 func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
-	}
-	if cfg.Mode == featuregate.DualWrite {
-		return nil, ErrModeNotSupported
 	}
 	return &Controller{cfg: cfg, opts: opts, now: time.Now, leaks: map[netip.Addr]bitLeak{}}, nil
 }
@@ -74,13 +71,17 @@ func (c *Controller) RunOnce(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	res := classify(w)
-	var held int
-	switch c.cfg.Mode {
-	case featuregate.Legacy:
-		held, err = c.repairLegacy(ctx, w, res)
-	case featuregate.IPAddressOnly:
-		held, err = c.repairIPAddresses(ctx, res)
+	var held, heldBits int
+	var deleted map[netip.Addr]bool
+	var errIPs, errBits error
+	if c.cfg.Mode != featuregate.Legacy {
+		held, deleted, errIPs = c.repairIPAddresses(ctx, res)
 	}
+	if c.cfg.Mode != featuregate.IPAddressOnly {
+		heldBits, errBits = c.repairBitmaps(ctx, w, res, deleted)
+	}
+	held += heldBits
+	err = errors.Join(errIPs, errBits)
 	c.mu.Lock()
 	c.heldOff = held
 	c.mu.Unlock()

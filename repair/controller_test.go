@@ -75,14 +75,6 @@ func TestOptionsLeakGrace(t *testing.T) {
 	}
 }
 
-func TestNewControllerRejectsDualWriteForNow(t *testing.T) {
-	_, err := NewController(clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
-		Client: fake.NewClientset(), Etcd: testenv.NewEtcd(t).TestClient(t)}, Options{})
-	if err != ErrModeNotSupported {
-		t.Errorf("NewController(DualWrite) error = %v, want ErrModeNotSupported", err)
-	}
-}
-
 func TestRepairIPAddressOnlyHealsWhatItMayAndReportsTheRest(t *testing.T) {
 	objects := []runtime.Object{
 		serviceCIDR("kubernetes", "10.0.0.0/24"),
@@ -257,8 +249,8 @@ func TestRepairLegacyNeverUndoesAConcurrentAllocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.99")) // a concurrent allocation
-	if _, err := c.repairLegacy(t.Context(), w, classify(w)); err == nil {
-		t.Errorf("repairLegacy over a stale read succeeded; want a compare-and-swap conflict")
+	if _, err := c.repairBitmaps(t.Context(), w, classify(w), nil); err == nil {
+		t.Errorf("repairBitmaps over a stale read succeeded; want a compare-and-swap conflict")
 	}
 	snap, _, err := etcdstore.New(cli, etcdstore.ServiceIPsKey("")).Get(t.Context())
 	if err != nil {
@@ -270,5 +262,91 @@ func TestRepairLegacyNeverUndoesAConcurrentAllocation(t *testing.T) {
 	}
 	if !b.Has(netip.MustParseAddr("10.0.0.99")) {
 		t.Errorf("the concurrent allocation of 10.0.0.99 was undone")
+	}
+}
+
+// TestRepairDualWriteHealsBothStores drives the DualWrite repair against a real etcd with a
+// controlled clock: one pass fixes the IPAddress objects and the bits Services need, and frees the
+// leaked IPAddress with its bit; the stale bit waits for the hold-off.
+func TestRepairDualWriteHealsBothStores(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	cli := e.TestClient(t)
+	ranges := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}
+	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.10", "10.0.0.30", "10.0.0.40"))
+	client := fake.NewClientset(
+		serviceCIDR("kubernetes", "10.0.0.0/24"),
+		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
+		svc("a/missing", "10.0.0.11"),
+		svc("a/nobit", "10.0.0.12"), aged(ipAddr("10.0.0.12", "a/nobit"), time.Hour),
+		aged(ipAddr("10.0.0.30", "a/gone"), time.Hour),
+	)
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: ranges, Client: client, Etcd: cli}
+	rec := &recorder{}
+	c, err := NewController(cfg, Options{LeakGrace: time.Minute, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	c.now = func() time.Time { return now }
+
+	rep, err := c.RunOnce(t.Context())
+	if err != nil {
+		t.Fatalf("pass 1: RunOnce() error = %v", err)
+	}
+	want := []Finding{f("10.0.0.11", Missing, "a/missing"), f("10.0.0.12", IPAddressOnly, "a/nobit"), f("10.0.0.30", Leaked, ""), f("10.0.0.40", BitmapOnly, "")}
+	if diff := cmp.Diff(want, rep.Findings, ignoreDetail); diff != "" {
+		t.Errorf("pass 1 acted on (-want +got):\n%s", diff)
+	}
+	if got := c.HeldOff(); got != 1 {
+		t.Errorf("pass 1: HeldOff() = %d, want 1 (the stale bit)", got)
+	}
+	after, err := Audit(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Finding{f("10.0.0.40", BitmapOnly, "")}, after.Findings, ignoreDetail); diff != "" {
+		t.Errorf("audit after pass 1 (-want +got):\n%s", diff)
+	}
+
+	now = now.Add(time.Minute)
+	if _, err := c.RunOnce(t.Context()); err != nil {
+		t.Fatalf("pass 2: RunOnce() error = %v", err)
+	}
+	if after, err = Audit(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !after.Consistent {
+		t.Errorf("audit after pass 2: %+v, want consistent", after.Findings)
+	}
+	wantEvents := []string{"Warning ClusterIPNotAllocated missing", "Warning IPAddressNotAllocated 10.0.0.30"}
+	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
+		t.Errorf("Events (-want +got):\n%s", diff)
+	}
+}
+
+// TestRepairDualWriteKeepsABitWhoseIPAddressAppears: a bit that looked stale keeps its place when
+// the live Get finds an IPAddress (an allocation in flight when the audit read).
+func TestRepairDualWriteKeepsABitWhoseIPAddressAppears(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	cli := e.TestClient(t)
+	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.40"))
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"))
+	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, aged(ipAddr("10.0.0.40", "a/new"), 0), nil
+	})
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Etcd: cli}
+	c, err := NewController(cfg, Options{LeakGrace: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Audit(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Finding{f("10.0.0.40", BitmapOnly, "")}, rep.Findings, ignoreDetail); diff != "" {
+		t.Errorf("the bit was cleared though a live IPAddress holds it (-want +got):\n%s", diff)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -17,6 +18,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
@@ -66,11 +68,12 @@ func (c *Controller) reportOnly(f *finding) bool {
 	return true
 }
 
-// repairIPAddresses acts on the findings of an IPAddressOnly audit and returns how many leaks it
-// held off.
-func (c *Controller) repairIPAddresses(ctx context.Context, res result) (int, error) {
+// repairIPAddresses acts on the IPAddress side of the findings of an IPAddressOnly or DualWrite
+// audit. It returns how many leaks it held off and the IPs whose leaked IPAddress it deleted.
+func (c *Controller) repairIPAddresses(ctx context.Context, res result) (int, map[netip.Addr]bool, error) {
 	var held int
 	var errs []error
+	deleted := map[netip.Addr]bool{}
 	for i := range res.findings {
 		f := &res.findings[i]
 		if c.reportOnly(f) {
@@ -83,17 +86,20 @@ func (c *Controller) repairIPAddresses(ctx context.Context, res result) (int, er
 		case WrongParent:
 			err = c.fixParent(ctx, f)
 		case Leaked:
-			var wait bool
-			wait, err = c.deleteLeaked(ctx, f)
+			var wait, gone bool
+			wait, gone, err = c.deleteLeaked(ctx, f)
 			if wait {
 				held++
+			}
+			if gone {
+				deleted[f.addr] = true
 			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("repair %s %s: %w", f.Class, f.IP, err))
 		}
 	}
-	return held, errors.Join(errs...)
+	return held, deleted, errors.Join(errs...)
 }
 
 // liveHolder gets svc from the API server and returns it if it is still the same Service and still
@@ -158,36 +164,37 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 
 // deleteLeaked deletes an IPAddress no Service holds once it is older than the hold-off and a live
 // Get confirms it is unchanged and its parent does not hold it; the delete carries a UID and
-// resourceVersion precondition. It reports whether the hold-off kept it.
-func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (wait bool, err error) {
+// resourceVersion precondition. It reports whether the hold-off kept it and whether it deleted it.
+func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (wait, deleted bool, err error) {
 	if age := c.now().Sub(f.ipa.CreationTimestamp.Time); age < c.opts.leakGrace() {
-		return true, nil
+		return true, false, nil
 	}
 	same, err := c.liveUnchanged(ctx, f.ipa)
 	if err != nil || !same {
-		return false, err
+		return false, false, err
 	}
 	if p := f.ipa.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" {
 		parent := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
 		live, err := c.cfg.Client.CoreV1().Services(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		switch {
 		case err == nil && slices.Contains(serviceIPs(live), f.IP):
-			return false, nil // its parent holds it now
+			return false, false, nil // its parent holds it now
 		case err != nil && !apierrors.IsNotFound(err):
-			return false, fmt.Errorf("get parent %s: %w", serviceKey(parent), err)
+			return false, false, fmt.Errorf("get parent %s: %w", serviceKey(parent), err)
 		}
 	}
 	c.event(f.ipa, reasonIPNotAllocated, actionIPAddress, "IPAddress %s appears to have leaked, cleaning up", f.IP)
 	err = c.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, f.ipa.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &f.ipa.UID, ResourceVersion: &f.ipa.ResourceVersion},
 	})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return false, nil // gone or changed meanwhile; the next pass judges it
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return false, false, nil // gone or changed meanwhile; the next pass judges it
+	case err != nil:
+		return false, false, err
 	}
-	if err == nil {
-		klog.FromContext(ctx).V(2).Info("deleted leaked IPAddress", "ip", f.IP)
-	}
-	return false, err
+	klog.FromContext(ctx).V(2).Info("deleted leaked IPAddress", "ip", f.IP)
+	return false, true, nil
 }
 
 // fixParent recreates an IPAddress whose parentRef names another Service than the one holding
@@ -218,11 +225,16 @@ func (c *Controller) fixParent(ctx context.Context, f *finding) error {
 	return err
 }
 
-// repairLegacy acts on the findings of a Legacy audit: it sets the bits of Services whose bit is
-// clear, clears bits seen leaked on 3 passes and for the hold-off, and writes each changed (or
-// missing) bitmap back with a compare-and-swap on the revision the audit read. It returns how
-// many leaked bits it held off.
-func (c *Controller) repairLegacy(ctx context.Context, w *world, res result) (int, error) {
+// repairBitmaps acts on the bitmap side of the findings of a Legacy or DualWrite audit and writes
+// each changed (or missing) bitmap back with a compare-and-swap on the revision the audit read, so
+// a concurrent allocation fails the write instead of being undone. It sets the bit of every IP a
+// Service holds whose bit is clear. It clears a leaked bit once the Controller has seen it leaked
+// for the hold-off, and in Legacy mode on 3 passes as kube-apiserver does; in DualWrite mode a
+// bit with no IPAddress object (bitmap-only) only after a live Get finds none, and the bit of a
+// leaked IPAddress only once repairIPAddresses has deleted it (deleted). It returns how many
+// leaked bits it held off.
+func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, deleted map[netip.Addr]bool) (int, error) {
+	legacy := c.cfg.Mode == featuregate.Legacy
 	now := c.now()
 	targets := make([]*bitmapTarget, len(w.bitmaps))
 	for i, b := range w.bitmaps {
@@ -230,36 +242,46 @@ func (c *Controller) repairLegacy(ctx context.Context, w *world, res result) (in
 	}
 	seen := map[netip.Addr]bool{}
 	var held int
-	c.mu.Lock()
+	var errs []error
 	for i := range res.findings {
 		f := &res.findings[i]
-		c.reportOnly(f)
+		if legacy {
+			c.reportOnly(f)
+		}
 		if f.bm < 0 {
 			continue
 		}
 		t := targets[f.bm]
-		switch f.Class {
-		case Missing, DuplicateOwner: // a Service holds it: its bit must be set
+		switch {
+		case f.svc != nil && f.Class != Invalid && f.Class != OutOfRange: // a Service holds it: its bit must be set
 			if f.bit {
 				continue
 			}
 			if err := t.b.Allocate(ctx, f.addr, allocator.Owner{}); err == nil {
 				t.changed = true
-				if f.Class == Missing {
+				if legacy && f.Class == Missing {
 					c.event(f.svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
 				}
 			}
-		case Leaked:
-			seen[f.addr] = true
-			l, ok := c.leaks[f.addr]
-			if !ok {
-				l.since = now
+		case f.Class == Leaked && !legacy:
+			if f.bit && deleted[f.addr] {
+				_ = t.b.Release(ctx, f.addr)
+				t.changed = true
 			}
-			l.passes++
-			c.leaks[f.addr] = l
-			if l.passes < legacyLeakPasses || now.Sub(l.since) < c.opts.leakGrace() {
+		case f.Class == Leaked || f.Class == BitmapOnly:
+			seen[f.addr] = true
+			if !c.leakedLongEnough(f.addr, now, legacy) {
 				held++
 				continue
+			}
+			if !legacy {
+				_, err := c.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, f.IP, metav1.GetOptions{})
+				if !apierrors.IsNotFound(err) {
+					if err != nil {
+						errs = append(errs, fmt.Errorf("repair: confirm stale bit %s: %w", f.IP, err))
+					}
+					continue // an IPAddress appeared: an allocation in flight, not a stale bit
+				}
 			}
 			if err := t.b.Release(ctx, f.addr); err == nil {
 				t.changed = true
@@ -267,6 +289,7 @@ func (c *Controller) repairLegacy(ctx context.Context, w *world, res result) (in
 			}
 		}
 	}
+	c.mu.Lock()
 	for ip := range c.leaks {
 		if !seen[ip] {
 			delete(c.leaks, ip) // held again, or freed: start over if it leaks again
@@ -274,7 +297,6 @@ func (c *Controller) repairLegacy(ctx context.Context, w *world, res result) (in
 	}
 	c.mu.Unlock()
 
-	var errs []error
 	for i, t := range targets {
 		if !t.changed {
 			continue
@@ -292,6 +314,23 @@ func (c *Controller) repairLegacy(ctx context.Context, w *world, res result) (in
 		klog.FromContext(ctx).V(2).Info("repaired bitmap", "range", t.b.CIDR(), "freed", len(t.freed))
 	}
 	return held, errors.Join(errs...)
+}
+
+// leakedLongEnough records one more sighting of a leaked bit at now and reports whether it may be
+// freed: seen leaked for the hold-off and, in Legacy mode, on 3 passes.
+func (c *Controller) leakedLongEnough(ip netip.Addr, now time.Time, legacy bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.leaks[ip]
+	if !ok {
+		l.since = now
+	}
+	l.passes++
+	c.leaks[ip] = l
+	if legacy && l.passes < legacyLeakPasses {
+		return false
+	}
+	return now.Sub(l.since) >= c.opts.leakGrace()
 }
 
 // bitmapTarget is the bitmap repair wants one family to have.
