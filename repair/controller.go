@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	clusterip "github.com/kube-ipam/clusterip"
@@ -34,9 +35,10 @@ import (
 //
 // Invalid, duplicate and out-of-range ClusterIPs only get an Event.
 type Controller struct {
-	cfg  clusterip.Config
-	opts Options
-	now  func() time.Time
+	cfg       clusterip.Config
+	opts      Options
+	now       func() time.Time
+	retryBase time.Duration // the first retry delay of Run; 1 s
 
 	pass sync.Mutex // serialises passes
 
@@ -57,7 +59,7 @@ func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, opts: opts, now: time.Now, leaks: map[netip.Addr]bitLeak{}}, nil
+	return &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}}, nil
 }
 
 // RunOnce audits the cluster and makes the repairs the audit and the hold-off allow. It returns
@@ -97,24 +99,42 @@ func (c *Controller) HeldOff() int {
 	return c.heldOff
 }
 
-// Run calls RunOnce every Options.Interval until ctx is done, logging its errors, and then
-// returns nil. The first pass starts at once.
+// Run makes repair passes until ctx is done, and then returns nil. The first pass starts at once;
+// after a pass that succeeds the next comes Options.Interval later, and after one that fails it is
+// retried with an exponential backoff (1 s doubling up to the Interval) through a typed
+// rate-limited workqueue, so an API server or etcd that is not up yet never blocks the caller.
+// Failed passes are logged with the contextual logger of ctx.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("clusterip-repair")
-	t := time.NewTicker(c.opts.interval())
-	defer t.Stop()
+	ctx = klog.NewContext(ctx, logger)
+	interval := c.opts.interval()
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](c.retryBase, interval),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "clusterip_repair"},
+	)
+	defer q.ShutDown()
+	stop := context.AfterFunc(ctx, q.ShutDown)
+	defer stop()
+	q.Add(passKey)
 	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			return nil
+		}
 		rep, err := c.RunOnce(ctx)
 		switch {
-		case err != nil && ctx.Err() == nil:
-			logger.Error(err, "repair pass failed")
-		case rep != nil:
+		case ctx.Err() != nil:
+		case err != nil:
+			logger.Error(err, "repair pass failed; retrying", "retries", q.NumRequeues(key))
+			q.AddRateLimited(key)
+		default:
 			logger.V(2).Info("repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff())
+			q.Forget(key)
+			q.AddAfter(key, interval)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+		q.Done(key)
 	}
 }
+
+// passKey is the one key of Run's queue: each pass is level-based over the whole cluster.
+const passKey = "pass"

@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -348,5 +349,44 @@ func TestRepairDualWriteKeepsABitWhoseIPAddressAppears(t *testing.T) {
 	}
 	if diff := cmp.Diff([]Finding{f("10.0.0.40", BitmapOnly, "")}, rep.Findings, ignoreDetail); diff != "" {
 		t.Errorf("the bit was cleared though a live IPAddress holds it (-want +got):\n%s", diff)
+	}
+}
+
+// TestRunRetriesAFailedPassAndStopsWithTheContext fails the first two Service lists: Run must
+// retry (without waiting for the Interval), repair, and return nil once ctx is done.
+func TestRunRetriesAFailedPassAndStopsWithTheContext(t *testing.T) {
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/missing", "10.0.0.11"))
+	var mu sync.Mutex
+	failures := 2
+	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures > 0 {
+			failures--
+			return true, nil, fmt.Errorf("apiserver not up yet")
+		}
+		return false, nil, nil
+	})
+	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
+		Options{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.retryBase = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testenv.WaitFor(t, "the missing IPAddress", func() bool {
+		_, err := client.NetworkingV1().IPAddresses().Get(t.Context(), "10.0.0.11", metav1.GetOptions{})
+		return err == nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run() = %v, want nil once ctx is done", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after ctx was cancelled")
 	}
 }
