@@ -36,7 +36,7 @@ func clusterIPService(name string) *corev1.Service {
 
 // startAllocators builds our Allocators for mode against the shared cluster, starts their
 // informers and Run, and waits until they serve.
-func startAllocators(t *testing.T, etcd *clientv3.Client, client kubernetes.Interface, mode featuregate.Mode, prefix string) *Allocators {
+func startAllocators(t testing.TB, etcd *clientv3.Client, client kubernetes.Interface, mode featuregate.Mode, prefix string) *Allocators {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inf := informers.NewSharedInformerFactory(client, 0)
@@ -68,7 +68,7 @@ func startAllocators(t *testing.T, etcd *clientv3.Client, client kubernetes.Inte
 }
 
 // storedBits returns the addresses set in the bitmap at key.
-func storedBits(t *testing.T, etcd *clientv3.Client, key string) []netip.Addr {
+func storedBits(t testing.TB, etcd *clientv3.Client, key string) []netip.Addr {
 	t.Helper()
 	s, rev, err := etcdstore.New(etcd, key).Get(context.Background())
 	if err != nil || rev == 0 {
@@ -78,7 +78,7 @@ func storedBits(t *testing.T, etcd *clientv3.Client, key string) []netip.Addr {
 }
 
 // ipAddressObjects returns the addresses of every IPAddress object, as the API server lists them.
-func ipAddressObjects(t *testing.T, client kubernetes.Interface) []netip.Addr {
+func ipAddressObjects(t testing.TB, client kubernetes.Interface) []netip.Addr {
 	t.Helper()
 	list, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
 	if err != nil {

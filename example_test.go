@@ -1,0 +1,74 @@
+package clusterip_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/featuregate"
+)
+
+// ExampleNew builds the allocators of a cluster in IPAddressOnly mode, the default of
+// kube-apiserver 1.34, on a fake clientset holding the ServiceCIDR that kube-apiserver creates from
+// its --service-cluster-ip-range. A registry passes its real client and informer factory, and for
+// Legacy and DualWrite mode also Config.Etcd, the client of the etcd kube-apiserver stores in.
+func ExampleNew() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewSimpleClientset(&networkingv1.ServiceCIDR{ //nolint:staticcheck // the simple fake needs no apply configurations
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/30"}},
+	})
+	factory := informers.NewSharedInformerFactory(client, 0)
+
+	mode, _ := featuregate.ModeFor("1.34")
+	ranges, err := clusterip.ParseRanges("10.96.0.0/30")
+	if err != nil {
+		panic(err)
+	}
+	allocs, err := clusterip.New(ctx, clusterip.Config{Mode: mode, Ranges: ranges, Client: client, Informers: factory})
+	if err != nil {
+		panic(err)
+	}
+	defer allocs.Close()
+	factory.Start(ctx.Done()) // after New, which registers the informers
+	done := make(chan error)
+	go func() { done <- allocs.Run(ctx) }()
+	waitFor(func() bool { return allocs.ServiceCIDRs(corev1.IPv4Protocol).Ready() })
+
+	ipv4 := allocs.Family(corev1.IPv4Protocol)
+	owner := allocator.Owner{Resource: "services", Namespace: "default", Name: "web"}
+	fmt.Println(allocs.Mode(), allocs.Families())
+	fmt.Println(ipv4.Allocate(ctx, netip.MustParseAddr("10.96.0.1"), owner))
+	fmt.Println(ipv4.AllocateNext(ctx, owner))
+	_, err = ipv4.AllocateNext(ctx, owner)
+	fmt.Println(errors.Is(err, allocator.ErrFull))
+	fmt.Println(allocs.Family(corev1.IPv6Protocol) == nil)
+
+	cancel()
+	fmt.Println(<-done)
+	// Output:
+	// IPAddressOnly [IPv4]
+	// <nil>
+	// 10.96.0.2 <nil>
+	// true
+	// true
+	// <nil>
+}
+
+// waitFor polls cond for up to ten seconds.
+func waitFor(cond func() bool) {
+	for deadline := time.Now().Add(10 * time.Second); !cond() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
