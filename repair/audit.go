@@ -32,10 +32,10 @@ const listPageSize = 500
 // not used.
 //
 // The reads are not one transaction. They are ordered so that an allocation or release running
-// meanwhile (kube-apiserver writes the bitmap, then the IPAddress, then the Service, and releases
-// in the reverse order) can only show up as a leak or a stale bit, which repair holds off, and
-// never as a missing record: ServiceCIDRs and IPAddress objects first, then the bitmaps, then the
-// Services.
+// meanwhile can only show up as a leak or a stale bit, which repair holds off, and never as a
+// missing record: ServiceCIDRs and IPAddress objects first, then the bitmaps, then the Services.
+// (An allocator writes its records before the Service and releases them after it is deleted;
+// this library's dual write also writes the bit before the IPAddress, DESIGN §6.)
 //
 // A Config without what the mode needs gives a *clusterip.ConfigError naming the field (Client
 // is required in every mode); a bitmap stored for another range than cfg.Ranges gives an error
