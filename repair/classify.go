@@ -148,6 +148,7 @@ func classify(w *world) result {
 	var out []finding
 	for ip, e := range byIP {
 		if f, ok := judge(w, ready, ip, e); ok {
+			f.IP = ip.String() // only for findings: most IPs have none
 			out = append(out, f)
 		}
 	}
@@ -168,8 +169,7 @@ func classify(w *world) result {
 
 // judge returns the finding of one canonical IP, if it has a problem.
 func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bool) {
-	f := finding{addr: ip, svc: e.owner, ipa: e.ipa, bm: -1}
-	f.IP = ip.String()
+	f := finding{addr: ip, svc: e.owner, ipa: e.ipa, bm: -1} // IP is set by the caller
 	var inBitmap bool
 	if w.mode != featuregate.IPAddressOnly {
 		f.bm, inBitmap = bitmapOf(w.bitmaps, ip)

@@ -35,26 +35,21 @@ const (
 	actionIPAddress = "IPAddressAllocation"
 )
 
-// event emits a Warning Event regarding obj, if there is a Recorder.
+// event emits a Warning Event regarding obj, if there is a Recorder. obj must not be nil.
 func (c *Controller) event(obj runtime.Object, reason, action, note string, args ...any) {
-	if c.opts.Recorder != nil && obj != nil && !isNilObject(obj) {
+	if c.opts.Recorder != nil {
 		c.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, action, note, args...)
 	}
 }
 
-// isNilObject reports whether obj is a typed nil pointer.
-func isNilObject(obj runtime.Object) bool {
-	switch o := obj.(type) {
-	case *corev1.Service:
-		return o == nil
-	case *networkingv1.IPAddress:
-		return o == nil
-	}
-	return false
-}
-
 // reportOnly emits the Event of a finding repair does not act on, and reports whether f was one.
 func (c *Controller) reportOnly(f *finding) bool {
+	switch {
+	case f.Class != Invalid && f.Class != DuplicateOwner && f.Class != OutOfRange:
+		return false
+	case f.svc == nil:
+		return true // an invalid IPAddress name: no Service to tell
+	}
 	switch f.Class {
 	case Invalid:
 		c.event(f.svc, reasonNotValid, actionClusterIP, "Cluster IP %s is not a valid IP; please recreate Service", f.IP)
@@ -62,8 +57,6 @@ func (c *Controller) reportOnly(f *finding) bool {
 		c.event(f.svc, reasonAlreadyAllocated, actionClusterIP, "Cluster IP %s was assigned to multiple Services; please recreate Service", f.IP)
 	case OutOfRange:
 		c.event(f.svc, reasonOutOfRange, actionClusterIP, "Cluster IP %s is not within any configured Service CIDR; please recreate Service", f.IP)
-	default:
-		return false
 	}
 	return true
 }
