@@ -39,15 +39,19 @@ const (
 	IPAddressOnly Class = "ipaddress-only"
 )
 
-// Classes lists every Class in order of precedence.
-var Classes = []Class{Invalid, DuplicateOwner, OutOfRange, WrongParent, Missing, Leaked, BitmapOnly, IPAddressOnly}
+// classOrder is every Class in order of precedence.
+var classOrder = [...]Class{Invalid, DuplicateOwner, OutOfRange, WrongParent, Missing, Leaked, BitmapOnly, IPAddressOnly}
 
-// rank returns c's position in Classes, or len(Classes) for an unknown class.
+// Classes returns every Class in order of precedence, in a new slice.
+func Classes() []Class { return slices.Clone(classOrder[:]) }
+
+// rank returns c's position in the order of precedence, or the number of classes for an unknown
+// class.
 func (c Class) rank() int {
-	if i := slices.Index(Classes, c); i >= 0 {
+	if i := slices.Index(classOrder[:], c); i >= 0 {
 		return i
 	}
-	return len(Classes)
+	return len(classOrder)
 }
 
 // Finding is one address that needs attention. The zero Finding is meaningless.

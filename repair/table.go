@@ -20,7 +20,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.Counts[CountServices], r.Counts[CountIPAddresses], r.Counts[CountBitmapBits])
 	if len(r.Findings) > 0 {
 		var per []string
-		for _, c := range Classes {
+		for _, c := range classOrder {
 			if n := r.Counts[string(c)]; n > 0 {
 				per = append(per, fmt.Sprintf("%s %d", c, n))
 			}
