@@ -2,6 +2,7 @@ package repair
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -76,13 +77,21 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	// A stale bit: set in kube-apiserver's bitmap with nothing behind it.
 	store := etcdstore.New(cli, etcdstore.ServiceIPsKey(""))
 	seedBit(t, store, "10.96.0.201")
+	// A wrong parent: s2's IPAddress recreated naming another Service.
+	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, ips[1], metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete IPAddress %s: %v", ips[1], err)
+	}
+	wrong := newIPAddress(netip.MustParseAddr(ips[1]), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}})
+	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, wrong, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("seed wrong parent: %v", err)
+	}
 
 	tests := []struct {
 		mode featuregate.Mode
 		want []Finding
 	}{
-		{featuregate.DualWrite, []Finding{f(ips[0], Missing, "default/s1"), f("10.96.0.200", Leaked, ""), f("10.96.0.201", BitmapOnly, "")}},
-		{featuregate.IPAddressOnly, []Finding{f(ips[0], Missing, "default/s1"), f("10.96.0.200", Leaked, "")}},
+		{featuregate.DualWrite, []Finding{f(ips[0], Missing, "default/s1"), f(ips[1], WrongParent, "default/s2"), f("10.96.0.200", Leaked, ""), f("10.96.0.201", BitmapOnly, "")}},
+		{featuregate.IPAddressOnly, []Finding{f(ips[0], Missing, "default/s1"), f(ips[1], WrongParent, "default/s2"), f("10.96.0.200", Leaked, "")}},
 		{featuregate.Legacy, []Finding{f("10.96.0.201", Leaked, "")}},
 	}
 	for _, tt := range tests {
@@ -99,8 +108,10 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 		}
 	}
 
-	// One DualWrite pass with no hold-off creates the missing IPAddress (and keeps its bit), and
-	// deletes the leaked IPAddress and clears the stale bit, each after a live Get.
+	// One DualWrite pass with no hold-off creates the missing IPAddress (and keeps its bit),
+	// recreates the wrong parent (a delete with UID and resourceVersion preconditions, which the
+	// fake clientset ignores), and deletes the leaked IPAddress and clears the stale bit, each
+	// after a live Get.
 	rec := &recorder{}
 	dw, err := NewController(cfg, Options{LeakGrace: -1, Recorder: rec})
 	if err != nil {
@@ -110,9 +121,17 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 		t.Fatalf("DualWrite RunOnce() error = %v", err)
 	}
 	auditConsistent(t, cfg, "after one DualWrite pass")
-	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated 10.96.0.200"}
+	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated 10.96.0.200", "Warning IPAddressWrongReference " + ips[1]}
+	slices.Sort(wantEvents)
 	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
+	}
+	fixed, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ips[1], metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("IPAddress %s after repair: %v", ips[1], err)
+	}
+	if p := fixed.Spec.ParentRef; p == nil || p.Name != "s2" {
+		t.Errorf("IPAddress %s parentRef after repair = %+v, want Service default/s2", ips[1], p)
 	}
 
 	// Legacy repair frees a stale bit in kube-apiserver's own bitmap on the third pass, with a
