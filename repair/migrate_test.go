@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
@@ -53,7 +55,13 @@ func TestRepairMigratesALegacyClusterToIPAddresses(t *testing.T) {
 		t.Fatalf("read the bitmap key: %v (%d keys)", err, len(bm.Kvs))
 	}
 
-	c, err := NewController(ipOnly, Options{})
+	// Events through client-go's events broadcaster, as kube-apiserver's repair sends them.
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: api.Client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broadcaster.Shutdown)
+	c, err := NewController(ipOnly, Options{Recorder: broadcaster.NewRecorder(scheme.Scheme, "clusterip-repair")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +79,10 @@ func TestRepairMigratesALegacyClusterToIPAddresses(t *testing.T) {
 			}
 		}
 	}
+	testenv.WaitFor(t, "a ClusterIPNotAllocated Event per Service", func() bool {
+		l, err := api.Client.EventsV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=ClusterIPNotAllocated"})
+		return err == nil && len(l.Items) == 6
+	})
 	bm2, err := cli.Get(ctx, etcdstore.ServiceIPsKey(""))
 	if err != nil || len(bm2.Kvs) != 1 {
 		t.Fatalf("read the bitmap key: %v", err)
