@@ -1,0 +1,399 @@
+package repair
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
+)
+
+// world is everything an audit judges, read at one moment: the pure input of classify.
+type world struct {
+	mode        featuregate.Mode
+	services    []*corev1.Service
+	cidrs       []*networkingv1.ServiceCIDR
+	ipAddresses []*networkingv1.IPAddress
+	// bitmaps holds one bitmap per flag range, in the order of Config.Ranges; an absent bitmap
+	// object is an empty allocator. Read only in Legacy and DualWrite mode.
+	bitmaps []*bitmap.Allocator
+	// revs holds the etcd revision each bitmap was read at, 0 if absent: repair writes back with
+	// a compare-and-swap on it.
+	revs []int64
+}
+
+// finding is a Finding with the objects it concerns, for the repair controller.
+type finding struct {
+	Finding
+	addr netip.Addr              // the parsed IP; invalid for Invalid findings
+	svc  *corev1.Service         // the Service concerned, if any
+	ipa  *networkingv1.IPAddress // the IPAddress object of the IP, if any
+	bm   int                     // index in world.bitmaps of the bitmap whose range holds addr, or -1
+	bit  bool                    // whether that bitmap has addr's bit set
+}
+
+// entry gathers what holds one canonical IP.
+type entry struct {
+	owner  *corev1.Service   // the first Service holding the IP
+	extra  []*corev1.Service // further Services holding it (duplicates)
+	ipa    *networkingv1.IPAddress
+	hasBit bool
+}
+
+// invalidEntry gathers what refers to one address string that is not a canonical IP.
+type invalidEntry struct {
+	services    []*corev1.Service
+	ipAddresses []*networkingv1.IPAddress
+}
+
+// result is the outcome of classify.
+type result struct {
+	findings []finding // sorted as Report.Findings
+	counts   map[string]int
+}
+
+// classify judges w: each IP with a problem gets one finding, of the first Class that applies
+// for w.mode. Its cost is linear in the number of objects and bits (times the few ServiceCIDRs
+// for the range check); it never changes w.
+func classify(w *world) result {
+	useBits := w.mode != featuregate.IPAddressOnly
+	useIPAs := w.mode != featuregate.Legacy
+
+	nbits := 0
+	if useBits {
+		for _, b := range w.bitmaps {
+			nbits += int(b.Used())
+		}
+	}
+	n := nbits
+	for _, svc := range w.services {
+		n += len(serviceIPs(svc))
+	}
+	if useIPAs {
+		n += len(w.ipAddresses)
+	}
+	byIP := make(map[netip.Addr]*entry, n)
+	pool := make([]entry, 0, n)
+	get := func(ip netip.Addr) *entry {
+		e := byIP[ip]
+		if e == nil {
+			pool = append(pool, entry{})
+			e = &pool[len(pool)-1]
+			byIP[ip] = e
+		}
+		return e
+	}
+	invalid := map[string]*invalidEntry{}
+	getInvalid := func(s string) *invalidEntry {
+		e := invalid[s]
+		if e == nil {
+			e = &invalidEntry{}
+			invalid[s] = e
+		}
+		return e
+	}
+
+	for _, svc := range w.services {
+		ips := serviceIPs(svc)
+		for i, s := range ips {
+			if slices.Contains(ips[:i], s) {
+				continue // one Service listing an IP twice still holds it once
+			}
+			ip, ok := parseCanonical(s)
+			if !ok {
+				e := getInvalid(s)
+				e.services = append(e.services, svc)
+				continue
+			}
+			e := get(ip)
+			if e.owner == nil {
+				e.owner = svc
+			} else {
+				e.extra = append(e.extra, svc)
+			}
+		}
+	}
+	if useIPAs {
+		for _, ipa := range w.ipAddresses {
+			ip, ok := parseCanonical(ipa.Name)
+			if !ok {
+				e := getInvalid(ipa.Name)
+				e.ipAddresses = append(e.ipAddresses, ipa)
+				continue
+			}
+			get(ip).ipa = ipa // names are unique: at most one object per IP
+		}
+	}
+	if useBits {
+		for _, b := range w.bitmaps {
+			for ip := range b.All() {
+				get(ip).hasBit = true
+			}
+		}
+	}
+
+	var ready []netip.Prefix
+	if useIPAs {
+		ready = readyPrefixes(w.cidrs)
+	}
+
+	var out []finding
+	for ip, e := range byIP {
+		if f, ok := judge(w, ready, ip, e); ok {
+			f.IP = ip.String() // only for findings: most IPs have none
+			out = append(out, f)
+		}
+	}
+	for s, e := range invalid {
+		out = append(out, judgeInvalid(s, e))
+	}
+	counts := map[string]int{
+		CountServices:    len(w.services),
+		CountIPAddresses: len(w.ipAddresses),
+		CountBitmapBits:  nbits,
+	}
+	for _, f := range out {
+		counts[string(f.Class)]++
+	}
+	sortFindings(out, func(f *finding) *Finding { return &f.Finding })
+	return result{findings: out, counts: counts}
+}
+
+// judge returns the finding of one canonical IP, if it has a problem.
+func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bool) {
+	f := finding{addr: ip, svc: e.owner, ipa: e.ipa, bm: -1} // IP is set by the caller
+	var inBitmap bool
+	if w.mode != featuregate.IPAddressOnly {
+		f.bm, inBitmap = bitmapOf(w.bitmaps, ip)
+		f.bit = e.hasBit
+	}
+	switch {
+	case len(e.extra) > 0:
+		owners := append([]*corev1.Service{e.owner}, e.extra...)
+		keys := make([]string, len(owners))
+		for i, s := range owners {
+			keys[i] = serviceKey(s)
+		}
+		slices.Sort(keys)
+		f.Class, f.Service = DuplicateOwner, keys[0]
+		for _, s := range owners {
+			if serviceKey(s) == keys[0] {
+				f.svc = s
+			}
+		}
+		f.Detail = fmt.Sprintf("%s is held by %d Services: %s.", ip, len(keys), strings.Join(keys, ", "))
+		return f, true
+	case e.owner != nil:
+		return judgeHeld(w, ready, f, e, inBitmap)
+	case w.mode == featuregate.Legacy:
+		if e.hasBit {
+			f.Class = Leaked
+			f.Detail = fmt.Sprintf("%s is set in the bitmap of %s but no Service holds it.", ip, w.bitmaps[f.bm].CIDR())
+			return f, true
+		}
+	case e.ipa != nil:
+		f.Class = Leaked
+		f.Detail = fmt.Sprintf("IPAddress %s (parent %s) is held by no Service.", ip, parentString(e.ipa))
+		if w.mode == featuregate.DualWrite && e.hasBit {
+			f.Detail = fmt.Sprintf("IPAddress %s (parent %s) and its bit are held by no Service.", ip, parentString(e.ipa))
+		}
+		return f, true
+	case w.mode == featuregate.DualWrite && e.hasBit:
+		f.Class = BitmapOnly
+		f.Detail = fmt.Sprintf("%s is set in the bitmap of %s with neither an IPAddress nor a Service.", ip, w.bitmaps[f.bm].CIDR())
+		return f, true
+	}
+	return finding{}, false
+}
+
+// judgeHeld returns the finding of an IP held by exactly one Service, if it has a problem. It
+// decides the class before it formats anything: most IPs have none.
+func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap bool) (finding, bool) {
+	switch {
+	case w.mode == featuregate.Legacy && !inBitmap:
+		f.Class = OutOfRange
+	case w.mode == featuregate.Legacy && !e.hasBit:
+		f.Class = Missing
+	case w.mode == featuregate.Legacy:
+		return finding{}, false
+	case !containedIn(ready, f.addr):
+		f.Class = OutOfRange
+	case e.ipa != nil && !isParent(e.ipa, e.owner):
+		f.Class = WrongParent
+	case e.ipa == nil:
+		f.Class = Missing
+	case w.mode == featuregate.DualWrite && inBitmap && !e.hasBit:
+		f.Class = IPAddressOnly
+	default:
+		return finding{}, false
+	}
+	ip := f.addr
+	f.Service = serviceKey(e.owner)
+	switch {
+	case f.Class == OutOfRange && w.mode == featuregate.Legacy:
+		f.Detail = fmt.Sprintf("Service %s holds %s, outside the ranges %s.", f.Service, ip, rangesString(w.bitmaps))
+	case f.Class == OutOfRange:
+		f.Detail = fmt.Sprintf("Service %s holds %s, in no ready ServiceCIDR.", f.Service, ip)
+	case f.Class == Missing && w.mode == featuregate.Legacy:
+		f.Detail = fmt.Sprintf("Service %s holds %s but its bit in %s is clear.", f.Service, ip, w.bitmaps[f.bm].CIDR())
+	case f.Class == Missing:
+		f.Detail = fmt.Sprintf("Service %s holds %s but there is no IPAddress object for it.", f.Service, ip)
+	case f.Class == WrongParent:
+		f.Detail = fmt.Sprintf("IPAddress %s names %s as its parent but Service %s holds it.", ip, parentString(e.ipa), f.Service)
+	case f.Class == IPAddressOnly:
+		f.Detail = fmt.Sprintf("Service %s holds %s and its IPAddress, but its bit in %s is clear.", f.Service, ip, w.bitmaps[f.bm].CIDR())
+	}
+	return f, true
+}
+
+// judgeInvalid returns the finding of an address string that is not a canonical IP.
+func judgeInvalid(s string, e *invalidEntry) finding {
+	f := finding{bm: -1}
+	f.IP, f.Class = s, Invalid
+	var what []string
+	if len(e.services) > 0 {
+		slices.SortFunc(e.services, func(a, b *corev1.Service) int { return strings.Compare(serviceKey(a), serviceKey(b)) })
+		f.svc = e.services[0]
+		f.Service = serviceKey(f.svc)
+		for _, s := range e.services {
+			what = append(what, "Service "+serviceKey(s))
+		}
+	}
+	if len(e.ipAddresses) > 0 {
+		f.ipa = e.ipAddresses[0]
+		what = append(what, "an IPAddress object")
+	}
+	f.Detail = fmt.Sprintf("%q is not a canonical IP address (held by %s).", s, strings.Join(what, " and "))
+	return f
+}
+
+// serviceIPs returns the ClusterIPs a Service holds: spec.clusterIPs, or spec.clusterIP when
+// that is empty, leaving out "" and "None" (headless).
+func serviceIPs(svc *corev1.Service) []string {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	if len(ips) == 0 || ips[0] == corev1.ClusterIPNone || ips[0] == "" {
+		return nil
+	}
+	return ips
+}
+
+// parseCanonical parses s and reports whether it is an address an allocator accepts, written in
+// canonical form.
+func parseCanonical(s string) (netip.Addr, bool) {
+	ip, err := allocator.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	var buf [64]byte
+	return ip, string(ip.AppendTo(buf[:0])) == s
+}
+
+// readyPrefixes returns the prefixes of the ready ServiceCIDRs: condition Ready True or absent,
+// and no deletionTimestamp.
+func readyPrefixes(cidrs []*networkingv1.ServiceCIDR) []netip.Prefix {
+	var out []netip.Prefix
+	for _, sc := range cidrs {
+		if !isReady(sc) {
+			continue
+		}
+		for _, s := range sc.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Masked()) {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out
+}
+
+// isReady reports whether sc is ready to allocate from.
+func isReady(sc *networkingv1.ServiceCIDR) bool {
+	if sc.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range sc.Status.Conditions {
+		if c.Type == networkingv1.ServiceCIDRConditionReady {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return true
+}
+
+// containedIn reports whether ip is a usable address of one of ps (not its network address, nor
+// its IPv4 broadcast address).
+func containedIn(ps []netip.Prefix, ip netip.Addr) bool {
+	for _, p := range ps {
+		if _, ok := ipmath.Offset(p, ip); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// bitmapOf returns the index of the bitmap of ip's family whose range contains it, or -1, and
+// reports whether ip has a bit in it (it may not: the network address, the IPv4 broadcast, and
+// IPv6 addresses beyond the bitmap's 65535 slots).
+func bitmapOf(bms []*bitmap.Allocator, ip netip.Addr) (int, bool) {
+	for i, b := range bms {
+		if b.CIDR().Addr().Is4() != ip.Is4() {
+			continue
+		}
+		off, ok := ipmath.Offset(b.CIDR(), ip)
+		return i, ok && off < uint64(b.Size())
+	}
+	return -1, false
+}
+
+// isParent reports whether ipa's parentRef names svc.
+func isParent(ipa *networkingv1.IPAddress, svc *corev1.Service) bool {
+	p := ipa.Spec.ParentRef
+	return p != nil && p.Group == "" && p.Resource == "services" && p.Namespace == svc.Namespace && p.Name == svc.Name
+}
+
+// parentString describes ipa's parentRef.
+func parentString(ipa *networkingv1.IPAddress) string {
+	p := ipa.Spec.ParentRef
+	if p == nil {
+		return "none"
+	}
+	gr := p.Resource
+	if p.Group != "" {
+		gr += "." + p.Group
+	}
+	if p.Namespace == "" {
+		return gr + " " + p.Name
+	}
+	return gr + " " + p.Namespace + "/" + p.Name
+}
+
+// serviceKey returns "namespace/name".
+func serviceKey(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
+
+// rangesString lists the bitmaps' ranges.
+func rangesString(bms []*bitmap.Allocator) string {
+	s := make([]string, len(bms))
+	for i, b := range bms {
+		s[i] = b.CIDR().String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// report builds the public Report of r.
+func (r result) report(mode featuregate.Mode) *Report {
+	rep := &Report{Mode: mode.String(), Counts: r.counts, Findings: make([]Finding, len(r.findings))}
+	for i, f := range r.findings {
+		rep.Findings[i] = f.Finding
+	}
+	rep.Consistent = len(rep.Findings) == 0
+	return rep
+}

@@ -1,0 +1,125 @@
+package repair
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+)
+
+// Class is the kind of inconsistency a Finding reports. Its values are stable: they appear in
+// the JSON form of a Report.
+type Class string
+
+// The classes, in the order of precedence: an address with several problems is reported once,
+// with the first class that applies.
+const (
+	// Invalid is a Service ClusterIP or an IPAddress name that does not parse as an address or is
+	// not in canonical form. Repair only emits an Event (ClusterIPNotValid).
+	Invalid Class = "invalid"
+	// DuplicateOwner is an IP held by two or more Services. Repair only emits an Event
+	// (ClusterIPAlreadyAllocated).
+	DuplicateOwner Class = "duplicate-owner"
+	// OutOfRange is a Service's ClusterIP in no ready ServiceCIDR (in Legacy mode: not an address
+	// of its family's bitmap). Repair only emits an Event (ClusterIPOutOfRange).
+	OutOfRange Class = "out-of-range"
+	// WrongParent is an IPAddress whose parentRef is not the Service that holds its IP. Repair
+	// recreates it with the right parent (IPAddressWrongReference).
+	WrongParent Class = "wrong-parent"
+	// Missing is a Service's ClusterIP with no IPAddress object (in Legacy mode: with its bit
+	// clear). Repair creates it, and in DualWrite mode sets the bit too (ClusterIPNotAllocated).
+	Missing Class = "missing"
+	// Leaked is an IPAddress object (in Legacy mode: a bit) whose IP no Service holds. Repair
+	// frees it after the hold-off (IPAddressNotAllocated).
+	Leaked Class = "leaked"
+	// BitmapOnly is, in DualWrite mode, a bit set with neither an IPAddress object nor a Service:
+	// a stale bit. Repair clears it after the hold-off.
+	BitmapOnly Class = "bitmap-only"
+	// IPAddressOnly is, in DualWrite mode, a Service's IP with its IPAddress object inside a flag
+	// range whose bit is clear. Repair sets the bit.
+	IPAddressOnly Class = "ipaddress-only"
+)
+
+// classOrder is every Class in order of precedence.
+var classOrder = [...]Class{Invalid, DuplicateOwner, OutOfRange, WrongParent, Missing, Leaked, BitmapOnly, IPAddressOnly}
+
+// Classes returns every Class in order of precedence, in a new slice.
+func Classes() []Class { return slices.Clone(classOrder[:]) }
+
+// rank returns c's position in the order of precedence, or the number of classes for an unknown
+// class.
+func (c Class) rank() int {
+	if i := slices.Index(classOrder[:], c); i >= 0 {
+		return i
+	}
+	return len(classOrder)
+}
+
+// Finding is one address that needs attention. The zero Finding is meaningless.
+type Finding struct {
+	// IP is the address as stored: canonical when it parses, the raw string for Invalid.
+	IP string `json:"ip"`
+	// Class is the first class of the table that applies to IP.
+	Class Class `json:"class"`
+	// Service is "namespace/name" of the Service concerned, if any.
+	Service string `json:"service,omitempty"`
+	// Detail is one sentence for a person.
+	Detail string `json:"detail"`
+}
+
+// Report is the result of an audit. Its JSON form is stable. The zero Report is not produced
+// by Audit; a Report is a plain value, safe to read concurrently.
+type Report struct {
+	// Mode is the featuregate.Mode the audit judged by, as its String gives it.
+	Mode string `json:"mode"`
+	// Consistent reports whether there are no findings.
+	Consistent bool `json:"consistent"`
+	// Counts holds "services", "ipAddresses" and "bitmapBits" (what was read), and the number of
+	// findings of each class found, keyed by the class.
+	Counts map[string]int `json:"counts"`
+	// Findings are sorted by IP (as addresses, IPv4 first; unparsable strings last), then by
+	// class precedence. Never nil: [] when consistent.
+	Findings []Finding `json:"findings"`
+}
+
+// Count keys of a Report that are not classes.
+const (
+	CountServices    = "services"
+	CountIPAddresses = "ipAddresses"
+	CountBitmapBits  = "bitmapBits"
+)
+
+// sortFindings orders fs by IP (parsed addresses first, in address order, then raw strings),
+// then by raw string, then by class precedence. pub returns the Finding of an element.
+func sortFindings[T any](fs []T, pub func(*T) *Finding) {
+	type key struct {
+		ip netip.Addr
+		ok bool
+	}
+	keys := make(map[string]key, len(fs))
+	for i := range fs {
+		f := pub(&fs[i])
+		if _, done := keys[f.IP]; !done {
+			ip, err := netip.ParseAddr(f.IP)
+			keys[f.IP] = key{ip, err == nil}
+		}
+	}
+	slices.SortFunc(fs, func(x, y T) int {
+		a, b := pub(&x), pub(&y)
+		ka, kb := keys[a.IP], keys[b.IP]
+		if ka.ok != kb.ok {
+			if ka.ok {
+				return -1
+			}
+			return 1
+		}
+		if ka.ok {
+			if c := ka.ip.Compare(kb.ip); c != 0 {
+				return c
+			}
+		}
+		if c := cmp.Compare(a.IP, b.IP); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Class.rank(), b.Class.rank())
+	})
+}

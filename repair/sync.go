@@ -1,0 +1,334 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/ipaddress"
+)
+
+// Event reasons and actions, as kube-apiserver's repair controllers emit them.
+const (
+	reasonNotValid         = "ClusterIPNotValid"
+	reasonOutOfRange       = "ClusterIPOutOfRange"
+	reasonNotAllocated     = "ClusterIPNotAllocated"
+	reasonAlreadyAllocated = "ClusterIPAlreadyAllocated"
+	reasonIPNotAllocated   = "IPAddressNotAllocated"
+	reasonWrongReference   = "IPAddressWrongReference"
+
+	actionClusterIP = "ClusterIPAllocation"
+	actionIPAddress = "IPAddressAllocation"
+)
+
+// event emits a Warning Event regarding obj, if there is a Recorder. obj must not be nil.
+func (c *Controller) event(obj runtime.Object, reason, action, note string, args ...any) {
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, action, note, args...)
+	}
+}
+
+// reportOnly emits the Event of a finding repair does not act on, and reports whether f was one.
+func (c *Controller) reportOnly(f *finding) bool {
+	switch {
+	case f.Class != Invalid && f.Class != DuplicateOwner && f.Class != OutOfRange:
+		return false
+	case f.svc == nil:
+		return true // an invalid IPAddress name: no Service to tell
+	}
+	switch f.Class {
+	case Invalid:
+		c.event(f.svc, reasonNotValid, actionClusterIP, "Cluster IP %s is not a valid IP; please recreate Service", f.IP)
+	case DuplicateOwner:
+		c.event(f.svc, reasonAlreadyAllocated, actionClusterIP, "Cluster IP %s was assigned to multiple Services; please recreate Service", f.IP)
+	case OutOfRange:
+		c.event(f.svc, reasonOutOfRange, actionClusterIP, "Cluster IP %s is not within any configured Service CIDR; please recreate Service", f.IP)
+	}
+	return true
+}
+
+// repairIPAddresses acts on the IPAddress side of the findings of an IPAddressOnly or DualWrite
+// audit. It returns how many leaks it held off and the IPs whose leaked IPAddress it deleted.
+func (c *Controller) repairIPAddresses(ctx context.Context, res result) (int, map[netip.Addr]bool, error) {
+	var held int
+	var errs []error
+	deleted := map[netip.Addr]bool{}
+	for i := range res.findings {
+		f := &res.findings[i]
+		if c.reportOnly(f) {
+			continue
+		}
+		var err error
+		switch f.Class {
+		case Missing:
+			err = c.createMissing(ctx, f)
+		case WrongParent:
+			err = c.fixParent(ctx, f)
+		case Leaked:
+			var wait, gone bool
+			wait, gone, err = c.deleteLeaked(ctx, f)
+			if wait {
+				held++
+			}
+			if gone {
+				deleted[f.addr] = true
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("repair %s %s: %w", f.Class, f.IP, err))
+		}
+	}
+	return held, deleted, errors.Join(errs...)
+}
+
+// liveHolder gets svc from the API server and returns it if it is still the same Service and still
+// holds ip, or nil.
+func (c *Controller) liveHolder(ctx context.Context, svc *corev1.Service, ip string) (*corev1.Service, error) {
+	live, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case live.UID != svc.UID || !slices.Contains(serviceIPs(live), ip):
+		return nil, nil
+	}
+	return live, nil
+}
+
+// liveUnchanged gets ipa from the API server and reports whether it is still the object the audit
+// read (same UID and resourceVersion).
+func (c *Controller) liveUnchanged(ctx context.Context, ipa *networkingv1.IPAddress) (bool, error) {
+	live, err := c.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ipa.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return live.UID == ipa.UID && live.ResourceVersion == ipa.ResourceVersion, nil
+}
+
+// newIPAddress returns the IPAddress object of ip held by svc, labelled as kube-apiserver's
+// allocator labels its own.
+func newIPAddress(ip netip.Addr, svc *corev1.Service) *networkingv1.IPAddress {
+	return &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: ip.String(), Labels: map[string]string{
+			networkingv1.LabelIPAddressFamily: string(allocator.FamilyOf(ip)),
+			networkingv1.LabelManagedBy:       ipaddress.DefaultManagedBy,
+		}},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+			Resource: "services", Namespace: svc.Namespace, Name: svc.Name,
+		}},
+	}
+}
+
+// createMissing creates the IPAddress of a Service that has none, once a live Get confirms the
+// Service still holds the IP.
+func (c *Controller) createMissing(ctx context.Context, f *finding) error {
+	svc, err := c.liveHolder(ctx, f.svc, f.IP)
+	if err != nil || svc == nil {
+		return err
+	}
+	c.event(svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
+	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, newIPAddress(f.addr, svc), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // created meanwhile; the next pass judges it
+	}
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("created missing IPAddress", "ip", f.IP, "service", f.Service)
+	}
+	return err
+}
+
+// deleteLeaked deletes an IPAddress no Service holds once it is older than the hold-off and a live
+// Get confirms it is unchanged and its parent does not hold it; the delete carries a UID and
+// resourceVersion precondition. It reports whether the hold-off kept it and whether it deleted it.
+func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (wait, deleted bool, err error) {
+	if age := c.now().Sub(f.ipa.CreationTimestamp.Time); age < c.opts.leakGrace() {
+		return true, false, nil
+	}
+	same, err := c.liveUnchanged(ctx, f.ipa)
+	if err != nil || !same {
+		return false, false, err
+	}
+	if p := f.ipa.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" {
+		parent := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
+		live, err := c.cfg.Client.CoreV1().Services(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		switch {
+		case err == nil && slices.Contains(serviceIPs(live), f.IP):
+			return false, false, nil // its parent holds it now
+		case err != nil && !apierrors.IsNotFound(err):
+			return false, false, fmt.Errorf("get parent %s: %w", serviceKey(parent), err)
+		}
+	}
+	c.event(f.ipa, reasonIPNotAllocated, actionIPAddress, "IPAddress %s appears to have leaked, cleaning up", f.IP)
+	err = c.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, f.ipa.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &f.ipa.UID, ResourceVersion: &f.ipa.ResourceVersion},
+	})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return false, false, nil // gone or changed meanwhile; the next pass judges it
+	case err != nil:
+		return false, false, err
+	}
+	klog.FromContext(ctx).V(2).Info("deleted leaked IPAddress", "ip", f.IP)
+	return false, true, nil
+}
+
+// fixParent recreates an IPAddress whose parentRef names another Service than the one holding
+// its IP, once live Gets confirm both; the delete carries a UID and resourceVersion precondition.
+func (c *Controller) fixParent(ctx context.Context, f *finding) error {
+	same, err := c.liveUnchanged(ctx, f.ipa)
+	if err != nil || !same {
+		return err
+	}
+	svc, err := c.liveHolder(ctx, f.svc, f.IP)
+	if err != nil || svc == nil {
+		return err
+	}
+	c.event(f.ipa, reasonWrongReference, actionIPAddress, "IPAddress %s for Service %s has a wrong reference %s; cleaning up", f.IP, f.Service, parentString(f.ipa))
+	err = c.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, f.ipa.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &f.ipa.UID, ResourceVersion: &f.ipa.ResourceVersion},
+	})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, newIPAddress(f.addr, svc), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// repairBitmaps acts on the bitmap side of the findings of a Legacy or DualWrite audit and writes
+// each changed (or missing) bitmap back with a compare-and-swap on the revision the audit read, so
+// a concurrent allocation fails the write instead of being undone. It sets the bit of every IP a
+// Service holds whose bit is clear. It clears a leaked bit once the Controller has seen it leaked
+// for the hold-off, and in Legacy mode on 3 passes as kube-apiserver does; in DualWrite mode a
+// bit with no IPAddress object (bitmap-only) only after a live Get finds none, and the bit of a
+// leaked IPAddress only once repairIPAddresses has deleted it (deleted). It returns how many
+// leaked bits it held off.
+func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, deleted map[netip.Addr]bool) (int, error) {
+	legacy := c.cfg.Mode == featuregate.Legacy
+	now := c.now()
+	targets := make([]*bitmapTarget, len(w.bitmaps))
+	for i, b := range w.bitmaps {
+		targets[i] = &bitmapTarget{b: b.Clone(), changed: w.revs[i] == 0}
+	}
+	seen := map[netip.Addr]bool{}
+	var held int
+	var errs []error
+	for i := range res.findings {
+		f := &res.findings[i]
+		if legacy {
+			c.reportOnly(f)
+		}
+		if f.bm < 0 {
+			continue
+		}
+		t := targets[f.bm]
+		switch {
+		case f.svc != nil && f.Class != Invalid && f.Class != OutOfRange: // a Service holds it: its bit must be set
+			if f.bit {
+				continue
+			}
+			if err := t.b.Allocate(ctx, f.addr, allocator.Owner{}); err == nil {
+				t.changed = true
+				if legacy && f.Class == Missing {
+					c.event(f.svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
+				}
+			}
+		case f.Class == Leaked && !legacy:
+			if f.bit && deleted[f.addr] {
+				_ = t.b.Release(ctx, f.addr)
+				t.changed = true
+			}
+		case f.Class == Leaked || f.Class == BitmapOnly:
+			seen[f.addr] = true
+			if !c.leakedLongEnough(f.addr, now, legacy) {
+				held++
+				continue
+			}
+			if !legacy {
+				_, err := c.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, f.IP, metav1.GetOptions{})
+				if !apierrors.IsNotFound(err) {
+					if err != nil {
+						errs = append(errs, fmt.Errorf("repair: confirm stale bit %s: %w", f.IP, err))
+					}
+					continue // an IPAddress appeared: an allocation in flight, not a stale bit
+				}
+			}
+			if err := t.b.Release(ctx, f.addr); err == nil {
+				t.changed = true
+				t.freed = append(t.freed, f.addr)
+			}
+		}
+	}
+	c.mu.Lock()
+	for ip := range c.leaks {
+		if !seen[ip] {
+			delete(c.leaks, ip) // held again, or freed: start over if it leaks again
+		}
+	}
+	c.mu.Unlock()
+
+	for i, t := range targets {
+		if !t.changed {
+			continue
+		}
+		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		if _, err := store.Update(ctx, w.revs[i], t.b.Snapshot()); err != nil {
+			errs = append(errs, fmt.Errorf("repair: write the bitmap of %s at %s: %w", t.b.CIDR(), store.Key(), err))
+			continue
+		}
+		c.mu.Lock()
+		for _, ip := range t.freed {
+			delete(c.leaks, ip)
+		}
+		c.mu.Unlock()
+		klog.FromContext(ctx).V(2).Info("repaired bitmap", "range", t.b.CIDR(), "freed", len(t.freed))
+	}
+	return held, errors.Join(errs...)
+}
+
+// leakedLongEnough records one more sighting of a leaked bit at now and reports whether it may be
+// freed: seen leaked for the hold-off and, in Legacy mode, on 3 passes.
+func (c *Controller) leakedLongEnough(ip netip.Addr, now time.Time, legacy bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.leaks[ip]
+	if !ok {
+		l.since = now
+	}
+	l.passes++
+	c.leaks[ip] = l
+	if legacy && l.passes < legacyLeakPasses {
+		return false
+	}
+	return now.Sub(l.since) >= c.opts.leakGrace()
+}
+
+// bitmapTarget is the bitmap repair wants one family to have.
+type bitmapTarget struct {
+	b       *bitmap.Allocator
+	changed bool
+	freed   []netip.Addr
+}

@@ -1,0 +1,39 @@
+package repair
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable writes r for a person: a summary line, the counts, then one row per finding (IP,
+// class, Service, detail) in the report's order. It returns the first write error.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	state := "consistent"
+	if !r.Consistent {
+		state = fmt.Sprintf("inconsistent: %d findings", len(r.Findings))
+	}
+	fmt.Fprintf(tw, "Mode %s: %s\n", r.Mode, state)
+	fmt.Fprintf(tw, "Read %d Services, %d IPAddress objects, %d bitmap bits.\n",
+		r.Counts[CountServices], r.Counts[CountIPAddresses], r.Counts[CountBitmapBits])
+	if len(r.Findings) > 0 {
+		var per []string
+		for _, c := range classOrder {
+			if n := r.Counts[string(c)]; n > 0 {
+				per = append(per, fmt.Sprintf("%s %d", c, n))
+			}
+		}
+		fmt.Fprintf(tw, "By class: %s.\n\n", strings.Join(per, ", "))
+		fmt.Fprintln(tw, "IP\tCLASS\tSERVICE\tDETAIL")
+		for _, f := range r.Findings {
+			svc := f.Service
+			if svc == "" {
+				svc = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.IP, f.Class, svc, f.Detail)
+		}
+	}
+	return tw.Flush()
+}
