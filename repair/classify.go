@@ -14,6 +14,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // world is everything an audit judges, read at one moment: the pure input of classify.
@@ -199,6 +200,9 @@ func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bo
 			f.Detail = fmt.Sprintf("%s is set in the bitmap of %s but no Service holds it.", ip, w.bitmaps[f.bm].CIDR())
 			return f, true
 		}
+	case e.ipa != nil && !managedByAllocator(e.ipa):
+		// Another controller's object: kube-apiserver's repair leaves those alone, and so do we.
+		return finding{}, false
 	case e.ipa != nil:
 		f.Class = Leaked
 		f.Detail = fmt.Sprintf("IPAddress %s (parent %s) is held by no Service.", ip, parentString(e.ipa))
@@ -212,6 +216,13 @@ func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bo
 		return f, true
 	}
 	return finding{}, false
+}
+
+// managedByAllocator reports whether ipa was made by a Service IP allocator (the managed-by label
+// is [ipaddress.DefaultManagedBy], as kube-apiserver's and ours set it). Objects other controllers
+// manage are never reported leaked, so repair never deletes them.
+func managedByAllocator(ipa *networkingv1.IPAddress) bool {
+	return ipa.Labels[networkingv1.LabelManagedBy] == ipaddress.DefaultManagedBy
 }
 
 // judgeHeld returns the finding of an IP held by exactly one Service, if it has a problem. It

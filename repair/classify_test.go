@@ -65,6 +65,10 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 			cidrs: []*networkingv1.ServiceCIDR{}},
 
 		// IPAddressOnly: IPAddress objects against Services and ready ServiceCIDRs.
+		{name: "ipaddress/another controller's IPAddress held by no Service is not ours to judge", mode: featuregate.IPAddressOnly,
+			ipas: []*networkingv1.IPAddress{foreign(ipAddr("10.0.0.40", ""))}},
+		{name: "dualwrite/another controller's IPAddress with its bit is left alone", mode: featuregate.DualWrite,
+			ipas: []*networkingv1.IPAddress{foreign(ipAddr("10.0.0.40", "gw/x"))}, bits4: []string{"10.0.0.40"}},
 		{name: "ipaddress/consistent", mode: featuregate.IPAddressOnly,
 			services: []*corev1.Service{svc("a/x", "10.0.0.10", "fd00::1:0:a"), svc("a/headless", "None")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.0.0.10", "a/x"), ipAddr("fd00::1:0:a", "a/x")}},

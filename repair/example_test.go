@@ -23,7 +23,7 @@ func ExampleAudit() {
 	client := fake.NewClientset(
 		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/24"}}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}}},
-		&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.20"}, Spec: networkingv1.IPAddressSpec{
+		&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.20", Labels: map[string]string{networkingv1.LabelManagedBy: "ipallocator.k8s.io"}}, Spec: networkingv1.IPAddressSpec{
 			ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "gone"}}},
 	)
 	rep, err := repair.Audit(context.Background(), clusterip.Config{

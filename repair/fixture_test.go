@@ -11,6 +11,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // svc returns a ClusterIP Service "namespace/name" holding ips.
@@ -26,15 +27,23 @@ func svc(key string, ips ...string) *corev1.Service {
 	return s
 }
 
-// ipAddr returns the IPAddress object of ip whose parent is the Service "namespace/name" (no
-// parentRef if parent is empty).
+// ipAddr returns the IPAddress object of ip, managed by the Service IP allocator, whose parent is
+// the Service "namespace/name" (no parentRef if parent is empty).
 func ipAddr(ip, parent string) *networkingv1.IPAddress {
-	a := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ip}}
+	a := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ip, Labels: map[string]string{
+		networkingv1.LabelManagedBy: ipaddress.DefaultManagedBy,
+	}}}
 	if parent != "" {
 		ns, name, _ := strings.Cut(parent, "/")
 		a.Spec.ParentRef = &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}
 	}
 	return a
+}
+
+// foreign marks ipa as managed by another controller than the Service IP allocator.
+func foreign(ipa *networkingv1.IPAddress) *networkingv1.IPAddress {
+	ipa.Labels[networkingv1.LabelManagedBy] = "gateway.example.com"
+	return ipa
 }
 
 // serviceCIDR returns a ServiceCIDR named name of cidrs, with no conditions (ready).

@@ -15,6 +15,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // naiveClass states DESIGN §7's table for one address string s in the plainest way, by scanning
@@ -100,6 +101,8 @@ func naiveClass(w *world, s string) (Class, string) {
 		}
 	case w.mode == featuregate.Legacy && bit:
 		return Leaked, ""
+	case ipa != nil && ipa.Labels[networkingv1.LabelManagedBy] != ipaddress.DefaultManagedBy:
+		return "", "" // another controller's object
 	case ipa != nil:
 		return Leaked, ""
 	case w.mode == featuregate.DualWrite && bit:
