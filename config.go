@@ -46,7 +46,7 @@ type Config struct {
 
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
 	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets, and
-	// clusterip_clusterip_allocator_* counters of not-ready refusals and dual-write undos (see
+	// clusterip_allocator_* counters of not-ready refusals and dual-write undos (see
 	// metrics.go). Defaults to nil: no metrics. Nothing is registered on a global registry.
 	Registerer prometheus.Registerer
 }

@@ -24,9 +24,9 @@ const (
 	metricAllocations = "kube_apiserver_clusterip_allocator_allocation_total"
 	metricErrors      = "kube_apiserver_clusterip_allocator_allocation_errors_total"
 	metricDuration    = "kube_apiserver_clusterip_allocator_allocation_duration_seconds"
-	metricNotReady    = "clusterip_clusterip_allocator_not_ready_total"
-	metricUndos       = "clusterip_clusterip_allocator_dualwrite_undo_total"
-	metricUndoErrors  = "clusterip_clusterip_allocator_dualwrite_undo_errors_total"
+	metricNotReady    = "clusterip_allocator_not_ready_total"
+	metricUndos       = "clusterip_allocator_dualwrite_undo_total"
+	metricUndoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
 )
 
 // instrumented wraps the DualWriteAllocator of f as New does with Config.Registerer set, and
@@ -100,12 +100,12 @@ func TestMetricsCountDualWriteUndos(t *testing.T) {
 		t.Fatalf("AllocateNext() = %v", err)
 	}
 	want := `
-# HELP clusterip_clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
-# TYPE clusterip_clusterip_allocator_dualwrite_undo_total counter
-clusterip_clusterip_allocator_dualwrite_undo_total{cidr="10.0.0.0/28"} 2
-# HELP clusterip_clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
-# TYPE clusterip_clusterip_allocator_dualwrite_undo_errors_total counter
-clusterip_clusterip_allocator_dualwrite_undo_errors_total{cidr="10.0.0.0/28"} 0
+# HELP clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
+# TYPE clusterip_allocator_dualwrite_undo_total counter
+clusterip_allocator_dualwrite_undo_total{cidr="10.0.0.0/28"} 2
+# HELP clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
+# TYPE clusterip_allocator_dualwrite_undo_errors_total counter
+clusterip_allocator_dualwrite_undo_errors_total{cidr="10.0.0.0/28"} 0
 # HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
 # TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 1
@@ -132,9 +132,9 @@ func TestMetricsCountNotReadyRefusals(t *testing.T) {
 		t.Fatalf("AllocateNext() = %v, want ErrNotReady", err)
 	}
 	want := `
-# HELP clusterip_clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
-# TYPE clusterip_clusterip_allocator_not_ready_total counter
-clusterip_clusterip_allocator_not_ready_total{cidr="10.0.0.0/28",scope="dynamic"} 1
+# HELP clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
+# TYPE clusterip_allocator_not_ready_total counter
+clusterip_allocator_not_ready_total{cidr="10.0.0.0/28",scope="dynamic"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricNotReady, metricErrors, metricAllocations); err != nil {
 		t.Error(err)

@@ -22,7 +22,7 @@ var _ allocator.Interface = (*Allocator)(nil)
 // success adds to allocation_total and observes allocation_duration_seconds, a failure adds to
 // allocation_errors_total. A refusal with allocator.ErrNotReady is not an allocation error
 // (kube-apiserver returns it before counting anything): it adds to
-// clusterip_clusterip_allocator_not_ready_total instead. Release and the DryRun view count
+// clusterip_allocator_not_ready_total instead. Release and the DryRun view count
 // nothing.
 type Allocator struct {
 	inner allocator.Interface

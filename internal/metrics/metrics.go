@@ -1,12 +1,3 @@
-// Package metrics records the Prometheus metrics of ClusterIP allocators: kube-apiserver's own
-// allocator metrics (kube_apiserver_clusterip_allocator_*, with its names, labels and buckets)
-// and a few it does not have (not-ready refusals, dual-write undos), on a registry the caller
-// passes. Nothing is registered globally.
-//
-// Counters and the duration histogram are recorded by a decorator over allocator.Interface
-// (Recorder.Wrap); the allocated and available gauges are read from the wrapped allocator's
-// Used and Free when the registry is scraped, so they are exact at every scrape, including the
-// addresses other processes took, and are there from the moment the allocator is wrapped.
 package metrics
 
 import (
@@ -27,8 +18,8 @@ const (
 const (
 	namespace = "kube_apiserver"
 	subsystem = "clusterip_allocator"
-	// ours is the namespace of the metrics kube-apiserver does not have.
-	ours = "clusterip"
+	// ours is the prefix of the metrics kube-apiserver does not have.
+	ours = "clusterip_allocator"
 )
 
 // Recorder holds the metrics of every allocator it wraps. Build it with New; the zero Recorder is
@@ -65,7 +56,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"cidr"}),
 		notReady: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ours, Subsystem: subsystem, Name: "not_ready_total",
+			Name: ours + "_not_ready_total",
 			Help: "Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)",
 		}, []string{"cidr", "scope"}),
 		sources: &sources{byLabel: map[string]*Source{}},
@@ -121,9 +112,9 @@ var (
 		"Gauge measuring the number of allocated IPs for Services", []string{"cidr"}, nil)
 	availableDesc = prometheus.NewDesc(namespace+"_"+subsystem+"_available_ips",
 		"Gauge measuring the number of available IPs for Services", []string{"cidr"}, nil)
-	undoDesc = prometheus.NewDesc(ours+"_"+subsystem+"_dualwrite_undo_total",
+	undoDesc = prometheus.NewDesc(ours+"_dualwrite_undo_total",
 		"Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed", []string{"cidr"}, nil)
-	undoFailedDesc = prometheus.NewDesc(ours+"_"+subsystem+"_dualwrite_undo_errors_total",
+	undoFailedDesc = prometheus.NewDesc(ours+"_dualwrite_undo_errors_total",
 		"Number of dual-write undos that failed, each leaving an address in one store only until repair frees it", []string{"cidr"}, nil)
 )
 

@@ -22,9 +22,9 @@ const (
 	allocations = "kube_apiserver_clusterip_allocator_allocation_total"
 	errorsTotal = "kube_apiserver_clusterip_allocator_allocation_errors_total"
 	duration    = "kube_apiserver_clusterip_allocator_allocation_duration_seconds"
-	notReady    = "clusterip_clusterip_allocator_not_ready_total"
-	undos       = "clusterip_clusterip_allocator_dualwrite_undo_total"
-	undoErrors  = "clusterip_clusterip_allocator_dualwrite_undo_errors_total"
+	notReady    = "clusterip_allocator_not_ready_total"
+	undos       = "clusterip_allocator_dualwrite_undo_total"
+	undoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
 )
 
 // wrapped returns a bitmap allocator of cidr wrapped by a Recorder on a fresh registry.
@@ -181,10 +181,10 @@ func TestNotReadyIsARefusalNotAnError(t *testing.T) {
 		}
 	}
 	compare(t, reg, `
-# HELP clusterip_clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
-# TYPE clusterip_clusterip_allocator_not_ready_total counter
-clusterip_clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="dynamic"} 2
-clusterip_clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="static"} 1
+# HELP clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
+# TYPE clusterip_allocator_not_ready_total counter
+clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="dynamic"} 2
+clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="static"} 1
 `, notReady, errorsTotal, allocations)
 }
 
@@ -224,12 +224,12 @@ func TestUndoCountersReadFromSource(t *testing.T) {
 	undone, failed := uint64(4), uint64(1)
 	rec.Wrap(inner, Source{Label: "fd00::/120", Undos: func() (uint64, uint64) { return undone, failed }})
 	compare(t, reg, `
-# HELP clusterip_clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
-# TYPE clusterip_clusterip_allocator_dualwrite_undo_total counter
-clusterip_clusterip_allocator_dualwrite_undo_total{cidr="fd00::/120"} 4
-# HELP clusterip_clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
-# TYPE clusterip_clusterip_allocator_dualwrite_undo_errors_total counter
-clusterip_clusterip_allocator_dualwrite_undo_errors_total{cidr="fd00::/120"} 1
+# HELP clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
+# TYPE clusterip_allocator_dualwrite_undo_total counter
+clusterip_allocator_dualwrite_undo_total{cidr="fd00::/120"} 4
+# HELP clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
+# TYPE clusterip_allocator_dualwrite_undo_errors_total counter
+clusterip_allocator_dualwrite_undo_errors_total{cidr="fd00::/120"} 1
 `, undos, undoErrors)
 }
 
