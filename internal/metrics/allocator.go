@@ -5,7 +5,10 @@ import (
 	"errors"
 	"iter"
 	"net/netip"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -29,6 +32,24 @@ type Allocator struct {
 	rec   *Recorder
 	src   *Source
 	now   func() time.Time
+
+	// The series of src.Label, resolved on first use (so that, as in kube-apiserver, a series
+	// appears once it has something to count) and then without a label lookup. Index 0 is scope
+	// static, 1 dynamic.
+	allocations, errors, notReady [2]lazy[prometheus.Counter]
+	duration                      lazy[prometheus.Observer]
+}
+
+// lazy holds a series resolved on first use. Two first uses racing resolve the same series.
+type lazy[M any] struct{ p atomic.Pointer[M] }
+
+func (l *lazy[M]) get(resolve func() M) M {
+	if m := l.p.Load(); m != nil {
+		return *m
+	}
+	m := resolve()
+	l.p.Store(&m)
+	return m
 }
 
 // Wrap returns a that records its metrics under the cidr label src.Label, and makes the gauges of
@@ -49,16 +70,23 @@ func (r *Recorder) Wrap(a allocator.Interface, src Source) *Allocator {
 // Unwrap returns the wrapped allocator.
 func (w *Allocator) Unwrap() allocator.Interface { return w.inner }
 
-// record counts the outcome of one allocation of scope that started at start.
-func (w *Allocator) record(scope string, start time.Time, err error) {
+// record counts the outcome of one allocation of scope (0 static, 1 dynamic) that started at
+// start.
+func (w *Allocator) record(scope int, start time.Time, err error) {
+	name := [2]string{ScopeStatic, ScopeDynamic}[scope]
+	counter := func(vec *prometheus.CounterVec) func() prometheus.Counter {
+		return func() prometheus.Counter { return vec.WithLabelValues(w.src.Label, name) }
+	}
 	switch {
 	case err == nil:
-		w.rec.allocations.WithLabelValues(w.src.Label, scope).Inc()
-		w.rec.duration.WithLabelValues(w.src.Label).Observe(w.now().Sub(start).Seconds())
+		w.allocations[scope].get(counter(w.rec.allocations)).Inc()
+		w.duration.get(func() prometheus.Observer {
+			return w.rec.duration.WithLabelValues(w.src.Label)
+		}).Observe(w.now().Sub(start).Seconds())
 	case errors.Is(err, allocator.ErrNotReady):
-		w.rec.notReady.WithLabelValues(w.src.Label, scope).Inc()
+		w.notReady[scope].get(counter(w.rec.notReady)).Inc()
 	default:
-		w.rec.errors.WithLabelValues(w.src.Label, scope).Inc()
+		w.errors[scope].get(counter(w.rec.errors)).Inc()
 	}
 }
 
@@ -66,7 +94,7 @@ func (w *Allocator) record(scope string, start time.Time, err error) {
 func (w *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	start := w.now()
 	err := w.inner.Allocate(ctx, ip, owner)
-	w.record(ScopeStatic, start, err)
+	w.record(0, start, err)
 	return err
 }
 
@@ -74,7 +102,7 @@ func (w *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 func (w *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	start := w.now()
 	ip, err := w.inner.AllocateNext(ctx, owner)
-	w.record(ScopeDynamic, start, err)
+	w.record(1, start, err)
 	return ip, err
 }
 
