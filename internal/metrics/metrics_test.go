@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +272,49 @@ func TestNewRejectsNilRegisterer(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("New(nil) = nil error, want one")
 	}
+}
+
+// Concurrent allocations, releases and scrapes: the counts add up and the gauges match the
+// allocator once the calls are done.
+func TestConcurrentCallsAndScrapes(t *testing.T) {
+	ctx := context.Background()
+	a, reg := wrapped(t, "10.0.0.0/22") // 1022 usable addresses
+	const workers, each = 8, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				ip, err := a.AllocateNext(ctx, allocator.Owner{})
+				if err != nil {
+					t.Errorf("AllocateNext() = %v", err)
+					return
+				}
+				if i%2 == 0 {
+					if err := a.Release(ctx, ip); err != nil {
+						t.Errorf("Release(%v) = %v", ip, err)
+					}
+				}
+				if w == 0 {
+					if _, err := reg.Gather(); err != nil {
+						t.Errorf("Gather() = %v", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	const kept = workers * each / 2
+	compare(t, reg, fmt.Sprintf(`
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/22"} %d
+# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/22"} %d
+# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
+# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/22",scope="dynamic"} %d
+`, kept, 1022-kept, workers*each), allocated, available, allocations)
 }
