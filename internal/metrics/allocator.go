@@ -25,8 +25,7 @@ var _ allocator.Interface = (*Allocator)(nil)
 // success adds to allocation_total and observes allocation_duration_seconds, a failure adds to
 // allocation_errors_total. A refusal with allocator.ErrNotReady is not an allocation error
 // (kube-apiserver returns it before counting anything): it adds to
-// clusterip_allocator_not_ready_total instead. Release and the DryRun view count
-// nothing.
+// clusterip_allocator_not_ready_total instead. Release and the DryRun view count nothing.
 type Allocator struct {
 	inner allocator.Interface
 	rec   *Recorder
@@ -52,9 +51,9 @@ func (l *lazy[M]) get(resolve func() M) M {
 	return m
 }
 
-// Wrap returns a that records its metrics under the cidr label src.Label, and makes the gauges of
-// that label read src.Used and src.Free (a's own when nil) from now on, until Close. A later Wrap
-// with the same label takes the gauges over.
+// Wrap returns an Allocator that passes every call on to a and records its metrics under the cidr
+// label src.Label. From now until that Allocator's Close, the gauges of the label read src.Used
+// and src.Free (a's own when nil); a later Wrap with the same label takes the gauges over.
 func (r *Recorder) Wrap(a allocator.Interface, src Source) *Allocator {
 	if src.Used == nil {
 		src.Used = a.Used
