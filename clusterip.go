@@ -65,6 +65,12 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			return nil, err
 		}
 	}
+	if cfg.Registerer != nil {
+		if err := a.instrument(cfg.Registerer); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	a.services = allocator.NewServiceAllocator(a.families[0], a.allocs)
 	return a, nil
 }
@@ -125,7 +131,8 @@ func (a *Allocators) Range(f corev1.IPFamily) netip.Prefix { return a.ranges[f] 
 
 // Family returns the allocator of IP family f, or nil if f is not served: a *bitmap.Persistent in
 // Legacy mode, a *DualWriteAllocator in DualWrite mode and a *servicecidr.Allocator in
-// IPAddressOnly mode.
+// IPAddressOnly mode. With Config.Registerer set, that allocator comes wrapped in one that records
+// its metrics, whose Unwrap method returns it.
 func (a *Allocators) Family(f corev1.IPFamily) allocator.Interface {
 	if al, ok := a.allocs[f]; ok {
 		return al

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -42,6 +43,12 @@ type Config struct {
 	// IPAddressOnly mode. New registers the informers it needs; the caller starts the factory
 	// after New.
 	Informers informers.SharedInformerFactory
+
+	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
+	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets, and
+	// clusterip_allocator_* counters of not-ready refusals and dual-write undos (see
+	// metrics.go). Defaults to nil: no metrics. Nothing is registered on a global registry.
+	Registerer prometheus.Registerer
 }
 
 // ConfigError reports a Config that New cannot build allocators from. It names the field.

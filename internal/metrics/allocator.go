@@ -1,0 +1,140 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-ipam/clusterip/allocator"
+)
+
+var _ allocator.Interface = (*Allocator)(nil)
+
+// Allocator is an allocator.Interface that records the metrics of the allocator it wraps, under
+// one cidr label. Build it with Recorder.Wrap; the zero Allocator is not usable. It is safe for
+// concurrent use and holds no lock of its own.
+//
+// As in kube-apiserver, Allocate counts under scope "static" and AllocateNext under "dynamic": a
+// success adds to allocation_total and observes allocation_duration_seconds, a failure adds to
+// allocation_errors_total. A refusal with allocator.ErrNotReady is not an allocation error
+// (kube-apiserver returns it before counting anything): it adds to
+// clusterip_allocator_not_ready_total instead. Release and the DryRun view count nothing.
+type Allocator struct {
+	inner allocator.Interface
+	rec   *Recorder
+	src   *Source
+	now   func() time.Time
+
+	// The series of src.Label, resolved on first use (so that, as in kube-apiserver, a series
+	// appears once it has something to count) and then without a label lookup. Index 0 is scope
+	// static, 1 dynamic.
+	allocations, errors, notReady [2]lazy[prometheus.Counter]
+	duration                      lazy[prometheus.Observer]
+}
+
+// lazy holds a series resolved on first use. Two first uses racing resolve the same series.
+type lazy[M any] struct{ p atomic.Pointer[M] }
+
+func (l *lazy[M]) get(resolve func() M) M {
+	if m := l.p.Load(); m != nil {
+		return *m
+	}
+	m := resolve()
+	l.p.Store(&m)
+	return m
+}
+
+// Wrap returns an Allocator that passes every call on to a and records its metrics under the cidr
+// label src.Label. From now until that Allocator's Close, the gauges of the label read src.Used
+// and src.Free (a's own when nil); a later Wrap with the same label takes the gauges over.
+func (r *Recorder) Wrap(a allocator.Interface, src Source) *Allocator {
+	if src.Used == nil {
+		src.Used = a.Used
+	}
+	if src.Free == nil {
+		src.Free = a.Free
+	}
+	w := &Allocator{inner: a, rec: r, src: &src, now: time.Now}
+	r.sources.add(w.src)
+	return w
+}
+
+// Unwrap returns the wrapped allocator.
+func (w *Allocator) Unwrap() allocator.Interface { return w.inner }
+
+// record counts the outcome of one allocation of scope (0 static, 1 dynamic) that started at
+// start.
+func (w *Allocator) record(scope int, start time.Time, err error) {
+	name := [2]string{ScopeStatic, ScopeDynamic}[scope]
+	counter := func(vec *prometheus.CounterVec) func() prometheus.Counter {
+		return func() prometheus.Counter { return vec.WithLabelValues(w.src.Label, name) }
+	}
+	switch {
+	case err == nil:
+		w.allocations[scope].get(counter(w.rec.allocations)).Inc()
+		w.duration.get(func() prometheus.Observer {
+			return w.rec.duration.WithLabelValues(w.src.Label)
+		}).Observe(w.now().Sub(start).Seconds())
+	case errors.Is(err, allocator.ErrNotReady):
+		w.notReady[scope].get(counter(w.rec.notReady)).Inc()
+	default:
+		w.errors[scope].get(counter(w.rec.errors)).Inc()
+	}
+}
+
+// Allocate calls the wrapped Allocate and counts it under scope "static".
+func (w *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
+	start := w.now()
+	err := w.inner.Allocate(ctx, ip, owner)
+	w.record(0, start, err)
+	return err
+}
+
+// AllocateNext calls the wrapped AllocateNext and counts it under scope "dynamic".
+func (w *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	start := w.now()
+	ip, err := w.inner.AllocateNext(ctx, owner)
+	w.record(1, start, err)
+	return ip, err
+}
+
+// Release calls the wrapped Release; it counts nothing (the gauges follow at the next scrape).
+func (w *Allocator) Release(ctx context.Context, ip netip.Addr) error {
+	return w.inner.Release(ctx, ip)
+}
+
+// Has reports whether the wrapped allocator holds ip.
+func (w *Allocator) Has(ip netip.Addr) bool { return w.inner.Has(ip) }
+
+// All yields the wrapped allocator's addresses.
+func (w *Allocator) All() iter.Seq[netip.Addr] { return w.inner.All() }
+
+// CIDR returns the wrapped allocator's CIDR.
+func (w *Allocator) CIDR() netip.Prefix { return w.inner.CIDR() }
+
+// Family returns the wrapped allocator's family.
+func (w *Allocator) Family() corev1.IPFamily { return w.inner.Family() }
+
+// Used returns the wrapped allocator's Used.
+func (w *Allocator) Used() uint64 { return w.inner.Used() }
+
+// Free returns the wrapped allocator's Free.
+func (w *Allocator) Free() uint64 { return w.inner.Free() }
+
+// DryRun returns the wrapped allocator's DryRun view, unwrapped: dry runs are not counted, as in
+// kube-apiserver.
+func (w *Allocator) DryRun() allocator.Interface { return w.inner.DryRun() }
+
+// Close stops the gauges of its label (unless another Wrap took them over) and closes the wrapped
+// allocator. The counters keep their values.
+func (w *Allocator) Close() error {
+	w.rec.sources.remove(w.src)
+	return w.inner.Close()
+}

@@ -1,0 +1,320 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+)
+
+const (
+	allocated   = "kube_apiserver_clusterip_allocator_allocated_ips"
+	available   = "kube_apiserver_clusterip_allocator_available_ips"
+	allocations = "kube_apiserver_clusterip_allocator_allocation_total"
+	errorsTotal = "kube_apiserver_clusterip_allocator_allocation_errors_total"
+	duration    = "kube_apiserver_clusterip_allocator_allocation_duration_seconds"
+	notReady    = "clusterip_allocator_not_ready_total"
+	undos       = "clusterip_allocator_dualwrite_undo_total"
+	undoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
+)
+
+// wrapped returns a bitmap allocator of cidr wrapped by a Recorder on a fresh registry.
+func wrapped(t *testing.T, cidr string) (*Allocator, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	rec, err := New(reg)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	a, err := bitmap.New(netip.MustParsePrefix(cidr))
+	if err != nil {
+		t.Fatalf("bitmap.New(%s) = %v", cidr, err)
+	}
+	return rec.Wrap(a, Source{Label: cidr}), reg
+}
+
+func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string) {
+	t.Helper()
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestGaugesSeededWhenWrapped(t *testing.T) {
+	_, reg := wrapped(t, "10.0.0.0/24")
+	compare(t, reg, `
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 0
+# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/24"} 254
+`, allocated, available)
+}
+
+func TestCountsPerScope(t *testing.T) {
+	ctx := context.Background()
+	a, reg := wrapped(t, "10.0.0.0/29") // 6 usable addresses
+	for range 3 {
+		if _, err := a.AllocateNext(ctx, allocator.Owner{}); err != nil {
+			t.Fatalf("AllocateNext() = %v", err)
+		}
+	}
+	ip := netip.MustParseAddr("10.0.0.1")
+	if a.Has(ip) {
+		ip = netip.MustParseAddr("10.0.0.2")
+	}
+	if err := a.Allocate(ctx, ip, allocator.Owner{}); err != nil {
+		t.Fatalf("Allocate(%v) = %v", ip, err)
+	}
+	// Static errors: taken, out of range, invalid.
+	if err := a.Allocate(ctx, ip, allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("Allocate(%v) again = %v, want ErrAllocated", ip, err)
+	}
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.1.1"), allocator.Owner{}); err == nil {
+		t.Fatal("Allocate(10.0.1.1) = nil, want a range error")
+	}
+	if err := a.Allocate(ctx, netip.Addr{}, allocator.Owner{}); err == nil {
+		t.Fatal("Allocate(invalid) = nil, want an error")
+	}
+	for range 2 {
+		if _, err := a.AllocateNext(ctx, allocator.Owner{}); err != nil {
+			t.Fatalf("AllocateNext() = %v", err)
+		}
+	}
+	if _, err := a.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("AllocateNext() on a full range = %v, want ErrFull", err)
+	}
+	if err := a.Release(ctx, ip); err != nil {
+		t.Fatalf("Release(%v) = %v", ip, err)
+	}
+	compare(t, reg, `
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 5
+# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/29"} 1
+# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
+# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/29",scope="dynamic"} 5
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/29",scope="static"} 1
+# HELP kube_apiserver_clusterip_allocator_allocation_errors_total Number of errors trying to allocate Cluster IPs
+# TYPE kube_apiserver_clusterip_allocator_allocation_errors_total counter
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/29",scope="dynamic"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/29",scope="static"} 3
+`, allocated, available, allocations, errorsTotal)
+	if got, want := testutil.CollectAndCount(a.rec.duration, duration), 1; got != want {
+		t.Errorf("%s series = %d, want %d", duration, got, want)
+	}
+}
+
+func TestDurationHasKubeAPIServerBuckets(t *testing.T) {
+	ctx := context.Background()
+	a, reg := wrapped(t, "10.0.0.0/24")
+	a.now = func() func() time.Time {
+		// Each call to now is 30 ms after the previous one: every allocation takes 30 ms.
+		t0 := time.Unix(0, 0)
+		return func() time.Time { t0 = t0.Add(30 * time.Millisecond); return t0 }
+	}()
+	if _, err := a.AllocateNext(ctx, allocator.Owner{}); err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	compare(t, reg, `
+# HELP kube_apiserver_clusterip_allocator_allocation_duration_seconds Duration in seconds to allocate a Cluster IP by ServiceCIDR
+# TYPE kube_apiserver_clusterip_allocator_allocation_duration_seconds histogram
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.005"} 0
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.01"} 0
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.025"} 0
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.05"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.1"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.25"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.5"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="1"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="2.5"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="5"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="10"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="+Inf"} 1
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_sum{cidr="10.0.0.0/24"} 0.03
+kube_apiserver_clusterip_allocator_allocation_duration_seconds_count{cidr="10.0.0.0/24"} 1
+`, duration)
+}
+
+// notReadyAllocator refuses every allocation with ErrNotReady.
+type notReadyAllocator struct{ allocator.Interface }
+
+func (notReadyAllocator) Allocate(context.Context, netip.Addr, allocator.Owner) error {
+	return allocator.ErrNotReady
+}
+
+func (notReadyAllocator) AllocateNext(context.Context, allocator.Owner) (netip.Addr, error) {
+	return netip.Addr{}, fmt.Errorf("wrapped: %w", allocator.ErrNotReady)
+}
+
+func TestNotReadyIsARefusalNotAnError(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	rec, err := New(reg)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	inner, err := bitmap.New(netip.MustParsePrefix("10.0.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := rec.Wrap(notReadyAllocator{inner}, Source{Label: "10.0.0.0/24"})
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
+		t.Fatalf("Allocate() = %v, want ErrNotReady", err)
+	}
+	for range 2 {
+		if _, err := a.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
+			t.Fatalf("AllocateNext() = %v, want ErrNotReady", err)
+		}
+	}
+	compare(t, reg, `
+# HELP clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
+# TYPE clusterip_allocator_not_ready_total counter
+clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="dynamic"} 2
+clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="static"} 1
+`, notReady, errorsTotal, allocations)
+}
+
+func TestDryRunIsNotCounted(t *testing.T) {
+	ctx := context.Background()
+	a, reg := wrapped(t, "10.0.0.0/24")
+	dry := a.DryRun()
+	if _, err := dry.AllocateNext(ctx, allocator.Owner{}); err != nil {
+		t.Fatalf("DryRun().AllocateNext() = %v", err)
+	}
+	if err := dry.Allocate(ctx, netip.MustParseAddr("10.0.0.9"), allocator.Owner{}); err != nil {
+		t.Fatalf("DryRun().Allocate() = %v", err)
+	}
+	if err := dry.Allocate(ctx, netip.MustParseAddr("10.9.0.9"), allocator.Owner{}); err == nil {
+		t.Fatal("DryRun().Allocate(out of range) = nil, want an error")
+	}
+	if got, err := testutil.GatherAndCount(reg, allocations, errorsTotal, duration, notReady); err != nil || got != 0 {
+		t.Errorf("allocation series after dry runs = %d, %v; want 0, nil", got, err)
+	}
+	compare(t, reg, `
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 0
+`, allocated)
+}
+
+func TestUndoCountersReadFromSource(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	rec, err := New(reg)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	inner, err := bitmap.New(netip.MustParsePrefix("fd00::/120"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	undone, failed := uint64(4), uint64(1)
+	rec.Wrap(inner, Source{Label: "fd00::/120", Undos: func() (uint64, uint64) { return undone, failed }})
+	compare(t, reg, `
+# HELP clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
+# TYPE clusterip_allocator_dualwrite_undo_total counter
+clusterip_allocator_dualwrite_undo_total{cidr="fd00::/120"} 4
+# HELP clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
+# TYPE clusterip_allocator_dualwrite_undo_errors_total counter
+clusterip_allocator_dualwrite_undo_errors_total{cidr="fd00::/120"} 1
+`, undos, undoErrors)
+}
+
+func TestNewTwiceOnOneRegistryShares(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	var ws []*Allocator
+	for i, cidr := range []string{"10.0.0.0/24", "10.1.0.0/24"} {
+		rec, err := New(reg)
+		if err != nil {
+			t.Fatalf("New() #%d = %v", i, err)
+		}
+		inner, err := bitmap.New(netip.MustParsePrefix(cidr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, rec.Wrap(inner, Source{Label: cidr}))
+	}
+	for _, w := range ws {
+		if _, err := w.AllocateNext(ctx, allocator.Owner{}); err != nil {
+			t.Fatalf("AllocateNext() = %v", err)
+		}
+	}
+	if err := ws[1].Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	compare(t, reg, `
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 1
+# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
+# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/24",scope="dynamic"} 1
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.1.0.0/24",scope="dynamic"} 1
+`, allocated, allocations)
+}
+
+func TestNewRejectsNilRegisterer(t *testing.T) {
+	if _, err := New(nil); err == nil {
+		t.Error("New(nil) = nil error, want one")
+	}
+}
+
+// Concurrent allocations, releases and scrapes: the counts add up and the gauges match the
+// allocator once the calls are done.
+func TestConcurrentCallsAndScrapes(t *testing.T) {
+	ctx := context.Background()
+	a, reg := wrapped(t, "10.0.0.0/22") // 1022 usable addresses
+	const workers, each = 8, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				ip, err := a.AllocateNext(ctx, allocator.Owner{})
+				if err != nil {
+					t.Errorf("AllocateNext() = %v", err)
+					return
+				}
+				if i%2 == 0 {
+					if err := a.Release(ctx, ip); err != nil {
+						t.Errorf("Release(%v) = %v", ip, err)
+					}
+				}
+				if w == 0 {
+					if _, err := reg.Gather(); err != nil {
+						t.Errorf("Gather() = %v", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	const kept = workers * each / 2
+	compare(t, reg, fmt.Sprintf(`
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/22"} %d
+# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/22"} %d
+# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
+# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/22",scope="dynamic"} %d
+`, kept, 1022-kept, workers*each), allocated, available, allocations)
+}

@@ -1,0 +1,307 @@
+package clusterip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+)
+
+const (
+	metricAllocated   = "kube_apiserver_clusterip_allocator_allocated_ips"
+	metricAvailable   = "kube_apiserver_clusterip_allocator_available_ips"
+	metricAllocations = "kube_apiserver_clusterip_allocator_allocation_total"
+	metricErrors      = "kube_apiserver_clusterip_allocator_allocation_errors_total"
+	metricDuration    = "kube_apiserver_clusterip_allocator_allocation_duration_seconds"
+	metricNotReady    = "clusterip_allocator_not_ready_total"
+	metricUndos       = "clusterip_allocator_dualwrite_undo_total"
+	metricUndoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
+)
+
+// instrumented wraps the DualWriteAllocator of f as New does with Config.Registerer set, and
+// returns the wrapped allocator and the registry.
+func instrumented(t *testing.T, f *dualFixture) (allocator.Interface, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	fam := f.dw.Family()
+	a := &Allocators{
+		families: []corev1.IPFamily{fam},
+		ranges:   map[corev1.IPFamily]netip.Prefix{fam: f.flag},
+		allocs:   map[corev1.IPFamily]allocator.Interface{fam: f.dw},
+	}
+	if err := a.instrument(reg); err != nil {
+		t.Fatalf("instrument() = %v", err)
+	}
+	return a.allocs[fam], reg
+}
+
+// value returns the value of the one sample of the metric name with label cidr, or 0 if none.
+func value(t *testing.T, reg prometheus.Gatherer, name, cidr string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather() = %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			want := map[string]string{"cidr": cidr}
+			for i := 0; i+1 < len(labels); i += 2 {
+				want[labels[i]] = labels[i+1]
+			}
+			if len(m.GetLabel()) != len(want) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if want[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func TestMetricsCountDualWriteUndos(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/28")
+	a, reg := instrumented(t, f)
+	f.setFailCreate(func(string) error { return errors.New("injected") })
+	if _, err := a.AllocateNext(f.ctx, testOwner); err == nil {
+		t.Fatal("AllocateNext() with every create failing = nil error, want one")
+	}
+	if err := a.Allocate(f.ctx, netip.MustParseAddr("10.0.0.3"), testOwner); err == nil {
+		t.Fatal("Allocate() with every create failing = nil error, want one")
+	}
+	f.setFailCreate(nil)
+	ip, err := a.AllocateNext(f.ctx, testOwner)
+	if err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	want := `
+# HELP clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
+# TYPE clusterip_allocator_dualwrite_undo_total counter
+clusterip_allocator_dualwrite_undo_total{cidr="10.0.0.0/28"} 2
+# HELP clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
+# TYPE clusterip_allocator_dualwrite_undo_errors_total counter
+clusterip_allocator_dualwrite_undo_errors_total{cidr="10.0.0.0/28"} 0
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 1
+# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 13
+# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
+# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="dynamic"} 1
+# HELP kube_apiserver_clusterip_allocator_allocation_errors_total Number of errors trying to allocate Cluster IPs
+# TYPE kube_apiserver_clusterip_allocator_allocation_errors_total counter
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/28",scope="dynamic"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/28",scope="static"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricUndos, metricUndoErrors, metricAllocated, metricAvailable, metricAllocations, metricErrors); err != nil {
+		t.Errorf("after two failed creates and one allocation of %v: %v", ip, err)
+	}
+}
+
+func TestMetricsCountNotReadyRefusals(t *testing.T) {
+	f := newDualFixtureServing(t, "10.0.0.0/28") // no ServiceCIDR: the primary is never ready
+	a, reg := instrumented(t, f)
+	if _, err := a.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		t.Fatalf("AllocateNext() = %v, want ErrNotReady", err)
+	}
+	want := `
+# HELP clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
+# TYPE clusterip_allocator_not_ready_total counter
+clusterip_allocator_not_ready_total{cidr="10.0.0.0/28",scope="dynamic"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricNotReady, metricErrors, metricAllocations); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestNewWithRegistererWrapsEveryFamily(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	f := newDualFixture(t, "10.0.0.0/28")
+	cfg := Config{
+		Mode:       featuregate.IPAddressOnly,
+		Ranges:     []netip.Prefix{f.flag},
+		Client:     f.client,
+		Informers:  informers.NewSharedInformerFactory(f.client, 0),
+		Registerer: reg,
+	}
+	a, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	defer a.Close()
+	al := a.Family(corev1.IPv4Protocol)
+	u, ok := al.(interface{ Unwrap() allocator.Interface })
+	if !ok {
+		t.Fatalf("Family(IPv4) = %T, want a metrics wrapper", al)
+	}
+	if got := u.Unwrap(); got != a.ServiceCIDRs(corev1.IPv4Protocol) {
+		t.Errorf("Family(IPv4).Unwrap() = %T %p, want the servicecidr allocator", got, got)
+	}
+	// Seeded before any call: the allocator has not synced, so nothing is allocated or free.
+	want := `
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricAllocated); err != nil {
+		t.Error(err)
+	}
+}
+
+// The metrics of allocators beside a real kube-apiserver v1.33 in DualWrite mode, built by New
+// with Config.Registerer: counts per scope, gauges that follow Used and Free and the IPAddress
+// objects, and DryRun calls left uncounted.
+func TestMetricsBesideKubeAPIServer(t *testing.T) {
+	_, etcd, api := realCluster(t)
+	reg := prometheus.NewPedanticRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	inf := informers.NewSharedInformerFactory(api.Client, 0)
+	a, err := New(ctx, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Informers: inf, Registerer: reg})
+	if err != nil {
+		cancel()
+		t.Fatalf("New() = %v", err)
+	}
+	inf.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		inf.Shutdown()
+		if err := a.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	testenv.WaitFor(t, "the kubernetes ServiceCIDR to be served", a.ServiceCIDRs(corev1.IPv4Protocol).Ready)
+
+	al := a.Family(corev1.IPv4Protocol)
+	cidr := flagRange.String()
+	base := value(t, reg, metricAllocated, cidr)
+	if got, want := base, float64(al.Used()); got != want {
+		t.Errorf("%s = %v before any call, want Used() = %v", metricAllocated, got, want)
+	}
+
+	const n = 5
+	var ips []netip.Addr
+	for i := range n {
+		ip, err := al.AllocateNext(ctx, allocator.Owner{Resource: "services", Namespace: "default", Name: fmt.Sprintf("metrics-%d", i)})
+		if err != nil {
+			t.Fatalf("AllocateNext() = %v", err)
+		}
+		ips = append(ips, ip)
+	}
+	if err := al.Allocate(ctx, ips[0], testOwner); !errors.Is(err, allocator.ErrAllocated) {
+		t.Errorf("Allocate(%v) again = %v, want ErrAllocated", ips[0], err)
+	}
+	if err := al.Release(ctx, ips[0]); err != nil {
+		t.Fatalf("Release(%v) = %v", ips[0], err)
+	}
+	if err := al.Allocate(ctx, ips[0], testOwner); err != nil {
+		t.Fatalf("Allocate(%v) = %v", ips[0], err)
+	}
+	dry := al.DryRun()
+	if _, err := dry.AllocateNext(ctx, testOwner); err != nil {
+		t.Errorf("DryRun().AllocateNext() = %v", err)
+	}
+	if err := dry.Allocate(ctx, ips[1], testOwner); !errors.Is(err, allocator.ErrAllocated) {
+		t.Errorf("DryRun().Allocate(%v) = %v, want ErrAllocated", ips[1], err)
+	}
+
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{metricAllocations, []string{"scope", "dynamic"}, n},
+		{metricAllocations, []string{"scope", "static"}, 1},
+		{metricErrors, []string{"scope", "static"}, 1},
+		{metricErrors, []string{"scope", "dynamic"}, 0},
+		{metricDuration, nil, n + 1},
+		{metricAllocated, nil, float64(al.Used())},
+		{metricAvailable, nil, float64(al.Free())},
+		{metricUndos, nil, 0},
+	} {
+		if got := value(t, reg, c.name, cidr, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if got, want := value(t, reg, metricAllocated, cidr), base+n; got != want {
+		t.Errorf("%s = %v after %d allocations, want %v", metricAllocated, got, n, want)
+	}
+	objs := ipAddressObjects(t, api.Client)
+	inRange := 0
+	for _, ip := range objs {
+		if flagRange.Contains(ip) {
+			inRange++
+		}
+	}
+	if got, want := value(t, reg, metricAllocated, cidr), float64(inRange); got != want {
+		t.Errorf("%s = %v, want the %d IPAddress objects of %s", metricAllocated, got, inRange, flagRange)
+	}
+
+	for _, ip := range ips {
+		if err := al.Release(ctx, ip); err != nil {
+			t.Errorf("Release(%v) = %v", ip, err)
+		}
+	}
+	if got, want := value(t, reg, metricAllocated, cidr), base; got != want {
+		t.Errorf("%s = %v after releasing all, want %v", metricAllocated, got, want)
+	}
+}
+
+// Over overlapping ServiceCIDRs the gauges of the flag range's label count each address once.
+func TestMetricsCountOverlappingServiceCIDRsOnce(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/28", "10.0.0.0/29", "10.0.0.0/30")
+	a, reg := instrumented(t, f)
+	for _, s := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.9"} {
+		if err := a.Allocate(f.ctx, netip.MustParseAddr(s), testOwner); err != nil {
+			t.Fatalf("Allocate(%s) = %v", s, err)
+		}
+	}
+	want := `
+# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
+# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 10
+# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
+# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricAllocated, metricAvailable, metricAllocations); err != nil {
+		t.Error(err)
+	}
+}
