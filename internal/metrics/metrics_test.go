@@ -71,8 +71,8 @@ func TestCountsPerScope(t *testing.T) {
 		}
 	}
 	ip := netip.MustParseAddr("10.0.0.1")
-	if a.Has(ip) {
-		ip = netip.MustParseAddr("10.0.0.2")
+	for a.Has(ip) { // three of the six are taken at random: take the first free one
+		ip = ip.Next()
 	}
 	if err := a.Allocate(ctx, ip, allocator.Owner{}); err != nil {
 		t.Fatalf("Allocate(%v) = %v", ip, err)
