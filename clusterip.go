@@ -1,0 +1,207 @@
+package clusterip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/servicecidr"
+)
+
+// Allocators are the ClusterIP allocators of a cluster's IP families for one Mode. Build them with
+// New; the zero Allocators is not usable. Allocators are safe for concurrent use.
+type Allocators struct {
+	mode     featuregate.Mode
+	families []corev1.IPFamily // in the order of Config.Ranges: the primary family first
+	ranges   map[corev1.IPFamily]netip.Prefix
+	allocs   map[corev1.IPFamily]allocator.Interface
+	bitmaps  map[corev1.IPFamily]*bitmap.Persistent
+	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
+
+	mu      sync.Mutex // guards running and closed
+	running bool
+	closed  bool
+}
+
+// New builds the allocator of each IP family of cfg.Ranges for cfg.Mode:
+//
+//   - Legacy: a bitmap.Persistent of the range, in etcd at the key its position in Ranges chooses
+//     (the first range at <prefix>/ranges/serviceips, the second at
+//     <prefix>/ranges/secondaryserviceips), created empty if missing.
+//   - DualWrite: a DualWriteAllocator over the family's servicecidr.Allocator (the primary) and a
+//     bitmap mirror of the family's own range at the same key as in Legacy mode. A missing mirror
+//     is created from the IPAddress objects already in its range (see bootstrap.go).
+//   - IPAddressOnly: the family's servicecidr.Allocator.
+//
+// A Config missing what its mode needs gives a *ConfigError naming the field. New reads etcd and
+// lists IPAddress objects, but starts no goroutine: start cfg.Informers after New and call Run.
+func New(ctx context.Context, cfg Config) (*Allocators, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	a := &Allocators{
+		mode:    cfg.Mode,
+		ranges:  map[corev1.IPFamily]netip.Prefix{},
+		allocs:  map[corev1.IPFamily]allocator.Interface{},
+		bitmaps: map[corev1.IPFamily]*bitmap.Persistent{},
+		cidrs:   map[corev1.IPFamily]*servicecidr.Allocator{},
+	}
+	for i, r := range cfg.Ranges {
+		f := familyOf(r)
+		a.families = append(a.families, f)
+		a.ranges[f] = r
+		if err := a.build(ctx, &cfg, i, r); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// build makes the allocator of the range at index i of cfg.Ranges.
+func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Prefix) error {
+	f := familyOf(r)
+	field := fmt.Sprintf("Ranges[%d]", i)
+	var sc *servicecidr.Allocator
+	if cfg.Mode != featuregate.Legacy {
+		var err error
+		nw := cfg.Informers.Networking().V1()
+		if sc, err = servicecidr.New(f, cfg.Client, nw.ServiceCIDRs(), nw.IPAddresses()); err != nil {
+			return fmt.Errorf("clusterip: %s allocator: %w", f, err)
+		}
+		a.cidrs[f] = sc
+		a.allocs[f] = sc
+	}
+	if cfg.Mode == featuregate.IPAddressOnly {
+		return nil
+	}
+	store := etcdstore.New(cfg.Etcd, cfg.bitmapKey(i))
+	if cfg.Mode == featuregate.DualWrite {
+		if err := bootstrap(ctx, cfg.Client, r, store); err != nil {
+			return fmt.Errorf("clusterip: create the bitmap of %s at %s: %w", r, store.Key(), err)
+		}
+	}
+	bm, err := bitmap.NewPersistent(ctx, r, store)
+	if err != nil {
+		var pe *allocator.PrefixError
+		if errors.As(err, &pe) {
+			return &ConfigError{Field: field, Reason: "cannot be held in a bitmap", Err: err}
+		}
+		return fmt.Errorf("clusterip: bitmap of %s at %s: %w", r, store.Key(), err)
+	}
+	a.bitmaps[f] = bm
+	if cfg.Mode == featuregate.Legacy {
+		a.allocs[f] = bm
+		return nil
+	}
+	dw, err := NewDualWrite(sc, bm)
+	if err != nil {
+		bm.Close()
+		return err
+	}
+	a.allocs[f] = dw
+	return nil
+}
+
+// Mode returns the mode the allocators were built for.
+func (a *Allocators) Mode() featuregate.Mode { return a.mode }
+
+// Families returns the IP families served, in the order of Config.Ranges: the primary first.
+func (a *Allocators) Families() []corev1.IPFamily { return slices.Clone(a.families) }
+
+// Range returns the flag range of family f (Config.Ranges), or the zero Prefix if f is not served.
+func (a *Allocators) Range(f corev1.IPFamily) netip.Prefix { return a.ranges[f] }
+
+// Family returns the allocator of IP family f, or nil if f is not served: a *bitmap.Persistent in
+// Legacy mode, a *DualWriteAllocator in DualWrite mode and a *servicecidr.Allocator in
+// IPAddressOnly mode.
+func (a *Allocators) Family(f corev1.IPFamily) allocator.Interface {
+	if al, ok := a.allocs[f]; ok {
+		return al
+	}
+	return nil
+}
+
+// Bitmap returns the bitmap of family f: the allocator itself in Legacy mode, the mirror in
+// DualWrite mode; nil in IPAddressOnly mode or if f is not served.
+func (a *Allocators) Bitmap(f corev1.IPFamily) *bitmap.Persistent { return a.bitmaps[f] }
+
+// ServiceCIDRs returns the servicecidr allocator of family f: the allocator itself in
+// IPAddressOnly mode, the primary in DualWrite mode; nil in Legacy mode or if f is not served.
+func (a *Allocators) ServiceCIDRs(f corev1.IPFamily) *servicecidr.Allocator { return a.cidrs[f] }
+
+// TODO(lead): Services() *allocator.ServiceAllocator, built with
+// allocator.NewServiceAllocator(a.families[0], a.allocs), once allocator.ServiceAllocator lands.
+
+// Run runs what the allocators need in the background (the servicecidr allocators, which follow
+// ServiceCIDRs, in DualWrite and IPAddressOnly mode) until ctx is done, then returns nil. It
+// returns an error at once if it is already running or the Allocators are closed, and the first
+// error a servicecidr allocator's Run returns. Run does not close the Allocators.
+func (a *Allocators) Run(ctx context.Context) error {
+	a.mu.Lock()
+	switch {
+	case a.closed:
+		a.mu.Unlock()
+		return errors.New("clusterip: Run after Close")
+	case a.running:
+		a.mu.Unlock()
+		return errors.New("clusterip: Run called twice")
+	}
+	a.running = true
+	a.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(a.cidrs))
+	for _, sc := range a.cidrs {
+		go func() { errs <- sc.Run(ctx) }()
+	}
+	var first error
+	for range a.cidrs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("clusterip: %w", first)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Close closes every allocator. It does not close Config.Etcd or stop Config.Informers. Close is
+// idempotent.
+func (a *Allocators) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	a.mu.Unlock()
+	var errs []error
+	for _, f := range a.families {
+		if al, ok := a.allocs[f]; ok {
+			errs = append(errs, al.Close())
+			continue
+		}
+		// New failed half way: close the parts.
+		if bm := a.bitmaps[f]; bm != nil {
+			errs = append(errs, bm.Close())
+		}
+		if sc := a.cidrs[f]; sc != nil {
+			errs = append(errs, sc.Close())
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,138 @@
+package clusterip
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/featuregate"
+)
+
+// Config says which allocators New builds and what they store their state in. The zero Config is
+// invalid: it has no Ranges.
+type Config struct {
+	// Mode selects the allocators; see featuregate.ModeOf. Defaults to featuregate.Legacy.
+	Mode featuregate.Mode
+
+	// Ranges are the Service CIDRs of kube-apiserver's --service-cluster-ip-range flag, in its
+	// order: the primary IP family's first. One or two, at most one per family. Required in every
+	// mode: they choose the families served, and in Legacy and DualWrite the bitmaps' ranges.
+	Ranges []netip.Prefix
+
+	// Etcd is the client of the etcd that holds kube-apiserver's bitmaps. Required in Legacy and
+	// DualWrite mode; unused in IPAddressOnly.
+	Etcd *clientv3.Client
+
+	// EtcdPrefix is kube-apiserver's --etcd-prefix. Defaults to "/registry". The first range's
+	// bitmap is kept at <prefix>/ranges/serviceips, the second's at
+	// <prefix>/ranges/secondaryserviceips.
+	EtcdPrefix string
+
+	// Client writes IPAddress objects. Required in DualWrite and IPAddressOnly mode.
+	Client kubernetes.Interface
+
+	// Informers provides the ServiceCIDR and IPAddress informers. Required in DualWrite and
+	// IPAddressOnly mode. New registers the informers it needs; the caller starts the factory
+	// after New.
+	Informers informers.SharedInformerFactory
+}
+
+// ConfigError reports a Config that New cannot build allocators from. It names the field.
+type ConfigError struct {
+	// Field is the name of the Config field at fault, such as "Etcd" or "Ranges[1]".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+	// Err is the underlying error, if any, such as an *allocator.PrefixError.
+	Err error
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("clusterip: Config.%s: %s: %v", e.Field, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("clusterip: Config.%s: %s", e.Field, e.Reason)
+}
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// ParseRanges parses the value of kube-apiserver's --service-cluster-ip-range flag, such as
+// "10.96.0.0/12" or "10.96.0.0/12,fd00::/108", and checks it as New does. Parse errors wrap an
+// *allocator.PrefixError that keeps the input.
+func ParseRanges(flag string) ([]netip.Prefix, error) {
+	var ranges []netip.Prefix
+	for i, s := range strings.Split(flag, ",") {
+		p, err := allocator.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "does not parse", Err: err}
+		}
+		ranges = append(ranges, p)
+	}
+	if err := checkRanges(ranges); err != nil {
+		return nil, err
+	}
+	return ranges, nil
+}
+
+// checkRanges checks what every mode needs of Ranges.
+func checkRanges(ranges []netip.Prefix) error {
+	switch {
+	case len(ranges) == 0:
+		return &ConfigError{Field: "Ranges", Reason: "required: the Service CIDRs of --service-cluster-ip-range"}
+	case len(ranges) > 2:
+		return &ConfigError{Field: "Ranges", Reason: fmt.Sprintf("%d ranges given, at most one per IP family", len(ranges))}
+	}
+	for i, r := range ranges {
+		if err := allocator.CheckPrefix(r); err != nil {
+			return &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "not a usable range", Err: err}
+		}
+	}
+	if len(ranges) == 2 && allocator.FamilyOf(ranges[0].Addr()) == allocator.FamilyOf(ranges[1].Addr()) {
+		return &ConfigError{Field: "Ranges[1]", Reason: fmt.Sprintf("%s is of the same IP family as %s; at most one range per family", ranges[1], ranges[0])}
+	}
+	return nil
+}
+
+// check returns the first problem New would have with c.
+func (c *Config) check() error {
+	if err := checkRanges(c.Ranges); err != nil {
+		return err
+	}
+	switch c.Mode {
+	case featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly:
+	default:
+		return &ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %v", c.Mode)}
+	}
+	if c.Mode != featuregate.IPAddressOnly && c.Etcd == nil {
+		return &ConfigError{Field: "Etcd", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps"}
+	}
+	if c.Mode != featuregate.Legacy {
+		if c.Client == nil {
+			return &ConfigError{Field: "Client", Reason: "required in " + c.Mode.String() + " mode, to write IPAddress objects"}
+		}
+		if c.Informers == nil {
+			return &ConfigError{Field: "Informers", Reason: "required in " + c.Mode.String() + " mode, for the ServiceCIDR and IPAddress informers"}
+		}
+	}
+	return nil
+}
+
+// bitmapKey returns the etcd key of the bitmap of the range at index i of Ranges.
+func (c *Config) bitmapKey(i int) string {
+	if i == 0 {
+		return etcdstore.ServiceIPsKey(c.EtcdPrefix)
+	}
+	return etcdstore.SecondaryServiceIPsKey(c.EtcdPrefix)
+}
+
+// familyOf returns the IP family of a range.
+func familyOf(p netip.Prefix) corev1.IPFamily { return allocator.FamilyOf(p.Addr()) }

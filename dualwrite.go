@@ -1,0 +1,348 @@
+package clusterip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
+)
+
+var _ allocator.Interface = (*DualWriteAllocator)(nil)
+
+const (
+	// undoTimeout bounds a write that undoes half of a dual write; it runs even when the caller's
+	// context is done, since the address would otherwise stay held in one store only.
+	undoTimeout = 30 * time.Second
+
+	// maxSkips is how many addresses AllocateNext takes from the bitmap and gives back, because
+	// the primary holds them already, before it lets the primary choose instead. Such addresses
+	// are rare (a peer that frees the bit before its IPAddress object, or an IPAddress-only peer),
+	// so reaching the bound means the bitmap is far behind the IPAddress objects.
+	maxSkips = 64
+
+	// maxFallbacks is how many addresses the primary may choose inside the bitmap's window, only to
+	// find their bits held by a legacy peer, before AllocateNext reports the range full.
+	maxFallbacks = 64
+)
+
+// DualWriteAllocator is the allocator of one IP family in DualWrite mode: a primary allocator (the
+// servicecidr allocator, which records IPAddress objects) and a bitmap mirror of the family's flag
+// range, kept so that every address inside the mirror's window held by the primary is also set in
+// the bitmap, which is all that Legacy peers read.
+//
+// The window is the set of addresses the bitmap has a slot for: the flag range without its
+// network (and IPv4 broadcast) address, and for IPv6 only the first bitmap.MaxIPv6Slots of them.
+// Addresses outside it (the rest of a wider IPv6 range, extra ServiceCIDRs) live in the primary
+// alone (kubernetes#129797).
+//
+// Writes go in an order that never shows a Legacy peer a free bit for an address the primary
+// holds: AllocateNext and Allocate set the bit first and then create the IPAddress, Release
+// deletes the IPAddress first and then clears the bit; a failed second write undoes the first.
+// Only a crash between two writes leaves an address in one store alone (a leaked bit, never a
+// duplicate); repair heals it. A bit that is set without an IPAddress object belongs to a Legacy
+// peer (or is stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
+//
+// A DualWriteAllocator is safe for concurrent use; the zero value is not usable (see
+// NewDualWrite). It holds no lock of its own.
+type DualWriteAllocator struct {
+	primary allocator.Interface
+	mirror  allocator.Interface
+	window  netip.Prefix // the mirror's range
+	slots   uint64       // the mirror's slots: offsets [0, slots) of window
+
+	skipped    atomic.Uint64
+	undone     atomic.Uint64
+	undoFailed atomic.Uint64
+}
+
+// NewDualWrite returns the dual-write allocator of primary and mirror, which must serve the same
+// IP family; mirror must have a range (a non-zero CIDR), normally a *bitmap.Persistent of the
+// family's flag range. Close closes both.
+func NewDualWrite(primary, mirror allocator.Interface) (*DualWriteAllocator, error) {
+	if primary == nil || mirror == nil {
+		return nil, errors.New("clusterip: NewDualWrite: nil allocator")
+	}
+	w := mirror.CIDR()
+	if err := allocator.CheckPrefix(w); err != nil {
+		return nil, fmt.Errorf("clusterip: NewDualWrite: the bitmap mirror's range: %w", err)
+	}
+	if got, want := primary.Family(), mirror.Family(); got != want {
+		return nil, fmt.Errorf("clusterip: NewDualWrite: primary serves %s, bitmap mirror %s", got, want)
+	}
+	slots := ipmath.Size(w)
+	if w.Addr().Is6() {
+		slots = min(slots, bitmap.MaxIPv6Slots)
+	}
+	return &DualWriteAllocator{primary: primary, mirror: mirror, window: w, slots: slots}, nil
+}
+
+// Primary returns the allocator of IPAddress objects.
+func (d *DualWriteAllocator) Primary() allocator.Interface { return d.primary }
+
+// Mirror returns the bitmap mirror.
+func (d *DualWriteAllocator) Mirror() allocator.Interface { return d.mirror }
+
+// InWindow reports whether ip has a slot in the bitmap mirror, so that holding it takes a bit as
+// well as an IPAddress object.
+func (d *DualWriteAllocator) InWindow(ip netip.Addr) bool {
+	if allocator.CheckAddr(ip) != nil {
+		return false
+	}
+	off, ok := ipmath.Offset(d.window, ip)
+	return ok && off < d.slots
+}
+
+// DualWriteStats counts what a DualWriteAllocator did besides plain dual writes.
+type DualWriteStats struct {
+	// Skipped counts addresses AllocateNext took in the bitmap and gave back because the primary
+	// held them already (its IPAddress object still existed), or could not serve them.
+	Skipped uint64
+	// Undone counts first writes undone after the second failed, skips included.
+	Undone uint64
+	// UndoFailed counts undos that failed themselves, each leaving one address in one store only
+	// (a leak that repair frees).
+	UndoFailed uint64
+}
+
+// Stats returns the counts so far.
+func (d *DualWriteAllocator) Stats() DualWriteStats {
+	return DualWriteStats{Skipped: d.skipped.Load(), Undone: d.undone.Load(), UndoFailed: d.undoFailed.Load()}
+}
+
+// undo runs release(ip) to take back the first half of a dual write, even when ctx is done.
+func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Addr, release func(context.Context, netip.Addr) error) {
+	d.undone.Add(1)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if err := release(uctx, ip); err != nil {
+		d.undoFailed.Add(1)
+		klog.FromContext(ctx).Error(err, "Could not undo half of a dual write; repair will free the address", "ip", ip, "store", what)
+	}
+}
+
+// Allocate reserves ip for owner. Inside the bitmap's window it sets the bit first and then creates
+// the IPAddress object, clearing the bit again if that fails; outside it asks the primary alone.
+// A bit that is already set gives allocator.ErrAllocated, whether the address is ours or a Legacy
+// peer's; the errors are otherwise those of the two allocators (see allocator.Interface).
+func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
+	if err := allocator.CheckAddr(ip); err != nil {
+		return err
+	}
+	if !d.InWindow(ip) {
+		return d.primary.Allocate(ctx, ip, owner)
+	}
+	if err := d.mirror.Allocate(ctx, ip, owner); err != nil {
+		if errors.Is(err, allocator.ErrAllocated) {
+			return fmt.Errorf("clusterip: %s is set in the bitmap of %s: %w", ip, d.window, err)
+		}
+		return fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
+	}
+	if err := d.primary.Allocate(ctx, ip, owner); err != nil {
+		d.undo(ctx, "bitmap", ip, d.mirror.Release)
+		return err
+	}
+	return nil
+}
+
+// AllocateNext reserves a free address for owner and returns it. It takes a free bit of the
+// bitmap's window first and then creates that address's IPAddress object; an address whose
+// object still exists (a peer freed the bit before deleting the object) or that no ready
+// ServiceCIDR serves is given back and another taken, never reported as an error. Once the window
+// is full, or the primary cannot serve it, the primary chooses an address outside it; one it
+// chooses inside the window is kept only if its bit can be set. It returns allocator.ErrFull when
+// neither has a free address, and other errors of the two allocators at once.
+func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
+		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
+	}
+	for skips := 0; skips < maxSkips; skips++ {
+		ip, err := d.mirror.AllocateNext(ctx, owner)
+		if errors.Is(err, allocator.ErrFull) {
+			break
+		}
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("clusterip: take a free bit of %s: %w", d.window, err)
+		}
+		if d.primary.Has(ip) {
+			// Its IPAddress object still exists as far as the primary knows: give it back untried.
+			d.skipped.Add(1)
+			d.undo(ctx, "bitmap", ip, d.mirror.Release)
+			continue
+		}
+		err = d.primary.Allocate(ctx, ip, owner)
+		if err == nil {
+			return ip, nil
+		}
+		d.undo(ctx, "bitmap", ip, d.mirror.Release)
+		if errors.Is(err, allocator.ErrAllocated) {
+			d.skipped.Add(1)
+			continue
+		}
+		var nir *allocator.NotInRangeError
+		if errors.As(err, &nir) || errors.Is(err, allocator.ErrNotReady) && ctx.Err() == nil {
+			// No ready ServiceCIDR serves this part of the flag range: let the primary choose
+			// from those that are ready.
+			d.skipped.Add(1)
+			break
+		}
+		return netip.Addr{}, err
+	}
+	return d.allocateFromPrimary(ctx, owner)
+}
+
+// allocateFromPrimary lets the primary choose an address, for when the bitmap's window is full or
+// not served. An address inside the window is kept only if its bit can be set too.
+func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	for range maxFallbacks {
+		ip, err := d.primary.AllocateNext(ctx, owner)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		if !d.InWindow(ip) {
+			return ip, nil
+		}
+		err = d.mirror.Allocate(ctx, ip, owner)
+		if err == nil {
+			return ip, nil
+		}
+		d.undo(ctx, "IPAddress", ip, d.primary.Release)
+		if !errors.Is(err, allocator.ErrAllocated) {
+			return netip.Addr{}, fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
+		}
+		// A Legacy peer's bit (or a stale one): never taken over.
+		d.skipped.Add(1)
+	}
+	return netip.Addr{}, fmt.Errorf("clusterip: every free address the ServiceCIDRs offered is held in the bitmap of %s: %w", d.window, allocator.ErrFull)
+}
+
+// Release frees ip: it deletes the IPAddress object first and then, inside the window, clears the
+// bit, so that no Legacy peer sees the address free while the object exists. If the object cannot
+// be deleted the bit stays set. Releasing an address that is not allocated returns nil.
+func (d *DualWriteAllocator) Release(ctx context.Context, ip netip.Addr) error {
+	if err := allocator.CheckAddr(ip); err != nil {
+		return err
+	}
+	if err := d.primary.Release(ctx, ip); err != nil {
+		return err
+	}
+	if !d.InWindow(ip) {
+		return nil
+	}
+	if err := d.mirror.Release(ctx, ip); err != nil {
+		return fmt.Errorf("clusterip: %s: IPAddress deleted, but clearing its bit in %s failed: %w", ip, d.window, err)
+	}
+	return nil
+}
+
+// Has reports whether ip is held: by the primary, or by a bit of the window (a Legacy peer's bit
+// counts, since Allocate refuses it).
+func (d *DualWriteAllocator) Has(ip netip.Addr) bool {
+	return d.primary.Has(ip) || (d.InWindow(ip) && d.mirror.Has(ip))
+}
+
+// All yields every address Has reports, once and in ascending order.
+func (d *DualWriteAllocator) All() iter.Seq[netip.Addr] {
+	return mergeSorted(d.primary.All(), d.mirror.All())
+}
+
+// mergeSorted yields the union of two ascending sequences, in ascending order.
+func mergeSorted(a, b iter.Seq[netip.Addr]) iter.Seq[netip.Addr] {
+	return func(yield func(netip.Addr) bool) {
+		nextB, stop := iter.Pull(b)
+		defer stop()
+		vb, okB := nextB()
+		for va := range a {
+			for okB && vb.Less(va) {
+				if !yield(vb) {
+					return
+				}
+				vb, okB = nextB()
+			}
+			if okB && vb == va {
+				vb, okB = nextB()
+			}
+			if !yield(va) {
+				return
+			}
+		}
+		for okB {
+			if !yield(vb) {
+				return
+			}
+			vb, okB = nextB()
+		}
+	}
+}
+
+// CIDR returns the zero Prefix: the primary serves every ServiceCIDR of the family.
+func (d *DualWriteAllocator) CIDR() netip.Prefix { return netip.Prefix{} }
+
+// Family returns the IP family both allocators serve.
+func (d *DualWriteAllocator) Family() corev1.IPFamily { return d.primary.Family() }
+
+// Used returns the number of addresses the primary holds. Bits a Legacy peer holds without an
+// IPAddress object are not counted (counting them would cost a walk of the bitmap).
+func (d *DualWriteAllocator) Used() uint64 { return d.primary.Used() }
+
+// Free returns the number of addresses the primary can still allocate.
+func (d *DualWriteAllocator) Free() uint64 { return d.primary.Free() }
+
+// DryRun returns a view that checks calls against both allocators and changes nothing.
+func (d *DualWriteAllocator) DryRun() allocator.Interface { return dualWriteDryRun{d} }
+
+// Close closes the primary and the mirror.
+func (d *DualWriteAllocator) Close() error {
+	return errors.Join(d.primary.Close(), d.mirror.Close())
+}
+
+// dualWriteDryRun answers as its DualWriteAllocator would and changes nothing.
+type dualWriteDryRun struct{ d *DualWriteAllocator }
+
+func (v dualWriteDryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
+	if err := allocator.CheckAddr(ip); err != nil {
+		return err
+	}
+	if v.d.InWindow(ip) {
+		if err := v.d.mirror.DryRun().Allocate(ctx, ip, owner); err != nil {
+			return err
+		}
+	}
+	return v.d.primary.DryRun().Allocate(ctx, ip, owner)
+}
+
+func (v dualWriteDryRun) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	ip, err := v.d.mirror.DryRun().AllocateNext(ctx, owner)
+	if err == nil && v.d.primary.DryRun().Allocate(ctx, ip, owner) == nil {
+		return ip, nil
+	}
+	for range maxFallbacks {
+		ip, err := v.d.primary.DryRun().AllocateNext(ctx, owner)
+		if err != nil || !v.d.InWindow(ip) || !v.d.mirror.Has(ip) {
+			return ip, err
+		}
+	}
+	return netip.Addr{}, allocator.ErrFull
+}
+
+func (v dualWriteDryRun) Release(_ context.Context, ip netip.Addr) error {
+	return allocator.CheckAddr(ip)
+}
+
+func (v dualWriteDryRun) Has(ip netip.Addr) bool      { return v.d.Has(ip) }
+func (v dualWriteDryRun) All() iter.Seq[netip.Addr]   { return v.d.All() }
+func (v dualWriteDryRun) CIDR() netip.Prefix          { return v.d.CIDR() }
+func (v dualWriteDryRun) Family() corev1.IPFamily     { return v.d.Family() }
+func (v dualWriteDryRun) Used() uint64                { return v.d.Used() }
+func (v dualWriteDryRun) Free() uint64                { return v.d.Free() }
+func (v dualWriteDryRun) DryRun() allocator.Interface { return v }
+func (v dualWriteDryRun) Close() error                { return nil }

@@ -1,0 +1,369 @@
+package clusterip
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+)
+
+func alreadyExists(ip string) error {
+	return apierrors.NewAlreadyExists(networkingv1.Resource("ipaddresses"), ip)
+}
+
+// lastIndex returns the position of the last journal entry equal to e, or -1.
+func lastIndex(entries []string, e string) int {
+	for i := len(entries) - 1; i >= 0; i-- {
+		if entries[i] == e {
+			return i
+		}
+	}
+	return -1
+}
+
+// indexOf returns the position of the first journal entry with the prefix, or -1.
+func indexOf(entries []string, prefix string) int {
+	return slices.IndexFunc(entries, func(e string) bool { return strings.HasPrefix(e, prefix) })
+}
+
+func TestDualWriteAllocateNextSetsBitBeforeIPAddress(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/24")
+	ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+	if err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	if got, want := f.bits(), []netip.Addr{ip}; !slices.Equal(got, want) {
+		t.Errorf("bits = %v, want %v", got, want)
+	}
+	if got := f.objects(); !slices.Equal(got, []netip.Addr{ip}) {
+		t.Errorf("IPAddress objects = %v, want [%v]", got, ip)
+	}
+	log := f.log.get()
+	bit, create := indexOf(log, "bitmap ["+ip.String()+"]"), indexOf(log, "create "+ip.String())
+	if bit < 0 || create < 0 || bit > create {
+		t.Errorf("journal %q: want the bit of %s set before its IPAddress is created", log, ip)
+	}
+	f.checkInvariant()
+}
+
+func TestDualWriteReleaseDeletesIPAddressBeforeBit(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/24")
+	ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+	if err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	if err := f.dw.Release(f.ctx, ip); err != nil {
+		t.Fatalf("Release(%v) = %v", ip, err)
+	}
+	log := f.log.get()
+	del, cleared := indexOf(log, "delete "+ip.String()), lastIndex(log, "bitmap []")
+	if del < 0 || cleared < 0 || del > cleared {
+		t.Errorf("journal %q: want the IPAddress of %s deleted before its bit is cleared", log, ip)
+	}
+	if len(f.bits()) != 0 || len(f.objects()) != 0 {
+		t.Errorf("after Release: bits %v, objects %v; want none", f.bits(), f.objects())
+	}
+	if err := f.dw.Release(f.ctx, ip); err != nil {
+		t.Errorf("second Release(%v) = %v, want nil", ip, err)
+	}
+}
+
+// Each write of a dual write fails in turn; whatever fails, the two stores agree afterwards.
+func TestDualWriteUndoesHalfDoneWrites(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.20")
+	tests := []struct {
+		name       string
+		op         string // "allocate", "allocateNext" or "release"
+		failCreate bool
+		failDelete bool
+		failBitmap bool
+		wantHeld   bool // whether ip (for allocate and release) is held in both stores afterwards
+	}{
+		{name: "Allocate: bitmap write fails", op: "allocate", failBitmap: true},
+		{name: "Allocate: IPAddress create fails", op: "allocate", failCreate: true},
+		{name: "AllocateNext: bitmap write fails", op: "allocateNext", failBitmap: true},
+		{name: "AllocateNext: IPAddress create fails", op: "allocateNext", failCreate: true},
+		{name: "Release: IPAddress delete fails", op: "release", failDelete: true, wantHeld: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newDualFixture(t, "10.0.0.0/24")
+			if tt.op == "release" {
+				if err := f.dw.Allocate(f.ctx, ip, testOwner); err != nil {
+					t.Fatalf("Allocate(%v) = %v", ip, err)
+				}
+			}
+			if tt.failCreate {
+				f.setFailCreate(func(string) error { return apierrors.NewInternalError(errInjected) })
+			}
+			if tt.failDelete {
+				f.setFailDelete(func(string) error { return apierrors.NewInternalError(errInjected) })
+			}
+			if tt.failBitmap {
+				f.setFailBitmap(func() error { return errInjected })
+			}
+			var err error
+			switch tt.op {
+			case "allocate":
+				err = f.dw.Allocate(f.ctx, ip, testOwner)
+			case "allocateNext":
+				_, err = f.dw.AllocateNext(f.ctx, testOwner)
+			case "release":
+				err = f.dw.Release(f.ctx, ip)
+			}
+			if err == nil {
+				t.Fatalf("%s with an injected failure = nil, want an error", tt.op)
+			}
+			f.checkInvariant()
+			var want []netip.Addr
+			if tt.wantHeld {
+				want = []netip.Addr{ip}
+			}
+			if got := f.objects(); !slices.Equal(got, want) {
+				t.Errorf("IPAddress objects = %v, want %v", got, want)
+			}
+			if got := f.bits(); !slices.Equal(got, want) {
+				t.Errorf("bits = %v, want %v", got, want)
+			}
+			if tt.failCreate && f.dw.Stats().Undone != 1 {
+				t.Errorf("Stats().Undone = %d, want 1", f.dw.Stats().Undone)
+			}
+			if tt.failBitmap && slices.ContainsFunc(f.log.get(), func(e string) bool { return strings.HasPrefix(e, "create") }) {
+				t.Errorf("journal %q: an IPAddress was created although its bit could not be set", f.log.get())
+			}
+		})
+	}
+}
+
+func TestDualWriteReleaseKeepsIPAddressDeletedWhenBitCannotBeCleared(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/24")
+	ip := netip.MustParseAddr("10.0.0.20")
+	if err := f.dw.Allocate(f.ctx, ip, testOwner); err != nil {
+		t.Fatalf("Allocate(%v) = %v", ip, err)
+	}
+	f.setFailBitmap(func() error { return errInjected })
+	if err := f.dw.Release(f.ctx, ip); err == nil {
+		t.Fatal("Release() with the bitmap failing = nil, want an error")
+	}
+	// A bit without an IPAddress object: a leak, never a duplicate. A retry clears it.
+	if got, want := f.bits(), []netip.Addr{ip}; !slices.Equal(got, want) {
+		t.Errorf("bits = %v, want %v", got, want)
+	}
+	if got := f.objects(); len(got) != 0 {
+		t.Errorf("IPAddress objects = %v, want none", got)
+	}
+	f.setFailBitmap(nil)
+	if err := f.dw.Release(f.ctx, ip); err != nil {
+		t.Fatalf("retried Release() = %v", err)
+	}
+	f.checkInvariant()
+}
+
+func TestDualWriteNeverTakesOverALegacyBit(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/24")
+	legacy := netip.MustParseAddr("10.0.0.30")
+	f.setBits(legacy)
+	err := f.dw.Allocate(f.ctx, legacy, testOwner)
+	if !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("Allocate(legacy bit %v) = %v, want ErrAllocated", legacy, err)
+	}
+	if got := f.objects(); len(got) != 0 {
+		t.Errorf("IPAddress objects = %v, want none", got)
+	}
+	if !f.dw.Has(legacy) {
+		t.Errorf("Has(%v) = false, want true for a legacy bit", legacy)
+	}
+	if err := f.dw.DryRun().Allocate(f.ctx, legacy, testOwner); !errors.Is(err, allocator.ErrAllocated) {
+		t.Errorf("DryRun().Allocate(legacy bit) = %v, want ErrAllocated", err)
+	}
+	f.checkInvariant(legacy)
+}
+
+// A peer that frees the bit before deleting its IPAddress object (kube-apiserver v1.33 does)
+// leaves a free bit whose address is still taken: AllocateNext skips it, and never fails for it.
+func TestDualWriteAllocateNextSkipsAddressWhoseIPAddressStillExists(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/29") // 6 addresses
+	var skipped []string
+	f.setFailCreate(func(ip string) error {
+		if len(skipped) < 3 {
+			skipped = append(skipped, ip)
+			return alreadyExists(ip)
+		}
+		return nil
+	})
+	ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+	if err != nil {
+		t.Fatalf("AllocateNext() = %v, want an address", err)
+	}
+	if slices.Contains(skipped, ip.String()) {
+		t.Errorf("AllocateNext() = %v, one of the addresses whose IPAddress exists %v", ip, skipped)
+	}
+	// The primary remembers the three as held, so a later pick of one of them is skipped as well.
+	if got := f.dw.Stats().Skipped; got < 3 {
+		t.Errorf("Stats().Skipped = %d, want at least 3", got)
+	}
+	if got, want := f.bits(), []netip.Addr{ip}; !slices.Equal(got, want) {
+		t.Errorf("bits = %v, want %v (the skipped ones given back)", got, want)
+	}
+	f.checkInvariant()
+}
+
+func TestDualWriteAllocateNextSkipsAddressThePrimaryKnowsHeld(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/30") // 2 addresses: .1 and .2
+	peer := ipAddressObject("10.0.0.1")
+	if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, peer, createOpts); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the primary to see the peer's IPAddress", func() bool { return f.sc.Has(netip.MustParseAddr("10.0.0.1")) })
+	for range 5 {
+		ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+		if err != nil {
+			t.Fatalf("AllocateNext() = %v", err)
+		}
+		if ip != netip.MustParseAddr("10.0.0.2") {
+			t.Fatalf("AllocateNext() = %v, want 10.0.0.2", ip)
+		}
+		if err := f.dw.Release(f.ctx, ip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.dw.AllocateNext(f.ctx, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dw.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
+		t.Errorf("AllocateNext() on a full range = %v, want ErrFull", err)
+	}
+	if got, want := f.bits(), []netip.Addr{netip.MustParseAddr("10.0.0.2")}; !slices.Equal(got, want) {
+		t.Errorf("bits = %v, want %v", got, want)
+	}
+}
+
+// Once the flag range's bitmap is full, addresses come from other ServiceCIDRs, without bits.
+func TestDualWriteAllocateNextFallsBackToOtherServiceCIDRsWhenBitmapFull(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/30", "10.1.0.0/24")
+	var inFlag, outside int
+	for range 10 {
+		ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+		if err != nil {
+			t.Fatalf("AllocateNext() = %v", err)
+		}
+		if f.dw.InWindow(ip) {
+			inFlag++
+		} else {
+			outside++
+		}
+	}
+	if inFlag != 2 || outside != 8 {
+		t.Errorf("AllocateNext x10 gave %d addresses in the flag range and %d outside, want 2 and 8", inFlag, outside)
+	}
+	if got := len(f.bits()); got != 2 {
+		t.Errorf("bits set = %d, want 2", got)
+	}
+	f.checkInvariant()
+}
+
+// A legacy peer holds every free bit: the primary offers those addresses, and they are refused.
+func TestDualWriteAllocateNextFullWhenLegacyHoldsTheRest(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/30")
+	legacy := netip.MustParseAddr("10.0.0.1")
+	f.setBits(legacy)
+	ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+	if err != nil || ip != netip.MustParseAddr("10.0.0.2") {
+		t.Fatalf("AllocateNext() = %v, %v; want 10.0.0.2", ip, err)
+	}
+	if _, err := f.dw.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
+		t.Errorf("AllocateNext() = %v, want ErrFull", err)
+	}
+	f.checkInvariant(legacy)
+}
+
+// IPv6 flag ranges wider than the bitmap's 65535 slots: addresses above them live in the primary
+// alone (kubernetes#129797).
+func TestDualWriteIPv6BeyondBitmapGoesToPrimaryOnly(t *testing.T) {
+	f := newDualFixture(t, "fd00::/108")
+	tests := []struct {
+		ip       string
+		inWindow bool
+	}{
+		{"fd00::1", true},
+		{"fd00::ffff", true},
+		{"fd00::1:0", false},
+		{"fd00::f:ffff", false},
+	}
+	for _, tt := range tests {
+		ip := netip.MustParseAddr(tt.ip)
+		if got := f.dw.InWindow(ip); got != tt.inWindow {
+			t.Errorf("InWindow(%v) = %t, want %t", ip, got, tt.inWindow)
+		}
+		if err := f.dw.Allocate(f.ctx, ip, testOwner); err != nil {
+			t.Fatalf("Allocate(%v) = %v", ip, err)
+		}
+	}
+	if got, want := f.bits(), []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::ffff")}; !slices.Equal(got, want) {
+		t.Errorf("bits = %v, want %v", got, want)
+	}
+	if got := len(f.objects()); got != 4 {
+		t.Errorf("IPAddress objects = %d, want 4", got)
+	}
+	if got := slices.Collect(f.dw.All()); len(got) != 4 {
+		t.Errorf("All() = %v, want 4 addresses", got)
+	}
+	for _, tt := range tests {
+		if err := f.dw.Release(f.ctx, netip.MustParseAddr(tt.ip)); err != nil {
+			t.Errorf("Release(%s) = %v", tt.ip, err)
+		}
+	}
+	f.checkInvariant()
+	if len(f.objects()) != 0 || len(f.bits()) != 0 {
+		t.Errorf("after Release: objects %v, bits %v", f.objects(), f.bits())
+	}
+}
+
+// The flag range is in no ServiceCIDR (its default ServiceCIDR was deleted): bits taken for it
+// are given back, and addresses come from the ServiceCIDRs there are.
+func TestDualWriteFlagRangeWithoutServiceCIDR(t *testing.T) {
+	f := newDualFixtureServing(t, "10.0.0.0/24", "10.1.0.0/24")
+	ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+	if err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	if !netip.MustParsePrefix("10.1.0.0/24").Contains(ip) {
+		t.Errorf("AllocateNext() = %v, want an address of 10.1.0.0/24", ip)
+	}
+	err = f.dw.Allocate(f.ctx, netip.MustParseAddr("10.0.0.5"), testOwner)
+	if !errors.Is(err, allocator.ErrMismatchedNetwork) {
+		t.Errorf("Allocate(10.0.0.5) = %v, want an error matching ErrMismatchedNetwork", err)
+	}
+	if got := f.bits(); len(got) != 0 {
+		t.Errorf("bits = %v, want none", got)
+	}
+	f.checkInvariant()
+}
+
+func TestNewDualWriteRejectsMismatchedAllocators(t *testing.T) {
+	v4, _ := bitmap.New(netip.MustParsePrefix("10.0.0.0/24"))
+	v6, _ := bitmap.New(netip.MustParsePrefix("fd00::/120"))
+	if _, err := NewDualWrite(v4, v6); err == nil {
+		t.Error("NewDualWrite(IPv4 primary, IPv6 mirror) = nil error, want one")
+	}
+	if _, err := NewDualWrite(nil, v4); err == nil {
+		t.Error("NewDualWrite(nil, mirror) = nil error, want one")
+	}
+}
+
+func TestMergeSortedYieldsUnionOnce(t *testing.T) {
+	a := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.5")}
+	b := []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.9")}
+	got := slices.Collect(mergeSorted(slices.Values(a), slices.Values(b)))
+	want := []netip.Addr{a[0], b[0], a[1], a[2], b[2]}
+	if !slices.Equal(got, want) {
+		t.Errorf("mergeSorted() = %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,45 @@
+package featuregate_test
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/version"
+	basefeaturegate "k8s.io/component-base/featuregate"
+
+	"github.com/kube-ipam/clusterip/featuregate"
+)
+
+// A registry registers the gates in its own feature gate, lets --feature-gates set them, and asks
+// which allocator mode they select.
+func ExampleModeOf() {
+	gate := basefeaturegate.NewVersionedFeatureGate(version.MustParse("1.33"))
+	if err := featuregate.Add(gate); err != nil {
+		panic(err)
+	}
+	mode, _ := featuregate.ModeOf(gate)
+	fmt.Println("1.33 default:", mode)
+
+	_ = gate.Set("DisableAllocatorDualWrite=true")
+	mode, _ = featuregate.ModeOf(gate)
+	fmt.Println("with DisableAllocatorDualWrite=true:", mode)
+
+	_ = gate.Set("MultiCIDRServiceAllocator=false")
+	_, err := featuregate.ModeOf(gate)
+	fmt.Println(err)
+	// Output:
+	// 1.33 default: DualWrite
+	// with DisableAllocatorDualWrite=true: IPAddressOnly
+	// featuregate: invalid combination of feature gates: DisableAllocatorDualWrite=true requires MultiCIDRServiceAllocator=true
+}
+
+func ExampleModeFor() {
+	for _, v := range []string{"1.32", "1.33", "1.34", "1.35"} {
+		mode, _ := featuregate.ModeFor(v)
+		fmt.Println(v, mode)
+	}
+	// Output:
+	// 1.32 Legacy
+	// 1.33 DualWrite
+	// 1.34 IPAddressOnly
+	// 1.35 IPAddressOnly
+}

@@ -1,0 +1,152 @@
+// Package featuregate declares kube-apiserver's two Service IP allocator feature gates,
+// MultiCIDRServiceAllocator and DisableAllocatorDualWrite, with the versioned defaults
+// kube-apiserver gives them, and maps their values to the allocator Mode a registry runs in.
+//
+// The gates are registered into a caller's k8s.io/component-base feature gate, so that the usual
+// --feature-gates flag and emulation version (--emulated-version) decide them exactly as they do
+// in kube-apiserver:
+//
+//	| MultiCIDRServiceAllocator | DisableAllocatorDualWrite | Mode          |
+//	|---------------------------|---------------------------|---------------|
+//	| off                       | off                       | Legacy        |
+//	| off                       | on                        | (invalid)     |
+//	| on                        | off                       | DualWrite     |
+//	| on                        | on                        | IPAddressOnly |
+//
+// By default that is Legacy for kube-apiserver 1.31 and 1.32, DualWrite for 1.33 and
+// IPAddressOnly for 1.34 and later.
+package featuregate
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/component-base/featuregate"
+)
+
+// The gates, named as in kube-apiserver.
+const (
+	// MultiCIDRServiceAllocator allocates Service ClusterIPs as networking.k8s.io IPAddress objects
+	// from ServiceCIDRs (KEP-1880). Alpha in 1.27 (off), beta in 1.31 (off), GA in 1.33 (on),
+	// locked on from 1.34.
+	MultiCIDRServiceAllocator featuregate.Feature = "MultiCIDRServiceAllocator"
+
+	// DisableAllocatorDualWrite stops mirroring the IPAddress allocations of the flag ranges into
+	// the legacy bitmaps. It needs MultiCIDRServiceAllocator. Alpha in 1.31 (off), beta in 1.33
+	// (off), GA in 1.34 (on), locked on from 1.35.
+	DisableAllocatorDualWrite featuregate.Feature = "DisableAllocatorDualWrite"
+)
+
+// specs are the versioned specs kube-apiserver declares for the gates.
+func specs() map[featuregate.Feature]featuregate.VersionedSpecs {
+	return map[featuregate.Feature]featuregate.VersionedSpecs{
+		MultiCIDRServiceAllocator: {
+			{Version: version.MajorMinor(1, 27), Default: false, PreRelease: featuregate.Alpha},
+			{Version: version.MajorMinor(1, 31), Default: false, PreRelease: featuregate.Beta},
+			{Version: version.MajorMinor(1, 33), Default: true, PreRelease: featuregate.GA},
+			{Version: version.MajorMinor(1, 34), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
+		},
+		DisableAllocatorDualWrite: {
+			{Version: version.MajorMinor(1, 31), Default: false, PreRelease: featuregate.Alpha},
+			{Version: version.MajorMinor(1, 33), Default: false, PreRelease: featuregate.Beta},
+			{Version: version.MajorMinor(1, 34), Default: true, PreRelease: featuregate.GA},
+			{Version: version.MajorMinor(1, 35), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
+		},
+	}
+}
+
+// Add registers MultiCIDRServiceAllocator and DisableAllocatorDualWrite, with kube-apiserver's
+// versioned specs, into gate. Registering them twice is harmless; it returns gate's error if the
+// gate is closed (already added to a flag set) or holds one of the names with another spec.
+func Add(gate featuregate.MutableVersionedFeatureGate) error {
+	if gate == nil {
+		return errors.New("featuregate: Add: nil feature gate")
+	}
+	if err := gate.AddVersioned(specs()); err != nil {
+		return fmt.Errorf("featuregate: add %s and %s: %w", MultiCIDRServiceAllocator, DisableAllocatorDualWrite, err)
+	}
+	return nil
+}
+
+// Mode is how Service ClusterIPs are allocated and recorded. The zero Mode is Legacy.
+type Mode int
+
+const (
+	// Legacy keeps each IP family's allocations in a bitmap in etcd, as kube-apiserver did before
+	// ServiceCIDRs.
+	Legacy Mode = iota
+	// DualWrite allocates from ServiceCIDRs as IPAddress objects and mirrors the allocations of
+	// each family's flag range into that family's bitmap, so that Legacy peers keep working.
+	DualWrite
+	// IPAddressOnly allocates from ServiceCIDRs as IPAddress objects only.
+	IPAddressOnly
+)
+
+// String returns "Legacy", "DualWrite" or "IPAddressOnly", and "Mode(n)" for any other value.
+func (m Mode) String() string {
+	switch m {
+	case Legacy:
+		return "Legacy"
+	case DualWrite:
+		return "DualWrite"
+	case IPAddressOnly:
+		return "IPAddressOnly"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode returns the Mode whose String is s.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{Legacy, DualWrite, IPAddressOnly} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("featuregate: unknown mode %q (want Legacy, DualWrite or IPAddressOnly)", s)
+}
+
+// ErrInvalidCombination is returned (wrapped) by ModeOf for DisableAllocatorDualWrite on with
+// MultiCIDRServiceAllocator off, which kube-apiserver rejects too.
+var ErrInvalidCombination = errors.New("featuregate: invalid combination of feature gates")
+
+// ModeOf returns the Mode gate selects. It returns an error wrapping ErrInvalidCombination, naming
+// both gates, for DisableAllocatorDualWrite on with MultiCIDRServiceAllocator off, and an error if
+// gate is nil or does not know the gates (see Add).
+func ModeOf(gate featuregate.FeatureGate) (Mode, error) {
+	if gate == nil {
+		return 0, errors.New("featuregate: ModeOf: nil feature gate")
+	}
+	// Enabled panics for a gate it does not know; find out first.
+	known := gate.DeepCopy().GetAllVersioned()
+	for _, f := range []featuregate.Feature{MultiCIDRServiceAllocator, DisableAllocatorDualWrite} {
+		if _, ok := known[f]; !ok {
+			return 0, fmt.Errorf("featuregate: feature gate %s is not registered (call featuregate.Add)", f)
+		}
+	}
+	multi, noDual := gate.Enabled(MultiCIDRServiceAllocator), gate.Enabled(DisableAllocatorDualWrite)
+	switch {
+	case !multi && noDual:
+		return 0, fmt.Errorf("%w: %s=true requires %s=true", ErrInvalidCombination, DisableAllocatorDualWrite, MultiCIDRServiceAllocator)
+	case !multi:
+		return Legacy, nil
+	case !noDual:
+		return DualWrite, nil
+	}
+	return IPAddressOnly, nil
+}
+
+// ModeFor returns the default Mode of kube-apiserver at version v, such as "1.33", "v1.33.13" or
+// "1.34.0-alpha.1" (only major and minor count): Legacy up to 1.32, DualWrite for 1.33 and
+// IPAddressOnly from 1.34. It returns an error if v does not parse.
+func ModeFor(v string) (Mode, error) {
+	parsed, err := version.ParseGeneric(v)
+	if err != nil {
+		return 0, fmt.Errorf("featuregate: kube-apiserver version %q: %w", v, err)
+	}
+	gate := featuregate.NewVersionedFeatureGate(version.MajorMinor(parsed.Major(), parsed.Minor()))
+	if err := Add(gate); err != nil {
+		return 0, err
+	}
+	return ModeOf(gate)
+}
