@@ -146,12 +146,7 @@ func mergeListed(ctx context.Context, client kubernetes.Interface, cidr netip.Pr
 }
 
 // snapshotOf returns a's state as a Store holds it.
-// TODO(lead): a.Snapshot() once it returns a bitmap.Snapshot.
-func snapshotOf(a *bitmap.Allocator) bitmap.Snapshot {
-	r, data := a.Snapshot()
-	return bitmap.Snapshot{Range: r, Data: data}
-}
+func snapshotOf(a *bitmap.Allocator) bitmap.Snapshot { return a.Snapshot() }
 
 // restore replaces a's state with s.
-// TODO(lead): a.Restore(s) once it takes a bitmap.Snapshot.
-func restore(a *bitmap.Allocator, s bitmap.Snapshot) error { return a.Restore(s.Range, s.Data) }
+func restore(a *bitmap.Allocator, s bitmap.Snapshot) error { return a.Restore(s) }
