@@ -64,4 +64,6 @@ func resultOf(t testing.TB, tc matrixCase, ranges []netip.Prefix, svc, created *
 	return r
 }
 
-func writeMatrix(m *matrixFile, source string) error { return servicematrix.Write(matrixPath, m, source) }
+func writeMatrix(m *matrixFile, source string) error {
+	return servicematrix.Write(matrixPath, m, source)
+}
