@@ -17,6 +17,7 @@ import (
 	basefeaturegate "k8s.io/component-base/featuregate"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/servicematrix"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -291,4 +292,83 @@ func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
 			t.Errorf("%s: %v: bits of %s at %s (-want +got):\n%s", when, r.mode, rg, key, diff)
 		}
 	}
+}
+
+// TestDualWriteSecondaryIPv6WiderThanBitmap covers kubernetes#127588 and kubernetes#129797 in one
+// dual-stack cluster under DualWrite, against a real etcd and kube-apiserver: the secondary
+// family's bitmap is of its own flag range (an IPv6 /108, not the primary's IPv4 /24) at
+// ranges/secondaryserviceips, and of that /108 only the first 65535 addresses have bits; the
+// addresses past them are held by IPAddress objects only.
+func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping kube-apiserver test in -short mode")
+	}
+	etcd := testenv.NewEtcd(t)
+	ec := etcd.TestClient(t)
+	flags := []string{"10.96.0.0/24", "fd00:10:96::/108"}
+	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: strings.Join(flags, ",")})
+	waitForKubernetesService(t, api.Client)
+	cl := matrixCluster{name: "wide", ranges: []netip.Prefix{netip.MustParsePrefix(flags[0]), netip.MustParsePrefix(flags[1])}, etcd: ec, api: api.Client}
+	r := newMatrixRun(t, cl, featuregate.DualWrite)
+	ctx := context.Background()
+
+	require := corev1.IPFamilyPolicyRequireDualStack
+	single := corev1.IPFamilyPolicySingleStack
+	tests := []struct {
+		name       string
+		clusterIPs []string
+		policy     *corev1.IPFamilyPolicy
+		families   []corev1.IPFamily
+		wantBits   []string // of the IPv6 range
+	}{
+		{name: "last slot of the bitmap", clusterIPs: []string{"10.96.0.10", "fd00:10:96::ffff"}, policy: &require, wantBits: []string{"fd00:10:96::ffff"}},
+		{name: "first address past the bitmap", clusterIPs: []string{"10.96.0.11", "fd00:10:96::1:0"}, policy: &require},
+		{name: "far past the bitmap", clusterIPs: []string{"fd00:10:96::a:5"}, policy: &single, families: []corev1.IPFamily{corev1.IPv6Protocol}},
+		{name: "any IPv6 address", policy: &single, families: []corev1.IPFamily{corev1.IPv6Protocol}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := servicematrix.Service(fmt.Sprintf("wide-%d", i), servicematrix.Spec{})
+			svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = tt.policy, tt.families
+			if tt.clusterIPs != nil {
+				svc.Spec.ClusterIP, svc.Spec.ClusterIPs = tt.clusterIPs[0], tt.clusterIPs
+			}
+			txn, err := r.sa.Allocate(ctx, svc, false)
+			if err != nil {
+				t.Fatalf("Allocate(%v) = %v", tt.clusterIPs, err)
+			}
+			txn.Commit()
+			held := heldBy(svc)
+			r.check(t, "after Allocate", held)
+			v6 := held[len(held)-1]
+			bits, _ := storedBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
+			if got, want := bits[v6], inBitmapWindow(cl.ranges[1], v6); got != want {
+				t.Errorf("bit of %s set = %v, want %v", v6, got, want)
+			}
+			if tt.clusterIPs != nil {
+				got := bits.clone()
+				for ip := range r.baseBits[1] {
+					delete(got, ip)
+				}
+				if diff := cmp.Diff(setOf(mustAddrs(tt.wantBits...)...).sorted(), got.sorted()); diff != "" {
+					t.Errorf("bits of %s (-want +got):\n%s", cl.ranges[1], diff)
+				}
+			}
+			if objs := ipAddressObjects(t, api.Client); !objs[v6] {
+				t.Errorf("no IPAddress object for %s", v6)
+			}
+			if err := r.sa.Release(ctx, svc); err != nil {
+				t.Fatalf("Release() = %v", err)
+			}
+			r.check(t, "after Release", nil)
+		})
+	}
+}
+
+func mustAddrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
 }
