@@ -242,7 +242,7 @@ type proc struct {
 	spec   procSpec
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	lines  chan string // stdout lines with procMarker
+	lines  chan string  // stdout lines with procMarker
 	stderr bytes.Buffer // written by exec until the process exits
 	stdout bytes.Buffer // stdout lines without procMarker; written until done closes
 	done   chan struct{}
