@@ -127,7 +127,7 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 			return nil, err
 		}
 	}
-	allocs := startAllocators(t, cfg)
+	allocs := startAllocatorsOf(t, cfg)
 	family := allocs.Families()[0]
 	a := allocs.Family(family)
 	if spec.Op == opPause {

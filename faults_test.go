@@ -32,8 +32,8 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 	waitForKubernetesService(t, api.Client)
 	rg := netip.MustParsePrefix(flag)
 	key := etcdstore.ServiceIPsKey("/registry")
-	baseBits, _ := storedBits(t, ec, key, rg)
-	baseObjs := ipAddressObjects(t, api.Client)
+	baseBits, _ := etcdBits(t, ec, key, rg)
+	baseObjs := apiIPAddressSet(t, api.Client)
 
 	p := startProc(t, procSpec{Name: "victim", Mode: "DualWrite", Ranges: []string{flag}, Op: opPause, Count: 1}, etcd, api)
 	p.start()
@@ -45,8 +45,8 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 	p.kill()
 	t.Logf("killed the allocator process after it set the bit of %s", victim)
 
-	bits, _ := storedBits(t, ec, key, rg)
-	objs := ipAddressObjects(t, api.Client)
+	bits, _ := etcdBits(t, ec, key, rg)
+	objs := apiIPAddressSet(t, api.Client)
 	if diff := cmp.Diff(baseBits.union(victim).sorted(), bits.sorted()); diff != "" {
 		t.Errorf("bits after the kill (-want +got):\n%s", diff)
 	}
@@ -55,8 +55,8 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	dual := startAllocators(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client})
-	legacy := startAllocators(t, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{rg}, Etcd: ec})
+	dual := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client})
+	legacy := startAllocatorsOf(t, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{rg}, Etcd: ec})
 	for name, a := range map[string]allocator.Interface{"DualWrite": dual.Family("IPv4"), "Legacy": legacy.Family("IPv4")} {
 		if err := a.Allocate(ctx, victim, testOwner); !errors.Is(err, allocator.ErrAllocated) {
 			t.Errorf("%s Allocate(%s) = %v, want ErrAllocated", name, victim, err)
@@ -86,7 +86,7 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 	if len(held) != len(got) {
 		t.Errorf("%d addresses handed out, %d distinct: duplicates", len(got), len(held))
 	}
-	bits, _ = storedBits(t, ec, key, rg)
+	bits, _ = etcdBits(t, ec, key, rg)
 	if diff := cmp.Diff(baseBits.union(victim).union(got...).sorted(), bits.sorted()); diff != "" {
 		t.Errorf("bits after filling the range (-want +got):\n%s", diff)
 	}
@@ -108,9 +108,9 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 	waitForKubernetesService(t, api.Client)
 	rg := netip.MustParsePrefix(flag)
 	key := etcdstore.ServiceIPsKey("/registry")
-	baseBits, _ := storedBits(t, ec, key, rg)
-	baseObjs := ipAddressObjects(t, api.Client)
-	a := startAllocators(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).Family("IPv4")
+	baseBits, _ := etcdBits(t, ec, key, rg)
+	baseObjs := apiIPAddressSet(t, api.Client)
+	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).Family("IPv4")
 
 	var mu sync.Mutex // guards handed, failures
 	var handed []netip.Addr
@@ -164,8 +164,8 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 	if len(held) != len(handed) {
 		t.Errorf("%d addresses handed out, %d distinct: duplicates", len(handed), len(held))
 	}
-	bits, _ := storedBits(t, ec, key, rg)
-	objs := ipAddressObjects(t, api.Client)
+	bits, _ := etcdBits(t, ec, key, rg)
+	objs := apiIPAddressSet(t, api.Client)
 	lostBits, lostObjs, objsWithoutBit := 0, 0, 0
 	for ip := range held {
 		if !bits[ip] {

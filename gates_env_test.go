@@ -18,15 +18,16 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // The helpers of the tests against a real etcd and kube-apiserver: the gate × Service matrix,
 // skew, faults and fairness.
 
-// startAllocators builds the Allocators of cfg, starts their informers and Run, and waits until
+// startAllocatorsOf builds the Allocators of cfg, starts their informers and Run, and waits until
 // every family's ServiceCIDR allocator serves (DualWrite, IPAddressOnly). Everything stops when
 // t ends.
-func startAllocators(t testing.TB, cfg Config) *Allocators {
+func startAllocatorsOf(t testing.TB, cfg Config) *Allocators {
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(1)))
 	var inf informers.SharedInformerFactory
@@ -61,7 +62,7 @@ func startAllocators(t testing.TB, cfg Config) *Allocators {
 	})
 	for _, f := range a.Families() {
 		if sc := a.ServiceCIDRs(f); sc != nil {
-			waitFor(t, string(f)+" ServiceCIDRs to be served", sc.Ready)
+			testenv.WaitFor(t, string(f)+" ServiceCIDRs to be served", sc.Ready)
 		}
 	}
 	return a
@@ -73,7 +74,7 @@ func startAllocators(t testing.TB, cfg Config) *Allocators {
 func waitForKubernetesService(t testing.TB, c kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, "Service default/kubernetes and its IPAddress", func() bool {
+	testenv.WaitFor(t, "Service default/kubernetes and its IPAddress", func() bool {
 		svc, err := c.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 		if err != nil || svc.Spec.ClusterIP == "" {
 			return false
@@ -81,7 +82,7 @@ func waitForKubernetesService(t testing.TB, c kubernetes.Interface) {
 		_, err = c.NetworkingV1().IPAddresses().Get(ctx, svc.Spec.ClusterIP, metav1.GetOptions{})
 		return err == nil
 	})
-	waitFor(t, "ServiceCIDR kubernetes", func() bool {
+	testenv.WaitFor(t, "ServiceCIDR kubernetes", func() bool {
 		_, err := c.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
 		return err == nil
 	})
@@ -157,9 +158,9 @@ func inBitmapWindow(r netip.Prefix, ip netip.Addr) bool {
 	return off < slots
 }
 
-// storedBits reads the bitmap at key from etcd: ok is false if the key does not exist. It fails t
+// etcdBits reads the bitmap at key from etcd: ok is false if the key does not exist. It fails t
 // if the stored range is not r.
-func storedBits(t testing.TB, c *clientv3.Client, key string, r netip.Prefix) (bits addrSet, ok bool) {
+func etcdBits(t testing.TB, c *clientv3.Client, key string, r netip.Prefix) (bits addrSet, ok bool) {
 	t.Helper()
 	s, rev, err := etcdstore.New(c, key).Get(context.Background())
 	if err != nil {
@@ -174,8 +175,8 @@ func storedBits(t testing.TB, c *clientv3.Client, key string, r netip.Prefix) (b
 	return setOf(bitsOf(t, r, s)...), true
 }
 
-// ipAddressObjects lists the IPAddress objects from the API server.
-func ipAddressObjects(t testing.TB, c kubernetes.Interface) addrSet {
+// apiIPAddressSet lists the IPAddress objects from the API server.
+func apiIPAddressSet(t testing.TB, c kubernetes.Interface) addrSet {
 	t.Helper()
 	list, err := c.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
 	if err != nil {

@@ -154,15 +154,15 @@ func TestGateServiceMatrix(t *testing.T) {
 func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrixRun {
 	t.Helper()
 	r := &matrixRun{cl: cl, mode: mode, prefix: "/clusterip-" + cl.name + "-" + strings.ToLower(mode.String())}
-	r.allocs = startAllocators(t, Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
+	r.allocs = startAllocatorsOf(t, Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
 	families := map[corev1.IPFamily]allocator.Interface{}
 	for _, f := range r.allocs.Families() {
 		families[f] = r.allocs.Family(f)
 	}
 	r.sa = allocator.NewServiceAllocator(r.allocs.Families()[0], families)
-	r.baseObjs = ipAddressObjects(t, cl.api)
+	r.baseObjs = apiIPAddressSet(t, cl.api)
 	for i, key := range bitmapKeys(r.prefix, cl.ranges) {
-		bits, ok := storedBits(t, cl.etcd, key, cl.ranges[i])
+		bits, ok := etcdBits(t, cl.etcd, key, cl.ranges[i])
 		if mode == featuregate.IPAddressOnly {
 			if ok {
 				t.Fatalf("IPAddressOnly: a bitmap exists at %s", key)
@@ -267,7 +267,7 @@ func heldBy(svc *corev1.Service) []netip.Addr {
 // check fails t unless the stores hold exactly the baseline and held, as the mode says.
 func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
 	t.Helper()
-	objs := ipAddressObjects(t, r.cl.api)
+	objs := apiIPAddressSet(t, r.cl.api)
 	wantObjs := r.baseObjs.union(held...)
 	if r.mode == featuregate.Legacy {
 		wantObjs = r.baseObjs
@@ -277,7 +277,7 @@ func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
 	}
 	for i, key := range bitmapKeys(r.prefix, r.cl.ranges) {
 		rg := r.cl.ranges[i]
-		bits, ok := storedBits(t, r.cl.etcd, key, rg)
+		bits, ok := etcdBits(t, r.cl.etcd, key, rg)
 		if r.mode == featuregate.IPAddressOnly {
 			if ok {
 				t.Errorf("%s: IPAddressOnly: a bitmap exists at %s", when, key)
@@ -341,7 +341,7 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 			held := heldBy(svc)
 			r.check(t, "after Allocate", held)
 			v6 := held[len(held)-1]
-			bits, _ := storedBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
+			bits, _ := etcdBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
 			if got, want := bits[v6], inBitmapWindow(cl.ranges[1], v6); got != want {
 				t.Errorf("bit of %s set = %v, want %v", v6, got, want)
 			}
@@ -354,7 +354,7 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 					t.Errorf("bits of %s (-want +got):\n%s", cl.ranges[1], diff)
 				}
 			}
-			if objs := ipAddressObjects(t, api.Client); !objs[v6] {
+			if objs := apiIPAddressSet(t, api.Client); !objs[v6] {
 				t.Errorf("no IPAddress object for %s", v6)
 			}
 			if err := r.sa.Release(ctx, svc); err != nil {

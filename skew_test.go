@@ -28,11 +28,11 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 	waitForKubernetesService(t, api.Client)
 	rg := netip.MustParsePrefix(flag)
 	key := etcdstore.ServiceIPsKey("/registry")
-	baseBits, ok := storedBits(t, ec, key, rg)
+	baseBits, ok := etcdBits(t, ec, key, rg)
 	if !ok {
 		t.Fatalf("no bitmap at %s: kube-apiserver has not created it", key)
 	}
-	baseObjs := ipAddressObjects(t, api.Client)
+	baseObjs := apiIPAddressSet(t, api.Client)
 
 	// run runs op in both processes at once; the DualWrite process takes ips in reverse order, so
 	// that the two meet in the middle whichever is faster.
@@ -72,8 +72,8 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 		if dup > 0 {
 			t.Errorf("%d addresses handed out more than once", dup)
 		}
-		bits, _ := storedBits(t, ec, key, rg)
-		objs := ipAddressObjects(t, api.Client)
+		bits, _ := etcdBits(t, ec, key, rg)
+		objs := apiIPAddressSet(t, api.Client)
 		missingBits, missingObjs := 0, 0
 		for ip := range owners {
 			if !bits[ip] {
