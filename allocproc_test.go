@@ -47,6 +47,9 @@ const (
 	opNext     = "next"     // AllocateNext Count times, Workers at a time
 	opSaturate = "saturate" // AllocateNext with Workers workers for Duration
 	opPause    = "pause"    // DualWrite AllocateNext that stops for good after its bitmap write
+	// DualWrite AllocateNext, then a Release that stops for good after deleting the IPAddress
+	// object, before it clears the bit
+	opPauseRelease = "pause-release"
 )
 
 // procSpec is what an allocator process does, passed as JSON in procSpecEnv.
@@ -130,8 +133,9 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 	allocs := startAllocatorsOf(t, cfg)
 	family := allocs.Families()[0]
 	a := allocs.Family(family)
-	if spec.Op == opPause {
-		dw, err := NewDualWrite(allocs.ServiceCIDRs(family), pausingMirror{allocs.Bitmap(family)})
+	switch spec.Op {
+	case opPause, opPauseRelease:
+		dw, err := NewDualWrite(allocs.ServiceCIDRs(family), pausingMirror{Interface: allocs.Bitmap(family), onRelease: spec.Op == opPauseRelease})
 		if err != nil {
 			return nil, err
 		}
@@ -173,6 +177,12 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 			for i := range work {
 				start := time.Now()
 				switch spec.Op {
+				case opPauseRelease:
+					ip, err := a.AllocateNext(ctx, owner(i))
+					if err == nil {
+						err = a.Release(ctx, ip)
+					}
+					record(ip, err, time.Since(start))
 				case opAllocate:
 					ip := netip.MustParseAddr(spec.IPs[i])
 					err := a.Allocate(ctx, ip, owner(i))
@@ -189,7 +199,7 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 		for i := range spec.IPs {
 			work <- i
 		}
-	case opNext, opPause:
+	case opNext, opPause, opPauseRelease:
 		for i := range max(spec.Count, 1) {
 			work <- i
 		}
@@ -209,16 +219,22 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 	return res, nil
 }
 
-// pausingMirror is a bitmap mirror that, once it has set a bit, announces the address on stdout
-// and never returns: the process stops between the two writes of a dual write, for its parent
-// to kill.
-type pausingMirror struct{ allocator.Interface }
+// pausingMirror is a bitmap mirror that announces an address on stdout and never returns, so
+// that the process stops between the two writes of a dual write for its parent to kill: once it
+// has set a bit, or, with onRelease, when it is asked to clear one (the IPAddress object is
+// deleted by then).
+type pausingMirror struct {
+	allocator.Interface
+	onRelease bool
+}
 
 func (m pausingMirror) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := m.Interface.Allocate(ctx, ip, owner); err != nil {
 		return err
 	}
-	m.pause(ip)
+	if !m.onRelease {
+		m.pause(ip)
+	}
 	return nil
 }
 
@@ -227,8 +243,17 @@ func (m pausingMirror) AllocateNext(ctx context.Context, owner allocator.Owner) 
 	if err != nil {
 		return ip, err
 	}
-	m.pause(ip)
+	if !m.onRelease {
+		m.pause(ip)
+	}
 	return ip, nil
+}
+
+func (m pausingMirror) Release(ctx context.Context, ip netip.Addr) error {
+	if m.onRelease {
+		m.pause(ip)
+	}
+	return m.Interface.Release(ctx, ip)
 }
 
 func (pausingMirror) pause(ip netip.Addr) {

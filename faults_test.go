@@ -17,14 +17,21 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-// TestFaultKillBetweenDualWrites kills (SIGKILL) a DualWrite allocator process after it has set
-// an address's bit and before it creates the IPAddress object, against a real etcd and
-// kube-apiserver. The address is then held by the bitmap alone (a leak repair frees), and no
-// allocator, DualWrite or Legacy, hands it out again.
+// TestFaultKillBetweenDualWrites kills (SIGKILL) a DualWrite allocator process between the two
+// writes of a dual write, against a real etcd and kube-apiserver: after it has set an address's
+// bit and before it creates the IPAddress object, and after it has deleted the IPAddress object
+// of a Release and before it clears the bit. Either way the address is then held by the bitmap
+// alone (a leak repair frees), and no allocator, DualWrite or Legacy, hands it out again.
 func TestFaultKillBetweenDualWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
+	for _, op := range []string{opPause, opPauseRelease} {
+		t.Run(op, func(t *testing.T) { testKillBetweenDualWrites(t, op) })
+	}
+}
+
+func testKillBetweenDualWrites(t *testing.T, op string) {
 	const flag = "10.96.0.0/24"
 	etcd := testenv.NewEtcd(t)
 	ec := etcd.TestClient(t)
@@ -35,7 +42,7 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 	baseBits, _ := etcdBits(t, ec, key, rg)
 	baseObjs := apiIPAddressSet(t, api.Client)
 
-	p := startProc(t, procSpec{Name: "victim", Mode: "DualWrite", Ranges: []string{flag}, Op: opPause, Count: 1}, etcd, api)
+	p := startProc(t, procSpec{Name: "victim", Mode: "DualWrite", Ranges: []string{flag}, Op: op, Count: 1}, etcd, api)
 	p.start()
 	line := p.next()
 	if !strings.HasPrefix(line, procPaused) {
@@ -43,7 +50,7 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 	}
 	victim := netip.MustParseAddr(strings.TrimPrefix(line, procPaused))
 	p.kill()
-	t.Logf("killed the allocator process after it set the bit of %s", victim)
+	t.Logf("%s: killed the allocator process between the two writes for %s", op, victim)
 
 	bits, _ := etcdBits(t, ec, key, rg)
 	objs := apiIPAddressSet(t, api.Client)
