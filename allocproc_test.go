@@ -1,0 +1,376 @@
+package clusterip
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+)
+
+// The skew, fault and fairness tests run allocators in separate OS processes: this test binary
+// run again with procSpecEnv set, which makes TestAllocatorProcess (and nothing else) the child.
+// The child builds the Allocators of its spec, prints procReady, waits until its stdin closes (so
+// that the parent starts every child at once), runs its operation and writes a procResult as JSON
+// to spec.Out.
+
+const (
+	procSpecEnv = "CLUSTERIP_TEST_ALLOCPROC"
+	procMarker  = "clusterip-allocproc:"
+	procReady   = procMarker + " ready"
+	procPaused  = procMarker + " paused "
+)
+
+// Operations of an allocator process.
+const (
+	opAllocate = "allocate" // Allocate each of IPs, Workers at a time
+	opNext     = "next"     // AllocateNext Count times, Workers at a time
+	opSaturate = "saturate" // AllocateNext with Workers workers for Duration
+	opPause    = "pause"    // DualWrite AllocateNext that stops for good after its bitmap write
+	// DualWrite AllocateNext, then a Release that stops for good after deleting the IPAddress
+	// object, before it clears the bit
+	opPauseRelease = "pause-release"
+)
+
+// procSpec is what an allocator process does, passed as JSON in procSpecEnv.
+type procSpec struct {
+	Name       string        `json:"name"`
+	Mode       string        `json:"mode"`
+	Ranges     []string      `json:"ranges"`
+	Etcd       []string      `json:"etcd"`
+	EtcdPrefix string        `json:"etcdPrefix,omitempty"`
+	APIHost    string        `json:"apiHost,omitempty"`
+	APIToken   string        `json:"apiToken,omitempty"`
+	Op         string        `json:"op"`
+	IPs        []string      `json:"ips,omitempty"`
+	Count      int           `json:"count,omitempty"`
+	Workers    int           `json:"workers,omitempty"`
+	Duration   time.Duration `json:"duration,omitempty"`
+	Out        string        `json:"out"`
+}
+
+// procResult is what an allocator process did.
+type procResult struct {
+	Allocated []string       `json:"allocated"`
+	Failures  map[string]int `json:"failures"` // by kind: "allocated", "full", or the error text
+	P50       time.Duration  `json:"p50,omitempty"`
+	P99       time.Duration  `json:"p99,omitempty"`
+	Ops       int            `json:"ops"`
+}
+
+func (r procResult) failed() int {
+	n := 0
+	for _, v := range r.Failures {
+		n += v
+	}
+	return n
+}
+
+// TestAllocatorProcess is the body of an allocator process; it skips unless procSpecEnv is set.
+func TestAllocatorProcess(t *testing.T) {
+	raw := os.Getenv(procSpecEnv)
+	if raw == "" {
+		t.Skip("the allocator process of the skew, fault and fairness tests; runs only as their child")
+	}
+	var spec procSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		t.Fatalf("%s: %v", procSpecEnv, err)
+	}
+	res, err := runProc(t, spec)
+	if err != nil {
+		t.Fatalf("%s: %v", spec.Name, err)
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec.Out, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runProc(t *testing.T, spec procSpec) (*procResult, error) {
+	mode, err := featuregate.ParseMode(spec.Mode)
+	if err != nil {
+		return nil, err
+	}
+	var ranges []netip.Prefix
+	for _, r := range spec.Ranges {
+		ranges = append(ranges, netip.MustParsePrefix(r))
+	}
+	ec, err := clientv3.New(clientv3.Config{Endpoints: spec.Etcd, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer ec.Close()
+	cfg := Config{Mode: mode, Ranges: ranges, Etcd: ec, EtcdPrefix: spec.EtcdPrefix}
+	if spec.APIHost != "" {
+		rc := &rest.Config{Host: spec.APIHost, BearerToken: spec.APIToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 2000}
+		if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
+			return nil, err
+		}
+	}
+	allocs := startAllocatorsOf(t, cfg)
+	family := allocs.Families()[0]
+	a := allocs.Family(family)
+	switch spec.Op {
+	case opPause, opPauseRelease:
+		dw, err := NewDualWrite(allocs.ServiceCIDRs(family), pausingMirror{Interface: allocs.Bitmap(family), onRelease: spec.Op == opPauseRelease})
+		if err != nil {
+			return nil, err
+		}
+		a = dw
+	}
+	fmt.Println(procReady)
+	io.Copy(io.Discard, os.Stdin) // the parent closes stdin to start every process at once
+
+	ctx := context.Background()
+	res := &procResult{Failures: map[string]int{}}
+	var mu sync.Mutex // guards res and lat
+	var lat []time.Duration
+	record := func(ip netip.Addr, err error, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		res.Ops++
+		lat = append(lat, d)
+		switch {
+		case err == nil:
+			res.Allocated = append(res.Allocated, ip.String())
+		case errors.Is(err, allocator.ErrAllocated):
+			res.Failures["allocated"]++
+		case errors.Is(err, allocator.ErrFull):
+			res.Failures["full"]++
+		default:
+			res.Failures[err.Error()]++
+		}
+	}
+	owner := func(i int) allocator.Owner {
+		return allocator.Owner{Resource: "services", Namespace: "skew", Name: fmt.Sprintf("%s-%d", spec.Name, i)}
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(spec.Duration)
+	for range max(spec.Workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				start := time.Now()
+				switch spec.Op {
+				case opPauseRelease:
+					ip, err := a.AllocateNext(ctx, owner(i))
+					if err == nil {
+						err = a.Release(ctx, ip)
+					}
+					record(ip, err, time.Since(start))
+				case opAllocate:
+					ip := netip.MustParseAddr(spec.IPs[i])
+					err := a.Allocate(ctx, ip, owner(i))
+					record(ip, err, time.Since(start))
+				default:
+					ip, err := a.AllocateNext(ctx, owner(i))
+					record(ip, err, time.Since(start))
+				}
+			}
+		}()
+	}
+	switch spec.Op {
+	case opAllocate:
+		for i := range spec.IPs {
+			work <- i
+		}
+	case opNext, opPause, opPauseRelease:
+		for i := range max(spec.Count, 1) {
+			work <- i
+		}
+	case opSaturate:
+		for i := 0; time.Now().Before(deadline); i++ {
+			work <- i
+		}
+	default:
+		return nil, fmt.Errorf("unknown op %q", spec.Op)
+	}
+	close(work)
+	wg.Wait()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		res.P50, res.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	}
+	return res, nil
+}
+
+// pausingMirror is a bitmap mirror that announces an address on stdout and never returns, so
+// that the process stops between the two writes of a dual write for its parent to kill: once it
+// has set a bit, or, with onRelease, when it is asked to clear one (the IPAddress object is
+// deleted by then).
+type pausingMirror struct {
+	allocator.Interface
+	onRelease bool
+}
+
+func (m pausingMirror) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
+	if err := m.Interface.Allocate(ctx, ip, owner); err != nil {
+		return err
+	}
+	if !m.onRelease {
+		m.pause(ip)
+	}
+	return nil
+}
+
+func (m pausingMirror) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	ip, err := m.Interface.AllocateNext(ctx, owner)
+	if err != nil {
+		return ip, err
+	}
+	if !m.onRelease {
+		m.pause(ip)
+	}
+	return ip, nil
+}
+
+func (m pausingMirror) Release(ctx context.Context, ip netip.Addr) error {
+	if m.onRelease {
+		m.pause(ip)
+	}
+	return m.Interface.Release(ctx, ip)
+}
+
+func (pausingMirror) pause(ip netip.Addr) {
+	fmt.Println(procPaused + ip.String())
+	select {}
+}
+
+// proc is a running allocator process.
+type proc struct {
+	t      testing.TB
+	spec   procSpec
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string  // stdout lines with procMarker
+	stderr bytes.Buffer // written by exec until the process exits
+	stdout bytes.Buffer // stdout lines without procMarker; written until done closes
+	done   chan struct{}
+}
+
+// startProc starts an allocator process for spec and waits until it is ready. The Etcd endpoints
+// and the kube-apiserver's address come from etcd and api (nil: none).
+func startProc(t testing.TB, spec procSpec, etcd *testenv.Etcd, api *testenv.KubeAPIServer) *proc {
+	t.Helper()
+	spec.Etcd = etcd.Endpoints()
+	if api != nil {
+		spec.APIHost, spec.APIToken = api.Config.Host, api.Config.BearerToken
+	}
+	spec.Out = filepath.Join(t.TempDir(), spec.Name+".json")
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, spec: spec, lines: make(chan string, 16), done: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], "-test.run=^TestAllocatorProcess$", "-test.count=1", "-test.timeout=10m")
+	p.cmd.Env = append(os.Environ(), procSpecEnv+"="+string(raw))
+	p.cmd.Stderr = &p.stderr
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", spec.Name, err)
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, procMarker) {
+				p.lines <- line
+			} else {
+				p.stdout.WriteString(line + "\n")
+			}
+		}
+		close(p.lines)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		p.cmd.Wait()
+	})
+	if line := p.next(); line != procReady {
+		p.cmd.Process.Kill()
+		<-p.done
+		p.cmd.Wait()
+		t.Fatalf("%s: got %q, want %q; its output:\n%s", spec.Name, line, procReady, p.stderrTail())
+	}
+	return p
+}
+
+// next returns the next marker line of the process, or "" once it has exited or after a minute.
+func (p *proc) next() string {
+	select {
+	case line := <-p.lines:
+		return line
+	case <-time.After(time.Minute):
+		return ""
+	}
+}
+
+// start lets the process run its operation.
+func (p *proc) start() { p.stdin.Close() }
+
+// kill sends SIGKILL.
+func (p *proc) kill() {
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		p.t.Fatalf("kill %s: %v", p.spec.Name, err)
+	}
+	<-p.done
+	p.cmd.Wait()
+}
+
+// wait waits for the process to finish and returns its result.
+func (p *proc) wait() procResult {
+	p.t.Helper()
+	<-p.done
+	if err := p.cmd.Wait(); err != nil {
+		p.t.Fatalf("%s: %v; its output:\n%s", p.spec.Name, err, p.stderrTail())
+	}
+	data, err := os.ReadFile(p.spec.Out)
+	if err != nil {
+		p.t.Fatalf("%s: %v", p.spec.Name, err)
+	}
+	var r procResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		p.t.Fatalf("%s: %v", p.spec.Name, err)
+	}
+	return r
+}
+
+// stderrTail returns the end of the process's output; call it only once the process has exited.
+func (p *proc) stderrTail() string {
+	s := p.stdout.String() + p.stderr.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}

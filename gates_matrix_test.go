@@ -1,0 +1,374 @@
+package clusterip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/kubernetes"
+	basefeaturegate "k8s.io/component-base/featuregate"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/servicematrix"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+)
+
+// gateCombination is one setting of the two feature gates and the Mode it selects.
+type gateCombination struct {
+	multiCIDR, disableDualWrite bool
+	want                        featuregate.Mode
+	wantErr                     bool // ModeOf rejects the combination
+}
+
+func (g gateCombination) String() string {
+	return fmt.Sprintf("%s=%v,%s=%v", featuregate.MultiCIDRServiceAllocator, g.multiCIDR, featuregate.DisableAllocatorDualWrite, g.disableDualWrite)
+}
+
+var gateCombinations = []gateCombination{
+	{multiCIDR: false, disableDualWrite: false, want: featuregate.Legacy},
+	{multiCIDR: false, disableDualWrite: true, wantErr: true},
+	{multiCIDR: true, disableDualWrite: false, want: featuregate.DualWrite},
+	{multiCIDR: true, disableDualWrite: true, want: featuregate.IPAddressOnly},
+}
+
+// modeOfGates sets the gates of a kube-apiserver 1.33 feature gate as g says and returns ModeOf.
+func modeOfGates(t testing.TB, g gateCombination) (featuregate.Mode, error) {
+	t.Helper()
+	gate := basefeaturegate.NewVersionedFeatureGate(version.MajorMinor(1, 33))
+	if err := featuregate.Add(gate); err != nil {
+		t.Fatalf("Add() = %v", err)
+	}
+	if err := gate.SetFromMap(map[string]bool{
+		string(featuregate.MultiCIDRServiceAllocator): g.multiCIDR,
+		string(featuregate.DisableAllocatorDualWrite): g.disableDualWrite,
+	}); err != nil {
+		t.Fatalf("SetFromMap(%v) = %v", g, err)
+	}
+	return featuregate.ModeOf(gate)
+}
+
+// matrixCluster is one cluster shape of the matrix with a real kube-apiserver serving its ranges.
+type matrixCluster struct {
+	name   string
+	ranges []netip.Prefix
+	etcd   *clientv3.Client
+	api    kubernetes.Interface
+}
+
+// matrixRun runs the cases of the matrix through one Mode's allocators on a matrixCluster and
+// checks the stores after each.
+type matrixRun struct {
+	cl       matrixCluster
+	mode     featuregate.Mode
+	prefix   string // EtcdPrefix of the allocators' bitmaps
+	allocs   *Allocators
+	sa       *allocator.ServiceAllocator
+	baseBits []addrSet // per range, the bits before the first case
+	baseObjs addrSet   // the IPAddress objects before the first case
+}
+
+// TestGateServiceMatrix runs every case of testdata/services.yaml under each of the four
+// combinations of the two feature gates, through allocator.ServiceAllocator over the Allocators
+// that New builds for the gates' Mode, against a real etcd and a real kube-apiserver v1.33 per
+// cluster shape (which creates the kubernetes ServiceCIDR of the shape's ranges). After each
+// create, update and release it checks that the bitmaps read from etcd and the IPAddress objects
+// listed from the API server hold exactly the addresses the case's Services hold, besides those
+// held before the first case: Legacy sets bits only, DualWrite sets bits (of each family's own
+// range, at the key its flag position chooses: kubernetes#127588) and creates IPAddress objects,
+// IPAddressOnly creates IPAddress objects only. The off/on combination must be rejected by
+// ModeOf.
+func TestGateServiceMatrix(t *testing.T) {
+	m, err := servicematrix.Load(filepath.Join("testdata", "services.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var modes []featuregate.Mode
+	for _, g := range gateCombinations {
+		mode, err := modeOfGates(t, g)
+		if g.wantErr {
+			if !errors.Is(err, featuregate.ErrInvalidCombination) {
+				t.Errorf("ModeOf(%v) = %v, %v; want an error wrapping ErrInvalidCombination", g, mode, err)
+			}
+			for _, name := range []basefeaturegate.Feature{featuregate.MultiCIDRServiceAllocator, featuregate.DisableAllocatorDualWrite} {
+				if err != nil && !strings.Contains(err.Error(), string(name)) {
+					t.Errorf("ModeOf(%v) error %q does not name %s", g, err, name)
+				}
+			}
+			continue
+		}
+		if err != nil || mode != g.want {
+			t.Fatalf("ModeOf(%v) = %v, %v; want %v", g, mode, err, g.want)
+		}
+		modes = append(modes, mode)
+	}
+	if testing.Short() {
+		t.Skip("skipping the kube-apiserver part in -short mode")
+	}
+	etcd := testenv.NewEtcd(t)
+	ec := etcd.TestClient(t)
+	counts := map[featuregate.Mode]int{}
+	for _, shape := range m.Clusters {
+		t.Run(shape.Name, func(t *testing.T) {
+			ranges, err := shape.Prefixes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
+				ServiceClusterIPRange: strings.Join(shape.Ranges, ","),
+				EtcdPrefix:            "/registry-" + shape.Name,
+			})
+			waitForKubernetesService(t, api.Client)
+			cl := matrixCluster{name: shape.Name, ranges: ranges, etcd: ec, api: api.Client}
+			for _, mode := range modes {
+				t.Run(mode.String(), func(t *testing.T) {
+					r := newMatrixRun(t, cl, mode)
+					for i, tc := range m.Cases {
+						want, ok := tc.Expect[shape.Name]
+						if !ok {
+							t.Fatalf("%s: no expectation for cluster %s", tc.Name, shape.Name)
+						}
+						r.runCase(t, fmt.Sprintf("m%d", i), tc, want)
+						counts[mode]++
+						if t.Failed() {
+							t.Fatalf("stopping after the first failed case")
+						}
+					}
+				})
+			}
+		})
+	}
+	t.Logf("case runs checked: Legacy %d, DualWrite %d, IPAddressOnly %d (%d cases × %d cluster shapes each)",
+		counts[featuregate.Legacy], counts[featuregate.DualWrite], counts[featuregate.IPAddressOnly], len(m.Cases), len(m.Clusters))
+}
+
+func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrixRun {
+	t.Helper()
+	r := &matrixRun{cl: cl, mode: mode, prefix: "/clusterip-" + cl.name + "-" + strings.ToLower(mode.String())}
+	r.allocs = startAllocatorsOf(t, Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
+	families := map[corev1.IPFamily]allocator.Interface{}
+	for _, f := range r.allocs.Families() {
+		families[f] = r.allocs.Family(f)
+	}
+	r.sa = allocator.NewServiceAllocator(r.allocs.Families()[0], families)
+	r.baseObjs = apiIPAddressSet(t, cl.api)
+	for i, key := range bitmapKeys(r.prefix, cl.ranges) {
+		bits, ok := etcdBits(t, cl.etcd, key, cl.ranges[i])
+		if mode == featuregate.IPAddressOnly {
+			if ok {
+				t.Fatalf("IPAddressOnly: a bitmap exists at %s", key)
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("%v: no bitmap at %s after New", mode, key)
+		}
+		if mode == featuregate.DualWrite {
+			// Bootstrapped from the IPAddress objects in its window: the kubernetes Service's.
+			if diff := cmp.Diff(r.baseObjs.within(cl.ranges[i]).sorted(), bits.sorted()); diff != "" {
+				t.Errorf("DualWrite: the new bitmap at %s is not that of the IPAddress objects (-want +got):\n%s", key, diff)
+			}
+		}
+		r.baseBits = append(r.baseBits, bits)
+	}
+	return r
+}
+
+// owner of the Services a case's taken addresses stand for.
+func takenOwner(name string, i int) allocator.Owner {
+	return allocator.Owner{Resource: "services", Namespace: "default", Name: fmt.Sprintf("%s-taken-%d", name, i)}
+}
+
+func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, want servicematrix.Expect) {
+	t.Helper()
+	ctx := context.Background()
+	var taken []netip.Addr
+	for i, s := range tc.Taken {
+		ip := netip.MustParseAddr(s)
+		a := r.allocs.Family(familyOfAddr(ip))
+		if a == nil {
+			continue
+		}
+		if err := a.Allocate(ctx, ip, takenOwner(name, i)); err != nil {
+			t.Fatalf("%s: take %s: %v", tc.Name, ip, err)
+		}
+		taken = append(taken, ip)
+	}
+	svc := servicematrix.Service(name, tc.Create)
+	txn, err := r.sa.Allocate(ctx, svc, false)
+	if got := r.result(t, tc, svc, nil, err); !cmp.Equal(want.Create, got) {
+		t.Fatalf("%s: Allocate: result (-want +got):\n%s", tc.Name, cmp.Diff(want.Create, got))
+	}
+	current := svc
+	if err != nil {
+		r.check(t, tc.Name+": after a failed Allocate", taken)
+	} else {
+		txn.Commit()
+		r.check(t, tc.Name+": after Allocate", append(heldBy(svc), taken...))
+		if tc.Update != nil {
+			if want.Update == nil {
+				t.Fatalf("%s: the case has an update but no expected update result", tc.Name)
+			}
+			upd := svc.DeepCopy()
+			servicematrix.Apply(upd, *tc.Update, svc)
+			utxn, err := r.sa.Update(ctx, svc, upd, false)
+			if got := r.result(t, tc, upd, svc, err); !cmp.Equal(*want.Update, got) {
+				t.Fatalf("%s: Update: result (-want +got):\n%s", tc.Name, cmp.Diff(*want.Update, got))
+			}
+			if err != nil {
+				r.check(t, tc.Name+": after a failed Update", append(heldBy(svc), taken...))
+			} else {
+				utxn.Commit()
+				current = upd
+				r.check(t, tc.Name+": after Update", append(heldBy(upd), taken...))
+			}
+		}
+		if err := r.sa.Release(ctx, current); err != nil {
+			t.Fatalf("%s: Release: %v", tc.Name, err)
+		}
+	}
+	for _, ip := range taken {
+		if err := r.allocs.Family(familyOfAddr(ip)).Release(ctx, ip); err != nil {
+			t.Fatalf("%s: release taken %s: %v", tc.Name, ip, err)
+		}
+	}
+	r.check(t, tc.Name+": after Release", nil)
+}
+
+func (r *matrixRun) result(t *testing.T, tc servicematrix.Case, svc, created *corev1.Service, callErr error) servicematrix.Result {
+	t.Helper()
+	got, err := servicematrix.ResultOf(tc, r.cl.ranges, svc, created, callErr)
+	if err != nil {
+		t.Fatalf("%s: %v", tc.Name, err)
+	}
+	return got
+}
+
+// heldBy returns the addresses svc holds.
+func heldBy(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range svc.Spec.ClusterIPs {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// check fails t unless the stores hold exactly the baseline and held, as the mode says.
+func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
+	t.Helper()
+	objs := apiIPAddressSet(t, r.cl.api)
+	wantObjs := r.baseObjs.union(held...)
+	if r.mode == featuregate.Legacy {
+		wantObjs = r.baseObjs
+	}
+	if diff := cmp.Diff(wantObjs.sorted(), objs.sorted()); diff != "" {
+		t.Errorf("%s: %v: IPAddress objects (-want +got):\n%s", when, r.mode, diff)
+	}
+	for i, key := range bitmapKeys(r.prefix, r.cl.ranges) {
+		rg := r.cl.ranges[i]
+		bits, ok := etcdBits(t, r.cl.etcd, key, rg)
+		if r.mode == featuregate.IPAddressOnly {
+			if ok {
+				t.Errorf("%s: IPAddressOnly: a bitmap exists at %s", when, key)
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("%s: %v: the bitmap at %s is gone", when, r.mode, key)
+		}
+		wantBits := r.baseBits[i].union(held...).within(rg)
+		if diff := cmp.Diff(wantBits.sorted(), bits.sorted()); diff != "" {
+			t.Errorf("%s: %v: bits of %s at %s (-want +got):\n%s", when, r.mode, rg, key, diff)
+		}
+	}
+}
+
+// TestDualWriteSecondaryIPv6WiderThanBitmap covers kubernetes#127588 and kubernetes#129797 in one
+// dual-stack cluster under DualWrite, against a real etcd and kube-apiserver: the secondary
+// family's bitmap is of its own flag range (an IPv6 /108, not the primary's IPv4 /24) at
+// ranges/secondaryserviceips, and of that /108 only the first 65535 addresses have bits; the
+// addresses past them are held by IPAddress objects only.
+func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping kube-apiserver test in -short mode")
+	}
+	etcd := testenv.NewEtcd(t)
+	ec := etcd.TestClient(t)
+	flags := []string{"10.96.0.0/24", "fd00:10:96::/108"}
+	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: strings.Join(flags, ",")})
+	waitForKubernetesService(t, api.Client)
+	cl := matrixCluster{name: "wide", ranges: []netip.Prefix{netip.MustParsePrefix(flags[0]), netip.MustParsePrefix(flags[1])}, etcd: ec, api: api.Client}
+	r := newMatrixRun(t, cl, featuregate.DualWrite)
+	ctx := context.Background()
+
+	require := corev1.IPFamilyPolicyRequireDualStack
+	single := corev1.IPFamilyPolicySingleStack
+	tests := []struct {
+		name       string
+		clusterIPs []string
+		policy     *corev1.IPFamilyPolicy
+		families   []corev1.IPFamily
+		wantBits   []string // of the IPv6 range
+	}{
+		{name: "last slot of the bitmap", clusterIPs: []string{"10.96.0.10", "fd00:10:96::ffff"}, policy: &require, wantBits: []string{"fd00:10:96::ffff"}},
+		{name: "first address past the bitmap", clusterIPs: []string{"10.96.0.11", "fd00:10:96::1:0"}, policy: &require},
+		{name: "far past the bitmap", clusterIPs: []string{"fd00:10:96::a:5"}, policy: &single, families: []corev1.IPFamily{corev1.IPv6Protocol}},
+		{name: "any IPv6 address", policy: &single, families: []corev1.IPFamily{corev1.IPv6Protocol}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := servicematrix.Service(fmt.Sprintf("wide-%d", i), servicematrix.Spec{})
+			svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = tt.policy, tt.families
+			if tt.clusterIPs != nil {
+				svc.Spec.ClusterIP, svc.Spec.ClusterIPs = tt.clusterIPs[0], tt.clusterIPs
+			}
+			txn, err := r.sa.Allocate(ctx, svc, false)
+			if err != nil {
+				t.Fatalf("Allocate(%v) = %v", tt.clusterIPs, err)
+			}
+			txn.Commit()
+			held := heldBy(svc)
+			r.check(t, "after Allocate", held)
+			v6 := held[len(held)-1]
+			bits, _ := etcdBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
+			if got, want := bits[v6], inBitmapWindow(cl.ranges[1], v6); got != want {
+				t.Errorf("bit of %s set = %v, want %v", v6, got, want)
+			}
+			if tt.clusterIPs != nil {
+				got := bits.clone()
+				for ip := range r.baseBits[1] {
+					delete(got, ip)
+				}
+				if diff := cmp.Diff(setOf(mustAddrs(tt.wantBits...)...).sorted(), got.sorted()); diff != "" {
+					t.Errorf("bits of %s (-want +got):\n%s", cl.ranges[1], diff)
+				}
+			}
+			if objs := apiIPAddressSet(t, api.Client); !objs[v6] {
+				t.Errorf("no IPAddress object for %s", v6)
+			}
+			if err := r.sa.Release(ctx, svc); err != nil {
+				t.Fatalf("Release() = %v", err)
+			}
+			r.check(t, "after Release", nil)
+		})
+	}
+}
+
+func mustAddrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
