@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 // sync brings one ServiceCIDR to its wanted state: finalizer and Ready condition while it lives,
@@ -226,7 +228,7 @@ func orphansOf(sc *networkingv1.ServiceCIDR, cidrs []*networkingv1.ServiceCIDR, 
 		if err != nil || !containsAddr(sc, ip) {
 			continue
 		}
-		if !slices.ContainsFunc(others, func(p netip.Prefix) bool { return usable(p, ip) }) {
+		if !slices.ContainsFunc(others, func(p netip.Prefix) bool { return ipmath.Usable(p, ip) }) {
 			out = append(out, ip)
 		}
 	}
@@ -238,7 +240,7 @@ func orphansOf(sc *networkingv1.ServiceCIDR, cidrs []*networkingv1.ServiceCIDR, 
 // counts, also one the Allocator does not serve: another allocator (kube-apiserver's) may.
 func containsAddr(sc *networkingv1.ServiceCIDR, ip netip.Addr) bool {
 	for _, c := range specCIDRsOf(sc) {
-		if c.prefix.IsValid() && usable(c.prefix, ip) {
+		if c.prefix.IsValid() && ipmath.Usable(c.prefix, ip) {
 			return true
 		}
 	}

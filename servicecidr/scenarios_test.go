@@ -81,7 +81,7 @@ func testUsesEveryCIDR(t *testing.T, b backend) {
 		}
 		seen[ip] = true
 		for _, s := range cidrs {
-			if p := mustPrefix(s); usable(p, ip) {
+			if p := mustPrefix(s); ipmath.Usable(p, ip) {
 				per[p]++
 			}
 		}

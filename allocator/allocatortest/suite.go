@@ -158,7 +158,7 @@ func fill(t *testing.T, a allocator.Interface, cidr netip.Prefix) []netip.Addr {
 
 func checkUsable(t *testing.T, cidr netip.Prefix, ip netip.Addr) {
 	t.Helper()
-	if _, ok := ipmath.Offset(cidr, ip); !ok {
+	if !ipmath.Usable(cidr, ip) {
 		t.Fatalf("got %v, which is not a usable address of %v", ip, cidr)
 	}
 }
