@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
@@ -179,7 +180,9 @@ func (p *Persistent) Free() uint64 { return p.current().Free() }
 
 // DryRun returns a view that checks calls against the last known state, as the in-memory
 // Allocator's DryRun does, and never reads or writes the store.
-func (p *Persistent) DryRun() allocator.Interface { return persistentDryRun{p} }
+func (p *Persistent) DryRun() allocator.Interface {
+	return persistentDryRun{allocbase.DryRunView{R: p}, p}
+}
 
 // Close makes every later operation, and every one still queued, fail with an error wrapping
 // allocator.ErrNotReady. An operation being stored finishes normally. Close does not close the
@@ -237,10 +240,7 @@ func (p *Persistent) AllocateNext(ctx context.Context, _ allocator.Owner) (netip
 // ip, and an error as for Allocate if the store could not be updated.
 func (p *Persistent) Release(ctx context.Context, ip netip.Addr) error {
 	if _, err := p.current().offsetOf(ip); err != nil {
-		if _, bad := err.(*allocator.AddrError); bad {
-			return err
-		}
-		return nil
+		return allocbase.ReleaseNotServed(err)
 	}
 	_, err := p.submit(ctx, &op{kind: opRelease, ip: ip})
 	return err

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
@@ -489,7 +490,7 @@ func (a *Allocator) Ready() bool { return len(a.ReadyCIDRs()) > 0 }
 
 // DryRun returns a view of the Allocator that validates every call as the Allocator would but
 // changes nothing; see allocator.Interface.
-func (a *Allocator) DryRun() allocator.Interface { return dryRun{a} }
+func (a *Allocator) DryRun() allocator.Interface { return dryRun{allocbase.DryRunView{R: a}, a} }
 
 // Close closes every per-CIDR allocator. Afterwards the Allocator serves nothing and Run, if still
 // running, adds no more; Close is idempotent.

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-ipam/clusterip/internal/testenv"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // newFakeClient returns a fake clientset holding objects whose watches do not overflow and whose

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-ipam/clusterip/internal/testenv"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // testGrace is the LifecycleController grace period in these tests.
