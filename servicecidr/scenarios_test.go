@@ -68,8 +68,8 @@ func testUsesEveryCIDR(t *testing.T, b backend) {
 	f.create(serviceCIDR("b", cidrs[1]))
 	f.create(serviceCIDR("c", cidrs[2], "fd00:3::/120"))
 	f.waitReady(cidrs...)
-	checkCounts(t, f.alloc, 0, 3*14)
-	got := fillAll(t, f.alloc)
+	allocatortest.CheckCounts(t, f.alloc, 0, 3*14)
+	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	if len(got) != 3*14 {
 		t.Fatalf("AllocateNext() gave %d addresses before ErrFull, want %d", len(got), 3*14)
 	}
@@ -91,7 +91,7 @@ func testUsesEveryCIDR(t *testing.T, b backend) {
 			t.Errorf("%d addresses from %s, want 14", n, s)
 		}
 	}
-	checkCounts(t, f.alloc, 3*14, 0)
+	allocatortest.CheckCounts(t, f.alloc, 3*14, 0)
 	all := slices.Collect(f.alloc.All())
 	slices.SortFunc(got, netip.Addr.Compare)
 	if !slices.Equal(all, got) {
@@ -105,7 +105,7 @@ func testGrows(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
 	f.create(serviceCIDR("a", "10.1.0.0/29"))
 	f.waitReady("10.1.0.0/29")
-	if got := fillAll(t, f.alloc); len(got) != 6 {
+	if got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner); len(got) != 6 {
 		t.Fatalf("filled %d addresses, want 6", len(got))
 	}
 	if _, err := f.alloc.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
@@ -113,8 +113,8 @@ func testGrows(t *testing.T, b backend) {
 	}
 	f.create(serviceCIDR("b", "10.2.0.0/29"))
 	f.waitReady("10.1.0.0/29", "10.2.0.0/29")
-	checkCounts(t, f.alloc, 6, 6)
-	got := fillAll(t, f.alloc)
+	allocatortest.CheckCounts(t, f.alloc, 6, 6)
+	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	for _, ip := range got {
 		if !mustPrefix("10.2.0.0/29").Contains(ip) {
 			t.Errorf("AllocateNext() after adding 10.2.0.0/29 = %v; want an address of it", ip)
@@ -149,7 +149,7 @@ func testShrinks(t *testing.T, b backend) {
 	if f.alloc.Has(inB) {
 		t.Errorf("Has(%v) = true after its only ServiceCIDR was deleted", inB)
 	}
-	got := fillAll(t, f.alloc)
+	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	for _, ip := range got {
 		if !mustPrefix("10.1.0.0/28").Contains(ip) {
 			t.Errorf("AllocateNext() = %v after 10.2.0.0/28 was deleted", ip)
@@ -192,7 +192,7 @@ func testShadowed(t *testing.T, b backend) {
 		}
 	}
 	// 192.168.1.5 is in both prefixes and counted once; the /24 adds nothing to Free.
-	checkCounts(t, f.alloc, 3, ipmath.Size(mustPrefix("192.168.0.0/16"))-3)
+	allocatortest.CheckCounts(t, f.alloc, 3, ipmath.Size(mustPrefix("192.168.0.0/16"))-3)
 	if got, want := slices.Collect(f.alloc.All()), []netip.Addr{network, inside, broadcast}; !slices.Equal(got, want) {
 		t.Errorf("All() = %v, want %v", got, want)
 	}
@@ -217,7 +217,7 @@ func testNotReadySkipped(t *testing.T, b backend) {
 	f.create(notReady(serviceCIDR("off", "10.1.0.0/28")))
 	f.create(serviceCIDR("on", "10.2.0.0/29"))
 	f.waitReady("10.2.0.0/29")
-	got := fillAll(t, f.alloc)
+	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	if len(got) != 6 {
 		t.Errorf("filled %d addresses, want 6, all from the ready 10.2.0.0/29", len(got))
 	}
@@ -229,7 +229,7 @@ func testNotReadySkipped(t *testing.T, b backend) {
 	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.3"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() in a not-ready ServiceCIDR = %v, want ErrNotReady", err)
 	}
-	checkCounts(t, f.alloc, 6, 0) // Free counts ready ServiceCIDRs only
+	allocatortest.CheckCounts(t, f.alloc, 6, 0) // Free counts ready ServiceCIDRs only
 
 	f.delete("on")
 	f.waitReady()
