@@ -275,7 +275,7 @@ func TestAPIServerContentionWithItsOwnServices(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			svc, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService(fmt.Sprintf("contend-%d", i)), metav1.CreateOptions{})
+			svc, err := s.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService(fmt.Sprintf("contend-%d", i), ""), metav1.CreateOptions{})
 			if apierrors.IsInternalError(err) && strings.Contains(err.Error(), "already allocated") {
 				refused.Add(1)
 				return

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,17 +147,6 @@ func isDryRun(action k8stesting.Action) bool {
 // newInformer returns an IPAddress informer of a new factory on client, not started.
 func newInformer(client *fake.Clientset) networkingv1informers.IPAddressInformer {
 	return informers.NewSharedInformerFactory(client, 0).Networking().V1().IPAddresses()
-}
-
-// clusterIPService returns a ClusterIP Service for the default namespace.
-func clusterIPService(name string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.ServiceSpec{
-			Type:  corev1.ServiceTypeClusterIP,
-			Ports: []corev1.ServicePort{{Port: 80}},
-		},
-	}
 }
 
 func rvString(rv uint64) string {

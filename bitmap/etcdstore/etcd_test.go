@@ -35,33 +35,13 @@ const testCIDR = "10.96.0.0/24"
 
 func newPersistent(t testing.TB, client *clientv3.Client, key, cidr string, opts ...bitmap.PersistentOption) *bitmap.Persistent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(cidr), etcdstore.New(client, key), opts...)
-	if err != nil {
-		t.Fatalf("NewPersistent(%s at %s) = %v", cidr, key, err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return churntest.NewPersistent(t, cidr, etcdstore.New(client, key), opts...)
 }
 
-// storedAddrs reads key with a client of its own and returns the addresses its bitmap holds.
+// storedAddrs reads key with client and returns the addresses its bitmap holds.
 func storedAddrs(t testing.TB, client *clientv3.Client, key, cidr string) []netip.Addr {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, rev, err := etcdstore.New(client, key).Get(ctx)
-	if err != nil || rev == 0 {
-		t.Fatalf("Get(%s) = rev %d, %v", key, rev, err)
-	}
-	a, err := bitmap.New(netip.MustParsePrefix(cidr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Restore(s); err != nil {
-		t.Fatal(err)
-	}
-	return slices.Collect(a.All())
+	return churntest.Stored(t, etcdstore.New(client, key), cidr)
 }
 
 // rawValue returns the bytes and ModRevision stored at key.
