@@ -23,6 +23,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -55,7 +56,7 @@ func TestNewValidatesRange(t *testing.T) {
 		{"::fffe:0:0/95", true}, // contains ::ffff:0:0/96
 		{"::fffe:0:0/96", false},
 	}
-	client, _ := newFakeClient(t)
+	client := fakeclient.New(fakeclient.Options{FieldManaged: true})
 	for _, tt := range tests {
 		t.Run(tt.cidr, func(t *testing.T) {
 			factoryInformer := newInformer(client)
@@ -317,7 +318,7 @@ func TestDryRunAsksTheServerWhenEnabled(t *testing.T) {
 	}
 	var dry int
 	for _, act := range f.client.Actions() {
-		if isDryRun(act) {
+		if fakeclient.IsDryRun(act) {
 			dry++
 		}
 	}
@@ -483,7 +484,7 @@ func waitHandled(t *testing.T, a *Allocator, ip netip.Addr, stale uint64) {
 // TestNewRejectsNilAndZeroArguments calls New with each argument nil or zero and expects an
 // error, never a panic.
 func TestNewRejectsNilAndZeroArguments(t *testing.T) {
-	client, _ := newFakeClient(t)
+	client := fakeclient.New(fakeclient.Options{FieldManaged: true})
 	cidr := netip.MustParsePrefix("10.11.0.0/24")
 	tests := []struct {
 		name     string

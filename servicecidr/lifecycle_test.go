@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -186,7 +187,7 @@ func TestLifecycleRechecksAfterGracePeriod(t *testing.T) {
 }
 
 func TestLifecycleRetriesOnConflict(t *testing.T) {
-	client := newFakeClient(serviceCIDR("a", "10.1.0.0/24"))
+	client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/24")}})
 	var conflicts atomic.Int32
 	for _, verb := range []string{"update"} {
 		client.PrependReactor(verb, "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {
