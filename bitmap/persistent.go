@@ -209,11 +209,17 @@ func (p *Persistent) Close() error {
 // allocator.ErrMismatchedNetwork or ErrCorrupt if the store holds another range or garbage, and
 // one wrapping allocator.ErrNotReady if nothing is stored.
 func (p *Persistent) Refresh(ctx context.Context) error {
+	_, err := p.refresh(ctx)
+	return err
+}
+
+// refresh reads the stored snapshot, adopts it (see adopt) and returns its revision.
+func (p *Persistent) refresh(ctx context.Context) (int64, error) {
 	s, rev, err := p.store.Get(ctx)
 	if err != nil {
-		return fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err)
+		return 0, fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err)
 	}
-	return p.adopt(s, rev)
+	return rev, p.adopt(s, rev)
 }
 
 // Allocate reserves ip in the store. It returns allocator.ErrAllocated if ip is taken in the

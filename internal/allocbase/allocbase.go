@@ -15,16 +15,6 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 )
 
-// Reader is the read-only part of [allocator.Interface].
-type Reader interface {
-	Has(ip netip.Addr) bool
-	All() iter.Seq[netip.Addr]
-	CIDR() netip.Prefix
-	Family() corev1.IPFamily
-	Used() uint64
-	Free() uint64
-}
-
 // DryRunView is the part of a dry-run view that does not depend on the backend: it answers the
 // read methods from the allocator it was made from, Release only validates its input (a dry run
 // frees nothing), and Close does nothing (the view holds nothing of its own). A backend's view
@@ -33,7 +23,7 @@ type Reader interface {
 // The zero DryRunView is not usable: R must be set. A DryRunView is as safe for concurrent use as
 // R is.
 type DryRunView struct {
-	R Reader
+	R allocator.Interface // only its read methods are called
 }
 
 // Has reports whether ip is allocated in the underlying allocator.
