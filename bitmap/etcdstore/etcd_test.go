@@ -319,6 +319,33 @@ func TestHelperProcess(t *testing.T) {
 	}
 }
 
+// runChildren runs procs copies of TestHelperProcess at once, each with env added to its
+// environment, waits for them all and returns what each printed on stdout. A child that fails is
+// reported on t with its stderr.
+func runChildren(t *testing.T, procs int, env ...string) []string {
+	t.Helper()
+	outs := make([]bytes.Buffer, procs)
+	errs := make([]bytes.Buffer, procs)
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=3m")
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	res := make([]string, procs)
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, errs[i].String())
+		}
+		res[i] = outs[i].String()
+	}
+	return res
+}
+
 func TestSeparateProcessesFillRangeWithoutDuplicates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
@@ -326,29 +353,11 @@ func TestSeparateProcessesFillRangeWithoutDuplicates(t *testing.T) {
 	const procs = 3
 	e := testenv.NewEtcd(t)
 	key := etcdstore.ServiceIPsKey("")
-	outs := make([]bytes.Buffer, procs)
-	errs := make([]bytes.Buffer, procs)
-	cmds := make([]*exec.Cmd, procs)
-	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=3m")
-		cmd.Env = append(os.Environ(),
-			childEnv+"=fill",
-			childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","),
-			childKeyEnv+"="+key,
-		)
-		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
+	outs := runChildren(t, procs, childEnv+"=fill", childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","), childKeyEnv+"="+key)
 	var all []netip.Addr
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("child %d: %v\n%s", i, err, errs[i].String())
-		}
+	for i, out := range outs {
 		n := 0
-		for line := range strings.Lines(outs[i].String()) {
+		for line := range strings.Lines(out) {
 			s, ok := strings.CutPrefix(strings.TrimSpace(line), "IP ")
 			if !ok {
 				continue
@@ -580,35 +589,16 @@ func TestSeveralProcessesShareOneKey(t *testing.T) {
 	}
 	e := testenv.NewEtcd(t)
 	key := etcdstore.ServiceIPsKey("")
-	outs := make([]bytes.Buffer, procs)
-	errs := make([]bytes.Buffer, procs)
-	cmds := make([]*exec.Cmd, procs)
-	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=3m")
-		cmd.Env = append(os.Environ(),
-			childEnv+"=churn",
-			childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","),
-			childKeyEnv+"="+key,
-			childCIDREnv+"=10.96.0.0/20",
-			childSecondsEnv+"="+secs,
-		)
-		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
+	outs := runChildren(t, procs, childEnv+"=churn", childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","), childKeyEnv+"="+key,
+		childCIDREnv+"=10.96.0.0/20", childSecondsEnv+"="+secs)
 	pairs := make([]int, procs)
 	p50s := make([]time.Duration, procs)
 	p99s := make([]time.Duration, procs)
 	total := 0
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("child %d: %v\n%s", i, err, errs[i].String())
-		}
+	for i, out := range outs {
 		var nerr int
 		var p50, p99 int64
-		for line := range strings.Lines(outs[i].String()) {
+		for line := range strings.Lines(out) {
 			if strings.HasPrefix(line, "PAIRS ") {
 				if _, err := fmt.Sscanf(line, "PAIRS %d ERRORS %d P50 %d P99 %d", &pairs[i], &nerr, &p50, &p99); err != nil {
 					t.Errorf("child %d: %q: %v", i, line, err)
