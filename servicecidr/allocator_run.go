@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/internal/informerutil"
 )
 
 // Run watches ServiceCIDRs and keeps the per-CIDR allocators in step with them until ctx is done,
@@ -47,16 +48,7 @@ func (a *Allocator) Run(ctx context.Context) error {
 	}
 	a.queue.Add(syncAllKey)
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for a.processNext(ctx) {
-		}
-	}()
-	<-ctx.Done()
-	a.queue.ShutDown()
-	wg.Wait()
+	informerutil.RunWorkers(ctx, 1, a.queue, a.processNext)
 	return nil
 }
 

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/internal/informerutil"
 )
 
 const (
@@ -142,18 +144,7 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("servicecidr-lifecycle", ctx.Done(), cidrReg.HasSynced, ipReg.HasSynced) {
 		return nil // ctx is done
 	}
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	informerutil.RunWorkers(ctx, workers, c.queue, c.processNext)
 	return nil
 }
 

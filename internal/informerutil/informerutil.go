@@ -2,7 +2,12 @@
 // controllers of the library.
 package informerutil
 
-import "k8s.io/client-go/tools/cache"
+import (
+	"context"
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+)
 
 // ObjectFrom returns the object of type T that an informer passed to an event handler: obj
 // itself or, for a delete whose final state the informer missed, the object inside the
@@ -13,4 +18,20 @@ func ObjectFrom[T any](obj any) (T, bool) {
 	}
 	t, ok := obj.(T)
 	return t, ok
+}
+
+// RunWorkers runs n goroutines (at least one) that each call next until it reports false,
+// shuts queue down once ctx is done, and returns when every worker has returned. next should
+// report false once queue is shut down, as a controller's processNext does when Get says quit.
+func RunWorkers(ctx context.Context, n int, queue interface{ ShutDown() }, next func(context.Context) bool) {
+	var wg sync.WaitGroup
+	for range max(n, 1) {
+		wg.Go(func() {
+			for next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	queue.ShutDown()
+	wg.Wait()
 }

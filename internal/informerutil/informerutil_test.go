@@ -1,11 +1,14 @@
 package informerutil
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 )
 
 func TestObjectFrom(t *testing.T) {
@@ -28,5 +31,32 @@ func TestObjectFrom(t *testing.T) {
 				t.Errorf("ObjectFrom() = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
 			}
 		})
+	}
+}
+
+func TestRunWorkersDrainsTheQueueAndReturnsAfterShutDown(t *testing.T) {
+	q := workqueue.NewTyped[int]()
+	for i := range 10 {
+		q.Add(i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var done atomic.Int32
+	next := func(context.Context) bool {
+		item, quit := q.Get()
+		if quit {
+			return false
+		}
+		defer q.Done(item)
+		if done.Add(1) == 10 {
+			cancel()
+		}
+		return true
+	}
+	RunWorkers(ctx, 3, q, next)
+	if got := done.Load(); got != 10 {
+		t.Errorf("RunWorkers processed %d items, want 10", got)
+	}
+	if !q.ShuttingDown() {
+		t.Errorf("RunWorkers returned with its queue not shut down")
 	}
 }
