@@ -85,13 +85,9 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 				failures++
 				break
 			}
-			if rng.IntN(5) == 0 {
-				if err := txn.Revert(ctx); err != nil {
-					t.Fatalf("step %d: Revert: %v", step, err)
-				}
+			if !commitOrRevert(t, ctx, rng, step, txn) {
 				break
 			}
-			txn.Commit()
 			live[name] = svc
 			names = append(names, name)
 		case op < 8 && len(names) > 0 && tc.Update != nil: // update
@@ -104,13 +100,9 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 				failures++
 				break
 			}
-			if rng.IntN(5) == 0 {
-				if err := txn.Revert(ctx); err != nil {
-					t.Fatalf("step %d: Revert: %v", step, err)
-				}
+			if !commitOrRevert(t, ctx, rng, step, txn) {
 				break
 			}
-			txn.Commit()
 			live[name] = upd
 		case op == 9 && len(names) > 0: // delete
 			i := rng.IntN(len(names))
@@ -145,4 +137,18 @@ func duplicate(s []string) string {
 		}
 	}
 	return ""
+}
+
+// commitOrRevert reverts txn one time in five and commits it otherwise, as a registry does when
+// storing the Service fails or succeeds; it reports whether it committed.
+func commitOrRevert(t *testing.T, ctx context.Context, rng *rand.Rand, step int, txn *allocator.Txn) bool {
+	t.Helper()
+	if rng.IntN(5) == 0 {
+		if err := txn.Revert(ctx); err != nil {
+			t.Fatalf("step %d: Revert: %v", step, err)
+		}
+		return false
+	}
+	txn.Commit()
+	return true
 }

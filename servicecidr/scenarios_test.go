@@ -114,14 +114,21 @@ func testGrows(t *testing.T, b backend) {
 	f.create(serviceCIDR("b", "10.2.0.0/29"))
 	f.waitReady("10.1.0.0/29", "10.2.0.0/29")
 	allocatortest.CheckCounts(t, f.alloc, 6, 6)
+	fillFrom(t, f, "10.2.0.0/29", 6)
+}
+
+// fillFrom fills f's allocator (see allocatortest.Fill) and checks that it gave n addresses, all
+// usable in the prefix want.
+func fillFrom(t *testing.T, f *fixture, want string, n int) {
+	t.Helper()
 	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	for _, ip := range got {
-		if !mustPrefix("10.2.0.0/29").Contains(ip) {
-			t.Errorf("AllocateNext() after adding 10.2.0.0/29 = %v; want an address of it", ip)
+		if !ipmath.Usable(mustPrefix(want), ip) {
+			t.Errorf("AllocateNext() = %v, want an address of %s", ip, want)
 		}
 	}
-	if len(got) != 6 {
-		t.Errorf("filled %d more addresses, want 6", len(got))
+	if len(got) != n {
+		t.Errorf("filled %d addresses, want %d, all from %s", len(got), n, want)
 	}
 }
 
@@ -149,15 +156,7 @@ func testShrinks(t *testing.T, b backend) {
 	if f.alloc.Has(inB) {
 		t.Errorf("Has(%v) = true after its only ServiceCIDR was deleted", inB)
 	}
-	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
-	for _, ip := range got {
-		if !mustPrefix("10.1.0.0/28").Contains(ip) {
-			t.Errorf("AllocateNext() = %v after 10.2.0.0/28 was deleted", ip)
-		}
-	}
-	if len(got) != 14 {
-		t.Errorf("filled %d addresses, want 14", len(got))
-	}
+	fillFrom(t, f, "10.1.0.0/28", 14)
 }
 
 func TestShadowedNetworkAddress(t *testing.T) { runScenario(t, testShadowed) }
@@ -217,15 +216,7 @@ func testNotReadySkipped(t *testing.T, b backend) {
 	f.create(notReady(serviceCIDR("off", "10.1.0.0/28")))
 	f.create(serviceCIDR("on", "10.2.0.0/29"))
 	f.waitReady("10.2.0.0/29")
-	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
-	if len(got) != 6 {
-		t.Errorf("filled %d addresses, want 6, all from the ready 10.2.0.0/29", len(got))
-	}
-	for _, ip := range got {
-		if !mustPrefix("10.2.0.0/29").Contains(ip) {
-			t.Errorf("AllocateNext() = %v, from a ServiceCIDR that is not ready", ip)
-		}
-	}
+	fillFrom(t, f, "10.2.0.0/29", 6) // the ready one only
 	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.3"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() in a not-ready ServiceCIDR = %v, want ErrNotReady", err)
 	}
