@@ -866,27 +866,13 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 				}
 				return nil
 			})
-			first := make(chan netip.Addr, 1)
-			go func() {
-				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
-				if err != nil {
-					t.Errorf("first AllocateNext() = %v", err)
-				}
-				first <- ip
-			}()
+			first := allocateNextAsync(t, p, "first AllocateNext()")
 			testenv.WaitFor(t, "the first Update in flight", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return updates == 1
 			})
-			patient := make(chan netip.Addr, 1)
-			go func() {
-				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
-				if err != nil {
-					t.Errorf("AllocateNext() without a deadline = %v", err)
-				}
-				patient <- ip
-			}()
+			patient := allocateNextAsync(t, p, "AllocateNext() without a deadline")
 			testenv.WaitFor(t, "one queued operation", func() bool { return bitmap.QueuedOps(p) == 1 })
 			short := make(chan error, 1)
 			go func() { short <- tt.call(ctx, p) }()
@@ -987,4 +973,18 @@ func TestPersistentLoserRetriesAtOnceOnTheStateThatWon(t *testing.T) {
 	if got := store.Stats(); got.Gets != gets || got.Conflicts != losses {
 		t.Errorf("store calls: %d Gets, %d conflicts; want %d Gets (no second read), %d conflicts", got.Gets, got.Conflicts, gets, losses)
 	}
+}
+
+// allocateNextAsync calls p.AllocateNext without a deadline in a goroutine of its own and sends
+// the address on the returned channel; an error is reported on t, prefixed with what.
+func allocateNextAsync(t *testing.T, p *bitmap.Persistent, what string) <-chan netip.Addr {
+	ch := make(chan netip.Addr, 1)
+	go func() {
+		ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+		if err != nil {
+			t.Errorf("%s = %v", what, err)
+		}
+		ch <- ip
+	}()
+	return ch
 }
