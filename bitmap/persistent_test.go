@@ -576,18 +576,10 @@ func TestPersistentChurnNeverDuplicates(t *testing.T) {
 func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 	store := bitmap.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Microsecond))
-	var (
-		mu      sync.Mutex
-		updates int
-	)
 	first, second, rest := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	secondStarted := make(chan struct{})
 	defer close(rest)
-	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
-		mu.Lock()
-		updates++
-		n := updates
-		mu.Unlock()
+	updates := onNthUpdate(store, func(n int) {
 		switch n {
 		case 1: // the first caller's batch
 			<-first
@@ -598,7 +590,6 @@ func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 		default: // its retry, for the remaining caller only: held until the test ends
 			<-rest
 		}
-		return nil
 	})
 	firstDone := make(chan error, 1)
 	go func() {
@@ -606,9 +597,7 @@ func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 		firstDone <- err
 	}()
 	testenv.WaitFor(t, "the first CAS in flight", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return updates == 1
+		return updates() == 1
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -842,19 +831,11 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 
 			// The first Update waits for firstGo so that both callers queue up behind it; the
 			// second, which holds both of their operations, hangs for 2 s; later ones pass.
-			var (
-				mu      sync.Mutex
-				updates int
-			)
 			firstGo := make(chan struct{})
 			hookReturned := make(chan struct{})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
-				mu.Lock()
-				updates++
-				n := updates
-				mu.Unlock()
+			updates := onNthUpdate(store, func(n int) {
 				switch n {
 				case 1:
 					<-firstGo
@@ -864,13 +845,10 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 					time.Sleep(2 * time.Second)
 					close(hookReturned)
 				}
-				return nil
 			})
 			first := allocateNextAsync(t, p, "first AllocateNext()")
 			testenv.WaitFor(t, "the first Update in flight", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return updates == 1
+				return updates() == 1
 			})
 			patient := allocateNextAsync(t, p, "AllocateNext() without a deadline")
 			testenv.WaitFor(t, "one queued operation", func() bool { return bitmap.QueuedOps(p) == 1 })
@@ -987,4 +965,26 @@ func allocateNextAsync(t *testing.T, p *bitmap.Persistent, what string) <-chan n
 		ch <- ip
 	}()
 	return ch
+}
+
+// onNthUpdate makes every Update of store call hook with its number, counting from 1, before it is
+// stored, and returns a function that reports how many Updates have begun.
+func onNthUpdate(store *bitmap.MemStore, hook func(n int)) (updates func() int) {
+	var (
+		mu sync.Mutex
+		n  int
+	)
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		mu.Lock()
+		n++
+		k := n
+		mu.Unlock()
+		hook(k)
+		return nil
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
 }
