@@ -54,16 +54,9 @@ func (a *Allocator) Run(ctx context.Context) error {
 
 // processNext syncs the next key; it returns false once the queue is shut down.
 func (a *Allocator) processNext(ctx context.Context) bool {
-	key, quit := a.queue.Get()
-	if quit {
-		return false
-	}
-	defer a.queue.Done(key)
-	if err := a.syncAll(ctx); err != nil {
-		klog.FromContext(ctx).Error(err, "Syncing ServiceCIDRs, will retry", "requeues", a.queue.NumRequeues(key))
-		a.queue.AddRateLimited(key)
-		return true
-	}
-	a.queue.Forget(key)
-	return true
+	return informerutil.ProcessNext(ctx, a.queue,
+		func(ctx context.Context, _ string) error { return a.syncAll(ctx) },
+		func(ctx context.Context, key string, err error) {
+			klog.FromContext(ctx).Error(err, "Syncing ServiceCIDRs, will retry", "requeues", a.queue.NumRequeues(key))
+		})
 }

@@ -148,22 +148,14 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
+// processNext syncs the next ServiceCIDR; it returns false once the queue is shut down.
 func (c *LifecycleController) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
+	return informerutil.ProcessNext(ctx, c.queue, c.sync, func(ctx context.Context, name string, err error) {
 		logger := klog.FromContext(ctx)
 		if apierrors.IsConflict(err) {
 			logger.V(2).Info("Conflict updating ServiceCIDR, will retry", "serviceCIDR", name)
 		} else {
 			logger.Error(err, "Syncing ServiceCIDR, will retry", "serviceCIDR", name)
 		}
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // ObjectFrom returns the object of type T that an informer passed to an event handler: obj
@@ -34,4 +35,23 @@ func RunWorkers(ctx context.Context, n int, queue interface{ ShutDown() }, next 
 	<-ctx.Done()
 	queue.ShutDown()
 	wg.Wait()
+}
+
+// ProcessNext takes the next key from queue and syncs it, the level-based step of a controller's
+// worker: on success it forgets the key's rate-limit history; on failure it calls onError (to log)
+// and adds the key back rate-limited. It marks the key done either way, and reports false once
+// queue is shut down, so that a worker can run `for ProcessNext(...) {}`.
+func ProcessNext[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[T], sync func(context.Context, T) error, onError func(context.Context, T, error)) bool {
+	key, quit := queue.Get()
+	if quit {
+		return false
+	}
+	defer queue.Done(key)
+	if err := sync(ctx, key); err != nil {
+		onError(ctx, key, err)
+		queue.AddRateLimited(key)
+		return true
+	}
+	queue.Forget(key)
+	return true
 }

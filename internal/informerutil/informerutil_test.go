@@ -2,8 +2,10 @@ package informerutil
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,5 +60,42 @@ func TestRunWorkersDrainsTheQueueAndReturnsAfterShutDown(t *testing.T) {
 	}
 	if !q.ShuttingDown() {
 		t.Errorf("RunWorkers returned with its queue not shut down")
+	}
+}
+
+func TestProcessNextForgetsOnSuccessAndRequeuesOnError(t *testing.T) {
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Millisecond, time.Millisecond))
+	defer q.ShutDown()
+	ctx := context.Background()
+	fail := errors.New("boom")
+	var failed []string
+	sync := func(_ context.Context, key string) error {
+		if key == "bad" {
+			return fail
+		}
+		return nil
+	}
+	onError := func(_ context.Context, key string, err error) {
+		if !errors.Is(err, fail) {
+			t.Errorf("onError(%q, %v), want the sync error", key, err)
+		}
+		failed = append(failed, key)
+	}
+	q.Add("good")
+	if !ProcessNext(ctx, q, sync, onError) || q.NumRequeues("good") != 0 || len(failed) != 0 {
+		t.Errorf("after a good sync: requeues %d, onError calls %v; want 0, none", q.NumRequeues("good"), failed)
+	}
+	q.Add("bad")
+	if !ProcessNext(ctx, q, sync, onError) || q.NumRequeues("bad") != 1 || len(failed) != 1 {
+		t.Errorf("after a failed sync: requeues %d, onError calls %v; want 1, [bad]", q.NumRequeues("bad"), failed)
+	}
+	if key, _ := q.Get(); key != "bad" {
+		t.Errorf("Get() after a failed sync = %q, want the key back", key)
+	} else {
+		q.Done(key)
+	}
+	q.ShutDown()
+	if ProcessNext(ctx, q, sync, onError) {
+		t.Errorf("ProcessNext() on a shut-down queue = true, want false")
 	}
 }
