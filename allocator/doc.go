@@ -2,16 +2,25 @@
 // implements, the errors they return, and the address checks they share.
 //
 // An allocator hands out addresses of one IP family from one Service CIDR (or, for the multi-CIDR
-// allocator in package servicecidr, from every ServiceCIDR of a family). Addresses are netip.Addr
-// values and prefixes are netip.Prefix values; an IPv4-mapped IPv6 address, a zoned address, a
-// prefix that leaves no usable address, or an IPv6 prefix overlapping the IPv4-mapped block
-// ::ffff:0:0/96 (such as ::/80) is rejected with a typed error and changes nothing. Every
-// constructor checks its range with CheckPrefix.
+// allocator in package servicecidr, from every ServiceCIDR of a family). Addresses are
+// [netip.Addr] values and prefixes are [netip.Prefix] values; an IPv4-mapped IPv6 address, a
+// zoned address, a prefix that leaves no usable address, or an IPv6 prefix overlapping the
+// IPv4-mapped block ::ffff:0:0/96 (such as ::/80) is rejected with a typed error that matches
+// [ErrInvalid] and changes nothing. Every constructor checks its range with [CheckPrefix];
+// allocators that record owners reject an [Owner] without a Resource or a Name with [CheckOwner].
 //
-// The implementations are:
+// The implementations of [Interface] are:
 //   - bitmap.Allocator and bitmap.Persistent, the legacy bitmap kept by kube-apiserver in etcd;
 //   - ipaddress.Allocator, which keeps one networking.k8s.io/v1 IPAddress object per address;
 //   - servicecidr.Allocator, one ipaddress.Allocator per ServiceCIDR.
 //
-// Package allocatortest holds the conformance suite they all pass.
+// Package allocatortest holds the conformance suite they all pass, and the checks it is made of.
+//
+// Above them, [ServiceAllocator] gives Services their ClusterIPs as kube-apiserver's Service
+// registry does: from one [Interface] per family it defaults spec.ipFamilyPolicy and
+// spec.ipFamilies, fills spec.clusterIP and spec.clusterIPs, applies the update rules (single to
+// dual stack and back, immutability), and rejects what kube-apiserver rejects with the same 422
+// Invalid errors; each call is one transaction ([Txn]). Its expected answers are the Service matrix
+// in the module's testdata/services.yaml, recorded from real kube-apiservers on four cluster shapes
+// and replayed against it by the tests. See ExampleServiceAllocator.
 package allocator

@@ -74,24 +74,32 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 	live := map[string]*corev1.Service{}
 	var names []string
 	failures := 0
+	// settle counts a failed call and commits a successful one or, one time in five, reverts it,
+	// as a registry does when storing the Service succeeds or fails. It reports whether the
+	// Service is stored.
+	settle := func(step int, txn *allocator.Txn, err error) bool {
+		if err != nil {
+			failures++
+			return false
+		}
+		if rng.IntN(5) == 0 {
+			if err := txn.Revert(ctx); err != nil {
+				t.Fatalf("step %d: Revert: %v", step, err)
+			}
+			return false
+		}
+		txn.Commit()
+		return true
+	}
 	for step := range steps {
 		tc := inputs[rng.IntN(len(inputs))]
 		switch op := rng.IntN(10); {
 		case op < 6: // create, committed or (1 in 5) reverted
 			name := fmt.Sprintf("s%d", step)
 			svc := matrixService(name, tc.Create)
-			txn, err := mc.sa.Allocate(ctx, svc, false)
-			if err != nil {
-				failures++
+			if txn, err := mc.sa.Allocate(ctx, svc, false); !settle(step, txn, err) {
 				break
 			}
-			if rng.IntN(5) == 0 {
-				if err := txn.Revert(ctx); err != nil {
-					t.Fatalf("step %d: Revert: %v", step, err)
-				}
-				break
-			}
-			txn.Commit()
 			live[name] = svc
 			names = append(names, name)
 		case op < 8 && len(names) > 0 && tc.Update != nil: // update
@@ -99,18 +107,9 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 			old := live[name]
 			upd := old.DeepCopy()
 			applySpec(upd, *tc.Update, old)
-			txn, err := mc.sa.Update(ctx, old.DeepCopy(), upd, false)
-			if err != nil {
-				failures++
+			if txn, err := mc.sa.Update(ctx, old.DeepCopy(), upd, false); !settle(step, txn, err) {
 				break
 			}
-			if rng.IntN(5) == 0 {
-				if err := txn.Revert(ctx); err != nil {
-					t.Fatalf("step %d: Revert: %v", step, err)
-				}
-				break
-			}
-			txn.Commit()
 			live[name] = upd
 		case op == 9 && len(names) > 0: // delete
 			i := rng.IntN(len(names))

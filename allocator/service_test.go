@@ -104,11 +104,17 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 			t.Run(cl.Name+"/"+tc.Name, func(t *testing.T) {
 				name := fmt.Sprintf("m%d", i)
 
+				// allocate builds a fresh cluster holding tc.Taken and allocates tc.Create in it.
+				allocate := func(dryRun bool) (*memCluster, []string, *corev1.Service, *allocator.Txn, error) {
+					mc := newMemCluster(t, cl)
+					taken := mc.take(t, tc.Taken)
+					svc := matrixService(name, tc.Create)
+					txn, err := mc.sa.Allocate(ctx, svc, dryRun)
+					return mc, taken, svc, txn, err
+				}
+
 				// Committed: the Service is stored, then updated, then deleted.
-				mc := newMemCluster(t, cl)
-				taken := mc.take(t, tc.Taken)
-				svc := matrixService(name, tc.Create)
-				txn, err := mc.sa.Allocate(ctx, svc, false)
+				mc, taken, svc, txn, err := allocate(false)
 				if got := resultOf(t, tc, mc.ranges, svc, nil, err); !cmp.Equal(want.Create, got) {
 					t.Fatalf("Allocate: result (-want +got):\n%s", cmp.Diff(want.Create, got))
 				}
@@ -144,10 +150,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				mc.checkHeld(t, "after Release", taken)
 
 				// Reverted: the store refused the Service, so nothing stays allocated.
-				mc = newMemCluster(t, cl)
-				taken = mc.take(t, tc.Taken)
-				svc = matrixService(name, tc.Create)
-				txn, err = mc.sa.Allocate(ctx, svc, false)
+				mc, taken, svc, txn, err = allocate(false)
 				if err != nil {
 					t.Fatalf("second Allocate: %v", err)
 				}
@@ -172,10 +175,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				}
 
 				// Dry run: the same answer, and nothing changes.
-				mc = newMemCluster(t, cl)
-				taken = mc.take(t, tc.Taken)
-				svc = matrixService(name, tc.Create)
-				txn, err = mc.sa.Allocate(ctx, svc, true)
+				mc, taken, svc, txn, err = allocate(true)
 				if got := resultOf(t, tc, mc.ranges, svc, nil, err); !cmp.Equal(want.Create, got) {
 					t.Errorf("dry-run Allocate: result (-want +got):\n%s", cmp.Diff(want.Create, got))
 				}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/bitset"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
@@ -176,10 +177,7 @@ func (a *Allocator) pickLocked() (int, bool) {
 func (a *Allocator) Release(_ context.Context, ip netip.Addr) error {
 	off, err := a.offsetOf(ip)
 	if err != nil {
-		if _, bad := err.(*allocator.AddrError); bad {
-			return err
-		}
-		return nil
+		return allocbase.ReleaseNotServed(err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -227,7 +225,7 @@ func (a *Allocator) Free() uint64 {
 }
 
 // DryRun returns a view of a that checks calls against its current state and changes nothing.
-func (a *Allocator) DryRun() allocator.Interface { return dryRun{a} }
+func (a *Allocator) DryRun() allocator.Interface { return dryRun{allocbase.DryRunView{R: a}, a} }
 
 // Close does nothing and returns nil; an in-memory allocator holds no resources.
 func (a *Allocator) Close() error { return nil }

@@ -2,16 +2,17 @@ package bitmap
 
 import (
 	"context"
-	"iter"
 	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 )
 
 // dryRun answers as its allocator would and changes nothing.
-type dryRun struct{ a *Allocator }
+type dryRun struct {
+	allocbase.DryRunView
+	a *Allocator
+}
 
 func (d dryRun) Allocate(_ context.Context, ip netip.Addr, _ allocator.Owner) error {
 	off, err := d.a.offsetOf(ip)
@@ -36,18 +37,4 @@ func (d dryRun) AllocateNext(_ context.Context, _ allocator.Owner) (netip.Addr, 
 	return d.a.addrAt(off), nil
 }
 
-func (d dryRun) Release(_ context.Context, ip netip.Addr) error {
-	if err := allocator.CheckAddr(ip); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (d dryRun) Has(ip netip.Addr) bool      { return d.a.Has(ip) }
-func (d dryRun) All() iter.Seq[netip.Addr]   { return d.a.All() }
-func (d dryRun) CIDR() netip.Prefix          { return d.a.CIDR() }
-func (d dryRun) Family() corev1.IPFamily     { return d.a.Family() }
-func (d dryRun) Used() uint64                { return d.a.Used() }
-func (d dryRun) Free() uint64                { return d.a.Free() }
 func (d dryRun) DryRun() allocator.Interface { return d }
-func (d dryRun) Close() error                { return nil }

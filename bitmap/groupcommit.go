@@ -192,12 +192,8 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 		base, rev, stale := p.cur, p.rev, p.stale
 		p.mu.Unlock()
 		if stale {
-			s, r, err := p.store.Get(ctx)
+			r, err := p.refresh(ctx)
 			if err != nil {
-				failAll(live, fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err))
-				return
-			}
-			if err := p.adopt(s, r); err != nil {
 				failAll(live, err)
 				return
 			}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
@@ -179,7 +180,9 @@ func (p *Persistent) Free() uint64 { return p.current().Free() }
 
 // DryRun returns a view that checks calls against the last known state, as the in-memory
 // Allocator's DryRun does, and never reads or writes the store.
-func (p *Persistent) DryRun() allocator.Interface { return persistentDryRun{p} }
+func (p *Persistent) DryRun() allocator.Interface {
+	return persistentDryRun{allocbase.DryRunView{R: p}, p}
+}
 
 // Close makes every later operation, and every one still queued, fail with an error wrapping
 // allocator.ErrNotReady. An operation being stored finishes normally. Close does not close the
@@ -206,11 +209,17 @@ func (p *Persistent) Close() error {
 // allocator.ErrMismatchedNetwork or ErrCorrupt if the store holds another range or garbage, and
 // one wrapping allocator.ErrNotReady if nothing is stored.
 func (p *Persistent) Refresh(ctx context.Context) error {
+	_, err := p.refresh(ctx)
+	return err
+}
+
+// refresh reads the stored snapshot, adopts it (see adopt) and returns its revision.
+func (p *Persistent) refresh(ctx context.Context) (int64, error) {
 	s, rev, err := p.store.Get(ctx)
 	if err != nil {
-		return fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err)
+		return 0, fmt.Errorf("bitmap: read stored snapshot of %s: %w", p.cidr, err)
 	}
-	return p.adopt(s, rev)
+	return rev, p.adopt(s, rev)
 }
 
 // Allocate reserves ip in the store. It returns allocator.ErrAllocated if ip is taken in the
@@ -237,10 +246,7 @@ func (p *Persistent) AllocateNext(ctx context.Context, _ allocator.Owner) (netip
 // ip, and an error as for Allocate if the store could not be updated.
 func (p *Persistent) Release(ctx context.Context, ip netip.Addr) error {
 	if _, err := p.current().offsetOf(ip); err != nil {
-		if _, bad := err.(*allocator.AddrError); bad {
-			return err
-		}
-		return nil
+		return allocbase.ReleaseNotServed(err)
 	}
 	_, err := p.submit(ctx, &op{kind: opRelease, ip: ip})
 	return err

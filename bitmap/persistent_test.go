@@ -20,33 +20,6 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-func newPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.PersistentOption) *bitmap.Persistent {
-	t.Helper()
-	p, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix(cidr), store, opts...)
-	if err != nil {
-		t.Fatalf("NewPersistent(%s) = %v", cidr, err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
-}
-
-// stored returns the addresses set in the store's snapshot, read through a fresh allocator.
-func stored(t testing.TB, store bitmap.Store, cidr string) []netip.Addr {
-	t.Helper()
-	s, rev, err := store.Get(context.Background())
-	if err != nil || rev == 0 {
-		t.Fatalf("store.Get() = rev %d, %v", rev, err)
-	}
-	a, err := bitmap.New(netip.MustParsePrefix(cidr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Restore(s); err != nil {
-		t.Fatal(err)
-	}
-	return slices.Collect(a.All())
-}
-
 func snapshotOf(t testing.TB, cidr string, ips ...string) bitmap.Snapshot {
 	t.Helper()
 	a, err := bitmap.New(netip.MustParsePrefix(cidr))
@@ -79,19 +52,19 @@ func gateUpdates(store *bitmap.MemStore) (started <-chan struct{}, open func()) 
 
 func TestPersistentConformance(t *testing.T) {
 	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
-		return newPersistent(t, cidr.String(), bitmap.NewMemStore())
+		return churntest.NewPersistent(t, cidr.String(), bitmap.NewMemStore())
 	})
 }
 
 func TestPersistentConformanceWithoutBatching(t *testing.T) {
 	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
-		return newPersistent(t, cidr.String(), bitmap.NewMemStore(), bitmap.WithoutBatching())
+		return churntest.NewPersistent(t, cidr.String(), bitmap.NewMemStore(), bitmap.WithoutBatching())
 	})
 }
 
 func TestNewPersistentBootstrapsMissingSnapshot(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	s, rev, err := store.Get(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +80,7 @@ func TestNewPersistentBootstrapsMissingSnapshot(t *testing.T) {
 func TestNewPersistentAdoptsStoredSnapshot(t *testing.T) {
 	store := bitmap.NewMemStore()
 	rev := store.Put(snapshotOf(t, "10.96.0.0/24", "10.96.0.1", "10.96.0.200"))
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	if got := slices.Collect(p.All()); !slices.Equal(got, []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.200")}) {
 		t.Errorf("All() = %v, want the stored addresses", got)
 	}
@@ -127,7 +100,7 @@ func TestNewPersistentUsesSnapshotCreatedConcurrently(t *testing.T) {
 		store.Put(snapshotOf(t, "10.96.0.0/24", "10.96.0.7"))
 		return nil
 	})
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	if !p.Has(netip.MustParseAddr("10.96.0.7")) || p.Used() != 1 {
 		t.Errorf("Has(10.96.0.7) = %v, Used() = %d; want the other allocator's snapshot", p.Has(netip.MustParseAddr("10.96.0.7")), p.Used())
 	}
@@ -163,8 +136,8 @@ func TestNewPersistentRefusesForeignSnapshots(t *testing.T) {
 func TestPersistentSeesOtherAllocatorsWrites(t *testing.T) {
 	ctx := context.Background()
 	store := bitmap.NewMemStore()
-	a := newPersistent(t, "10.96.0.0/24", store)
-	b := newPersistent(t, "10.96.0.0/24", store)
+	a := churntest.NewPersistent(t, "10.96.0.0/24", store)
+	b := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	ip, err := a.AllocateNext(ctx, allocator.Owner{})
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +160,7 @@ func TestPersistentSeesOtherAllocatorsWrites(t *testing.T) {
 	if err := b.Release(ctx, ip2); err != nil {
 		t.Fatal(err)
 	}
-	if got := stored(t, store, "10.96.0.0/24"); !slices.Equal(got, []netip.Addr{ip}) {
+	if got := churntest.Stored(t, store, "10.96.0.0/24"); !slices.Equal(got, []netip.Addr{ip}) {
 		t.Errorf("stored = %v, want [%v]", got, ip)
 	}
 	// a is now stale; its next write conflicts, reloads and keeps b's release.
@@ -209,7 +182,7 @@ func TestPersistentSeesOtherAllocatorsWrites(t *testing.T) {
 func TestPersistentGroupCommit(t *testing.T) {
 	const callers, each = 32, 4
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
 		time.Sleep(2 * time.Millisecond) // a CAS in flight for a while, as over the network
 		return nil
@@ -244,7 +217,7 @@ func TestPersistentGroupCommit(t *testing.T) {
 	if len(slices.Compact(slices.Clone(got))) != len(got) {
 		t.Errorf("duplicate addresses handed out: %v", got)
 	}
-	if diff := cmp.Diff(got, stored(t, store, "10.96.0.0/24"), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+	if diff := cmp.Diff(got, churntest.Stored(t, store, "10.96.0.0/24"), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("stored addresses differ from those handed out (-handed +stored):\n%s", diff)
 	}
 	if p.Used() != uint64(len(got)) {
@@ -258,7 +231,7 @@ func TestPersistentGroupCommit(t *testing.T) {
 func TestPersistentBatchFailuresAreIsolated(t *testing.T) {
 	ctx := context.Background()
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithSeed(1))
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithSeed(1))
 	held := netip.MustParseAddr("10.96.0.50")
 	if err := p.Allocate(ctx, held, allocator.Owner{}); err != nil {
 		t.Fatal(err)
@@ -314,7 +287,7 @@ func TestPersistentBatchFailuresAreIsolated(t *testing.T) {
 	}
 	want := []netip.Addr{netip.MustParseAddr("10.96.0.2"), target, next}
 	slices.SortFunc(want, netip.Addr.Compare)
-	if got := stored(t, store, "10.96.0.0/24"); !slices.Equal(got, want) {
+	if got := churntest.Stored(t, store, "10.96.0.0/24"); !slices.Equal(got, want) {
 		t.Errorf("stored = %v, want %v", got, want)
 	}
 }
@@ -341,7 +314,7 @@ func conflictingWriter(t *testing.T, store *bitmap.MemStore, cidr string, n int)
 
 func TestPersistentRetriesConflicts(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Millisecond))
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Millisecond))
 	taken := conflictingWriter(t, store, "10.96.0.0/24", 3)
 	ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
 	if err != nil {
@@ -356,7 +329,7 @@ func TestPersistentRetriesConflicts(t *testing.T) {
 	}
 	want = append(want, ip)
 	slices.SortFunc(want, netip.Addr.Compare)
-	if got := stored(t, store, "10.96.0.0/24"); !slices.Equal(got, want) {
+	if got := churntest.Stored(t, store, "10.96.0.0/24"); !slices.Equal(got, want) {
 		t.Errorf("stored = %v, want the other writer's %v plus ours %v", got, *taken, ip)
 	}
 	if got := slices.Collect(p.All()); !slices.Equal(got, want) {
@@ -366,7 +339,7 @@ func TestPersistentRetriesConflicts(t *testing.T) {
 
 func TestPersistentGivesUpAfterMaxAttempts(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithMaxAttempts(3), bitmap.WithBackoff(time.Microsecond, time.Microsecond))
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithMaxAttempts(3), bitmap.WithBackoff(time.Microsecond, time.Microsecond))
 	conflictingWriter(t, store, "10.96.0.0/24", 1000)
 	before := store.Stats().Updates
 	_, err := p.AllocateNext(context.Background(), allocator.Owner{})
@@ -377,7 +350,7 @@ func TestPersistentGivesUpAfterMaxAttempts(t *testing.T) {
 		t.Errorf("compare-and-swaps = %d, want 3 (the bound)", got)
 	}
 	// The allocator knows the other writer's state and stored nothing of its own.
-	if got, want := stored(t, store, "10.96.0.0/24"), slices.Collect(p.All()); !slices.Equal(got, want) {
+	if got, want := churntest.Stored(t, store, "10.96.0.0/24"), slices.Collect(p.All()); !slices.Equal(got, want) {
 		t.Errorf("stored = %v, All() = %v; want equal", got, want)
 	}
 }
@@ -386,7 +359,7 @@ var errInjected = errors.New("injected store failure")
 
 func TestPersistentWriteFailureLeavesNothing(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
 		store.OnUpdate(nil) // fail once, before storing; the fencing write then succeeds
 		return errInjected
@@ -395,7 +368,7 @@ func TestPersistentWriteFailureLeavesNothing(t *testing.T) {
 	if !errors.Is(err, errInjected) || errors.Is(err, bitmap.ErrOutcomeUnknown) {
 		t.Fatalf("AllocateNext() = %v, want the injected error, without ErrOutcomeUnknown", err)
 	}
-	if got := stored(t, store, "10.96.0.0/24"); len(got) != 0 || p.Used() != 0 {
+	if got := churntest.Stored(t, store, "10.96.0.0/24"); len(got) != 0 || p.Used() != 0 {
 		t.Errorf("stored = %v, Used() = %d; want nothing", got, p.Used())
 	}
 	if _, err := p.AllocateNext(context.Background(), allocator.Owner{}); err != nil {
@@ -405,7 +378,7 @@ func TestPersistentWriteFailureLeavesNothing(t *testing.T) {
 
 func TestPersistentLostResponseIsOutcomeUnknown(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.OnUpdated(func(context.Context, int64) error {
 		store.OnUpdated(nil) // stored, but the answer is lost
 		return errInjected
@@ -419,14 +392,14 @@ func TestPersistentLostResponseIsOutcomeUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := stored(t, store, "10.96.0.0/24"); len(got) != 2 || !slices.Contains(got, ip) {
+	if got := churntest.Stored(t, store, "10.96.0.0/24"); len(got) != 2 || !slices.Contains(got, ip) {
 		t.Errorf("stored = %v, want the lost write's address and %v", got, ip)
 	}
 }
 
 func TestPersistentQueuedCallerGivesUp(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	started, open := gateUpdates(store)
 	defer open()
 	first := make(chan error, 1)
@@ -451,7 +424,7 @@ func TestPersistentQueuedCallerGivesUp(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if got := stored(t, store, "10.96.0.0/24"); len(got) != 1 || p.Used() != 1 {
+	if got := churntest.Stored(t, store, "10.96.0.0/24"); len(got) != 1 || p.Used() != 1 {
 		t.Errorf("stored = %v, Used() = %d; want only the first caller's address", got, p.Used())
 	}
 }
@@ -459,7 +432,7 @@ func TestPersistentQueuedCallerGivesUp(t *testing.T) {
 func TestPersistentDryRunNeverWrites(t *testing.T) {
 	ctx := context.Background()
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	held := netip.MustParseAddr("10.96.0.10")
 	if err := p.Allocate(ctx, held, allocator.Owner{}); err != nil {
 		t.Fatal(err)
@@ -486,7 +459,7 @@ func TestPersistentDryRunNeverWrites(t *testing.T) {
 func TestPersistentOutOfRangeNeverReachesStore(t *testing.T) {
 	ctx := context.Background()
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	before := store.Stats()
 	var nir *allocator.NotInRangeError
 	if err := p.Allocate(ctx, netip.MustParseAddr("10.97.0.1"), allocator.Owner{}); !errors.As(err, &nir) {
@@ -505,7 +478,7 @@ func TestPersistentOutOfRangeNeverReachesStore(t *testing.T) {
 
 func TestPersistentClose(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +489,7 @@ func TestPersistentClose(t *testing.T) {
 
 func TestPersistentMissingSnapshotIsNotReady(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.Delete()
 	if _, err := p.AllocateNext(context.Background(), allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("AllocateNext() with the snapshot deleted = %v, want ErrNotReady", err)
@@ -570,7 +543,7 @@ func TestPersistentChurnNeverDuplicates(t *testing.T) {
 	}
 	ps := make([]*bitmap.Persistent, 3)
 	for i := range ps {
-		ps[i] = newPersistent(t, "10.96.0.0/26", store, bitmap.WithBackoff(time.Microsecond, 10*time.Microsecond))
+		ps[i] = churntest.NewPersistent(t, "10.96.0.0/26", store, bitmap.WithBackoff(time.Microsecond, 10*time.Microsecond))
 	}
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
 		if chance(20) {
@@ -594,7 +567,7 @@ func TestPersistentChurnNeverDuplicates(t *testing.T) {
 	res := churntest.Run(t, as, churntest.Config{Calls: 150})
 	store.OnUpdate(nil)
 	store.OnUpdated(nil)
-	res.Check(t, stored(t, store, "10.96.0.0/26"))
+	res.Check(t, churntest.Stored(t, store, "10.96.0.0/26"))
 }
 
 // TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone checks that a caller whose context
@@ -602,19 +575,11 @@ func TestPersistentChurnNeverDuplicates(t *testing.T) {
 // it was the first of its batch: it must not stay behind to store the other callers' operations.
 func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Microsecond))
-	var (
-		mu      sync.Mutex
-		updates int
-	)
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Microsecond))
 	first, second, rest := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	secondStarted := make(chan struct{})
 	defer close(rest)
-	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
-		mu.Lock()
-		updates++
-		n := updates
-		mu.Unlock()
+	updates := onNthUpdate(store, func(n int) {
 		switch n {
 		case 1: // the first caller's batch
 			<-first
@@ -625,7 +590,6 @@ func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 		default: // its retry, for the remaining caller only: held until the test ends
 			<-rest
 		}
-		return nil
 	})
 	firstDone := make(chan error, 1)
 	go func() {
@@ -633,9 +597,7 @@ func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 		firstDone <- err
 	}()
 	testenv.WaitFor(t, "the first CAS in flight", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return updates == 1
+		return updates() == 1
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -724,7 +686,7 @@ func TestPersistentNeverAnswersFromAnOlderStateThanItRead(t *testing.T) {
 	ctx := context.Background()
 	const cidr = "10.96.0.0/24"
 	store := &pausingStore{MemStore: bitmap.NewMemStore()}
-	p := newPersistent(t, cidr, store)
+	p := churntest.NewPersistent(t, cidr, store)
 	y := netip.MustParseAddr("10.96.0.77")
 	if err := p.Allocate(ctx, y, allocator.Owner{}); err != nil {
 		t.Fatal(err)
@@ -759,7 +721,7 @@ func TestPersistentNeverAnswersFromAnOlderStateThanItRead(t *testing.T) {
 	if err := <-result; err != nil {
 		t.Errorf("Allocate(%v) = %v, want nil: the store held %v free whenever the call read it", y, err, y)
 	}
-	if got := stored(t, store, cidr); !slices.Equal(got, []netip.Addr{y}) {
+	if got := churntest.Stored(t, store, cidr); !slices.Equal(got, []netip.Addr{y}) {
 		t.Errorf("stored = %v, want [%v]", got, y)
 	}
 }
@@ -865,23 +827,15 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			store := bitmap.NewMemStore()
 			store.Put(snapshotOf(t, cidr, held.String()))
-			p := newPersistent(t, cidr, store)
+			p := churntest.NewPersistent(t, cidr, store)
 
 			// The first Update waits for firstGo so that both callers queue up behind it; the
 			// second, which holds both of their operations, hangs for 2 s; later ones pass.
-			var (
-				mu      sync.Mutex
-				updates int
-			)
 			firstGo := make(chan struct{})
 			hookReturned := make(chan struct{})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
-				mu.Lock()
-				updates++
-				n := updates
-				mu.Unlock()
+			updates := onNthUpdate(store, func(n int) {
 				switch n {
 				case 1:
 					<-firstGo
@@ -891,29 +845,12 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 					time.Sleep(2 * time.Second)
 					close(hookReturned)
 				}
-				return nil
 			})
-			first := make(chan netip.Addr, 1)
-			go func() {
-				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
-				if err != nil {
-					t.Errorf("first AllocateNext() = %v", err)
-				}
-				first <- ip
-			}()
+			first := allocateNextAsync(t, p, "first AllocateNext()")
 			testenv.WaitFor(t, "the first Update in flight", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return updates == 1
+				return updates() == 1
 			})
-			patient := make(chan netip.Addr, 1)
-			go func() {
-				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
-				if err != nil {
-					t.Errorf("AllocateNext() without a deadline = %v", err)
-				}
-				patient <- ip
-			}()
+			patient := allocateNextAsync(t, p, "AllocateNext() without a deadline")
 			testenv.WaitFor(t, "one queued operation", func() bool { return bitmap.QueuedOps(p) == 1 })
 			short := make(chan error, 1)
 			go func() { short <- tt.call(ctx, p) }()
@@ -931,9 +868,9 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 			want := append([]netip.Addr{<-first, <-patient}, tt.want...)
 			slices.SortFunc(want, netip.Addr.Compare)
 			testenv.WaitFor(t, "the store to hold only what the callers hold", func() bool {
-				return slices.Equal(stored(t, store, cidr), want) && slices.Equal(slices.Collect(p.All()), want)
+				return slices.Equal(churntest.Stored(t, store, cidr), want) && slices.Equal(slices.Collect(p.All()), want)
 			})
-			if diff := cmp.Diff(want, stored(t, store, cidr), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			if diff := cmp.Diff(want, churntest.Stored(t, store, cidr), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("stored addresses (-want +got):\n%s", diff)
 			}
 		})
@@ -953,7 +890,7 @@ func TestPersistentChurnWithDeadlinesLeaksNothing(t *testing.T) {
 	ps := make([]*bitmap.Persistent, 3)
 	as := make([]allocator.Interface, len(ps))
 	for i := range ps {
-		ps[i] = newPersistent(t, cidr, store, bitmap.WithBackoff(time.Microsecond, 10*time.Microsecond))
+		ps[i] = churntest.NewPersistent(t, cidr, store, bitmap.WithBackoff(time.Microsecond, 10*time.Microsecond))
 		as[i] = ps[i]
 	}
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
@@ -970,7 +907,7 @@ func TestPersistentChurnWithDeadlinesLeaksNothing(t *testing.T) {
 		return !slices.ContainsFunc(ps, func(p *bitmap.Persistent) bool { return !bitmap.Idle(p) })
 	})
 	store.OnUpdate(nil)
-	if leaked := res.Check(t, stored(t, store, cidr)); leaked != 0 {
+	if leaked := res.Check(t, churntest.Stored(t, store, cidr)); leaked != 0 {
 		t.Errorf("%d addresses stored but held by nobody, want 0: allocations whose callers gave up were not undone", leaked)
 	}
 }
@@ -999,7 +936,7 @@ func TestPersistentOnlyOptionsAreNotOptions(t *testing.T) {
 func TestPersistentLoserRetriesAtOnceOnTheStateThatWon(t *testing.T) {
 	const losses = 10
 	store := bitmap.NewMemStore()
-	p := newPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Hour, time.Hour))
+	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Hour, time.Hour))
 	taken := conflictingWriter(t, store, "10.96.0.0/24", losses)
 	gets := store.Stats().Gets
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -1013,5 +950,41 @@ func TestPersistentLoserRetriesAtOnceOnTheStateThatWon(t *testing.T) {
 	}
 	if got := store.Stats(); got.Gets != gets || got.Conflicts != losses {
 		t.Errorf("store calls: %d Gets, %d conflicts; want %d Gets (no second read), %d conflicts", got.Gets, got.Conflicts, gets, losses)
+	}
+}
+
+// allocateNextAsync calls p.AllocateNext without a deadline in a goroutine of its own and sends
+// the address on the returned channel; an error is reported on t, prefixed with what.
+func allocateNextAsync(t *testing.T, p *bitmap.Persistent, what string) <-chan netip.Addr {
+	ch := make(chan netip.Addr, 1)
+	go func() {
+		ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
+		if err != nil {
+			t.Errorf("%s = %v", what, err)
+		}
+		ch <- ip
+	}()
+	return ch
+}
+
+// onNthUpdate makes every Update of store call hook with its number, counting from 1, before it is
+// stored, and returns a function that reports how many Updates have begun.
+func onNthUpdate(store *bitmap.MemStore, hook func(n int)) (updates func() int) {
+	var (
+		mu sync.Mutex
+		n  int
+	)
+	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
+		mu.Lock()
+		n++
+		k := n
+		mu.Unlock()
+		hook(k)
+		return nil
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/freeindex"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
@@ -351,10 +352,7 @@ func waitFor(ctx context.Context, ch <-chan struct{}) error {
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 	off, err := a.offsetOf(ip)
 	if err != nil {
-		if _, bad := err.(*allocator.AddrError); bad {
-			return err
-		}
-		return nil
+		return allocbase.ReleaseNotServed(err)
 	}
 	if err := a.begin(ctx, off, false); err != nil {
 		return err
@@ -431,7 +429,7 @@ func (a *Allocator) Free() uint64 {
 // WithServerDryRun, asks the API server with a dry-run Create), AllocateNext returns an address
 // that is free in the index now without reserving it, and Release only validates its input. Both
 // reject an owner without a Resource or a Name, as Allocate and AllocateNext do.
-func (a *Allocator) DryRun() allocator.Interface { return dryRun{a} }
+func (a *Allocator) DryRun() allocator.Interface { return dryRun{allocbase.DryRunView{R: a}, a} }
 
 // Close removes the informer event handler. Allocate and AllocateNext return allocator.ErrNotReady
 // afterwards; the Allocator must not be used any more. Close is idempotent.

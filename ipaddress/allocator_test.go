@@ -23,6 +23,8 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -54,7 +56,7 @@ func TestNewValidatesRange(t *testing.T) {
 		{"::fffe:0:0/95", true}, // contains ::ffff:0:0/96
 		{"::fffe:0:0/96", false},
 	}
-	client, _ := newFakeClient(t)
+	client := fakeclient.New(fakeclient.Options{FieldManaged: true})
 	for _, tt := range tests {
 		t.Run(tt.cidr, func(t *testing.T) {
 			factoryInformer := newInformer(client)
@@ -94,7 +96,7 @@ func TestSizesOfTheWidestRanges(t *testing.T) {
 			if err != nil {
 				t.Fatalf("AllocateNext() = %v", err)
 			}
-			if off, ok := ipOffset(f.a.CIDR(), ip); !ok || off < tt.wantBand {
+			if off, ok := ipmath.Offset(f.a.CIDR(), ip); !ok || off < tt.wantBand {
 				t.Errorf("AllocateNext() = %v (offset %d), want one of the dynamic band", ip, off)
 			}
 			if got, want := f.a.Free(), tt.wantSize-1; got != want {
@@ -316,7 +318,7 @@ func TestDryRunAsksTheServerWhenEnabled(t *testing.T) {
 	}
 	var dry int
 	for _, act := range f.client.Actions() {
-		if isDryRun(act) {
+		if fakeclient.IsDryRun(act) {
 			dry++
 		}
 	}
@@ -339,7 +341,7 @@ func TestReleaseNotFoundSeesTheNextOwner(t *testing.T) {
 	f := newFixture(t, netip.MustParsePrefix("10.7.0.0/24"), fixtureOptions{})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("10.7.0.9")
-	off, _ := ipOffset(f.a.cidr, ip)
+	off, _ := ipmath.Offset(f.a.cidr, ip)
 	ips := f.client.NetworkingV1().IPAddresses()
 	if _, err := ips.Create(ctx, ipAddressObject(ip.String(), "", 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -468,7 +470,7 @@ func staleEvents(a *Allocator) uint64 {
 // either shown it or ignored an event for it as stale (more than stale events ignored in all).
 func waitHandled(t *testing.T, a *Allocator, ip netip.Addr, stale uint64) {
 	t.Helper()
-	off, _ := ipOffset(a.cidr, ip)
+	off, _ := ipmath.Offset(a.cidr, ip)
 	testenv.WaitFor(t, "the informer to hand "+ip.String()+" to the handler", func() bool {
 		if _, ok := a.cached(off); !ok {
 			return false
@@ -482,7 +484,7 @@ func waitHandled(t *testing.T, a *Allocator, ip netip.Addr, stale uint64) {
 // TestNewRejectsNilAndZeroArguments calls New with each argument nil or zero and expects an
 // error, never a panic.
 func TestNewRejectsNilAndZeroArguments(t *testing.T) {
-	client, _ := newFakeClient(t)
+	client := fakeclient.New(fakeclient.Options{FieldManaged: true})
 	cidr := netip.MustParsePrefix("10.11.0.0/24")
 	tests := []struct {
 		name     string

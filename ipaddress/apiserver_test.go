@@ -234,31 +234,7 @@ func TestAPIServerTwoAllocatorsNeverBothWin(t *testing.T) {
 		a, b := realAllocator(t, s, p), realAllocator(t, s, p)
 		for off := range ipmath.Size(p) {
 			ip, _ := ipmath.AddrAt(p, off)
-			errs := make([]error, 2)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i, x := range []*Allocator{a, b} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					errs[i] = x.Allocate(ctx, ip, testOwner)
-				}()
-			}
-			close(start)
-			wg.Wait()
-			wins := 0
-			for _, err := range errs {
-				switch {
-				case err == nil:
-					wins++
-				case !errors.Is(err, allocator.ErrAllocated):
-					t.Errorf("Allocate(%v) = %v, want nil or ErrAllocated", ip, err)
-				}
-			}
-			if wins != 1 {
-				t.Errorf("Allocate(%v) won %d times, want once", ip, wins)
-			}
+			allocatortest.ExactlyOneWinner(t, ctx, ip, testOwner, a, b)
 		}
 		testenv.WaitFor(t, "both informers to show every address", func() bool {
 			return a.Used() == ipmath.Size(p) && b.Used() == ipmath.Size(p)
@@ -299,7 +275,7 @@ func TestAPIServerContentionWithItsOwnServices(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			svc, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService(fmt.Sprintf("contend-%d", i)), metav1.CreateOptions{})
+			svc, err := s.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService(fmt.Sprintf("contend-%d", i), ""), metav1.CreateOptions{})
 			if apierrors.IsInternalError(err) && strings.Contains(err.Error(), "already allocated") {
 				refused.Add(1)
 				return

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-ipam/clusterip/internal/informerutil"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 // The index is the informer's view of the range overlaid with the Allocator's own writes:
@@ -334,5 +335,5 @@ func (a *Allocator) offsetOfName(name string) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return ipOffset(a.cidr, ip)
+	return ipmath.Offset(a.cidr, ip)
 }

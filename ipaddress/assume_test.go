@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 // step is one thing that happens to the address under test.
@@ -226,7 +228,7 @@ func TestAssumeCache(t *testing.T) {
 			a := f.a
 			now := time.Unix(1000, 0)
 			a.now = func() time.Time { return now }
-			off, _ := ipOffset(cidr, ip)
+			off, _ := ipmath.Offset(cidr, ip)
 			store := a.informer.GetIndexer()
 			for i, s := range tt.steps {
 				a.mu.Lock()

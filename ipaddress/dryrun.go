@@ -3,18 +3,20 @@ package ipaddress
 import (
 	"context"
 	"fmt"
-	"iter"
 	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 )
 
 // dryRun answers as its Allocator would and changes nothing.
-type dryRun struct{ a *Allocator }
+type dryRun struct {
+	allocbase.DryRunView
+	a *Allocator
+}
 
 func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	a := d.a
@@ -61,15 +63,4 @@ func (d dryRun) AllocateNext(_ context.Context, owner allocator.Owner) (netip.Ad
 	return a.addrAt(off), nil
 }
 
-func (d dryRun) Release(_ context.Context, ip netip.Addr) error {
-	return allocator.CheckAddr(ip)
-}
-
-func (d dryRun) Has(ip netip.Addr) bool      { return d.a.Has(ip) }
-func (d dryRun) All() iter.Seq[netip.Addr]   { return d.a.All() }
-func (d dryRun) CIDR() netip.Prefix          { return d.a.CIDR() }
-func (d dryRun) Family() corev1.IPFamily     { return d.a.Family() }
-func (d dryRun) Used() uint64                { return d.a.Used() }
-func (d dryRun) Free() uint64                { return d.a.Free() }
 func (d dryRun) DryRun() allocator.Interface { return d }
-func (d dryRun) Close() error                { return nil }

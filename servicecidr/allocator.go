@@ -26,6 +26,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
@@ -148,7 +150,7 @@ func (a *Allocator) views(keep func(*entry) bool) []view {
 // outermost one keeps Used and Free, which count outermost prefixes, exact at once; the allocators
 // of the prefixes inside learn of the change from the informer.
 func (a *Allocator) containing(ip netip.Addr) []view {
-	return a.views(func(e *entry) bool { return usable(e.prefix, ip) })
+	return a.views(func(e *entry) bool { return ipmath.Usable(e.prefix, ip) })
 }
 
 // servable reports whether some ready ServiceCIDR can allocate ip now.
@@ -156,7 +158,7 @@ func (a *Allocator) servable(ip netip.Addr) bool {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	for _, e := range a.entries {
-		if e.ready && usable(e.prefix, ip) {
+		if e.ready && ipmath.Usable(e.prefix, ip) {
 			return true
 		}
 	}
@@ -488,7 +490,7 @@ func (a *Allocator) Ready() bool { return len(a.ReadyCIDRs()) > 0 }
 
 // DryRun returns a view of the Allocator that validates every call as the Allocator would but
 // changes nothing; see allocator.Interface.
-func (a *Allocator) DryRun() allocator.Interface { return dryRun{a} }
+func (a *Allocator) DryRun() allocator.Interface { return dryRun{allocbase.DryRunView{R: a}, a} }
 
 // Close closes every per-CIDR allocator. Afterwards the Allocator serves nothing and Run, if still
 // running, adds no more; Close is idempotent.

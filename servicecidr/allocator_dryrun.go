@@ -3,16 +3,17 @@ package servicecidr
 import (
 	"context"
 	"fmt"
-	"iter"
 	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 )
 
 // dryRun is the Allocator seen through DryRun: it validates like the Allocator and changes nothing.
-type dryRun struct{ a *Allocator }
+type dryRun struct {
+	allocbase.DryRunView
+	a *Allocator
+}
 
 var _ allocator.Interface = dryRun{}
 
@@ -46,14 +47,4 @@ func (d dryRun) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.
 	return d.a.allocateNext(ctx, owner, true)
 }
 
-// Release validates ip and does nothing else.
-func (d dryRun) Release(_ context.Context, ip netip.Addr) error { return allocator.CheckAddr(ip) }
-
-func (d dryRun) Has(ip netip.Addr) bool      { return d.a.Has(ip) }
-func (d dryRun) All() iter.Seq[netip.Addr]   { return d.a.All() }
-func (d dryRun) CIDR() netip.Prefix          { return netip.Prefix{} }
-func (d dryRun) Family() corev1.IPFamily     { return d.a.family }
-func (d dryRun) Used() uint64                { return d.a.Used() }
-func (d dryRun) Free() uint64                { return d.a.Free() }
 func (d dryRun) DryRun() allocator.Interface { return d }
-func (d dryRun) Close() error                { return nil }

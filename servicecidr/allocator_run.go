@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/internal/informerutil"
 )
 
 // Run watches ServiceCIDRs and keeps the per-CIDR allocators in step with them until ctx is done,
@@ -47,31 +48,15 @@ func (a *Allocator) Run(ctx context.Context) error {
 	}
 	a.queue.Add(syncAllKey)
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for a.processNext(ctx) {
-		}
-	}()
-	<-ctx.Done()
-	a.queue.ShutDown()
-	wg.Wait()
+	informerutil.RunWorkers(ctx, 1, a.queue, a.processNext)
 	return nil
 }
 
 // processNext syncs the next key; it returns false once the queue is shut down.
 func (a *Allocator) processNext(ctx context.Context) bool {
-	key, quit := a.queue.Get()
-	if quit {
-		return false
-	}
-	defer a.queue.Done(key)
-	if err := a.syncAll(ctx); err != nil {
-		klog.FromContext(ctx).Error(err, "Syncing ServiceCIDRs, will retry", "requeues", a.queue.NumRequeues(key))
-		a.queue.AddRateLimited(key)
-		return true
-	}
-	a.queue.Forget(key)
-	return true
+	return informerutil.ProcessNext(ctx, a.queue,
+		func(ctx context.Context, _ string) error { return a.syncAll(ctx) },
+		func(ctx context.Context, key string, err error) {
+			klog.FromContext(ctx).Error(err, "Syncing ServiceCIDRs, will retry", "requeues", a.queue.NumRequeues(key))
+		})
 }

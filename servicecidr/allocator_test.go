@@ -1,7 +1,6 @@
 package servicecidr
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/netip"
@@ -25,32 +24,6 @@ import (
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
-
-// fillAll calls AllocateNext until ErrFull and returns what it got.
-func fillAll(t *testing.T, a allocator.Interface) []netip.Addr {
-	t.Helper()
-	var got []netip.Addr
-	for {
-		ip, err := a.AllocateNext(context.Background(), testOwner)
-		if errors.Is(err, allocator.ErrFull) {
-			return got
-		}
-		if err != nil {
-			t.Fatalf("AllocateNext() after %d addresses = %v", len(got), err)
-		}
-		got = append(got, ip)
-	}
-}
-
-func checkCounts(t *testing.T, a allocator.Interface, used, free uint64) {
-	t.Helper()
-	if got := a.Used(); got != used {
-		t.Errorf("Used() = %d, want %d", got, used)
-	}
-	if got := a.Free(); got != free {
-		t.Errorf("Free() = %d, want %d", got, free)
-	}
-}
 
 func TestNewRejectsBadArguments(t *testing.T) {
 	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true})

@@ -8,17 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
-
-// usable reports whether ip is an address p can allocate: inside p, and neither its network
-// address nor its IPv4 broadcast address.
-func usable(p netip.Prefix, ip netip.Addr) bool {
-	if !p.Contains(ip) || ip == ipmath.Network(p) {
-		return false
-	}
-	return !(ip.Is4() && ip == ipmath.Last(p))
-}
 
 // isReady reports whether sc may be allocated from: its Ready condition is True or absent, and it
 // is not being deleted.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -99,6 +100,14 @@ type fixtureConfig struct {
 	opts              []Option
 }
 
+// waitWatching waits until client, if it is a fakeclient.Clientset, has a watch on each resource.
+func waitWatching(t testing.TB, client any, resources ...string) {
+	t.Helper()
+	if fc, ok := client.(*fakeclient.Clientset); ok {
+		fc.WaitWatching(t, resources...)
+	}
+}
+
 func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 	t.Helper()
 	if cfg.family == "" {
@@ -106,7 +115,7 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 	}
 	client := cfg.client
 	if client == nil {
-		client = newFakeClient(cfg.objects...)
+		client = fakeclient.New(fakeclient.Options{Objects: cfg.objects})
 	}
 	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))) // logsOf reads the buffer
 	ctx, cancel := context.WithCancel(ctx)
@@ -137,7 +146,7 @@ func newFixture(t testing.TB, cfg fixtureConfig) *fixture {
 					o.LabelSelector = "servicecidr.test/never=true"
 				}))
 			} else {
-				blind := newFakeClient()
+				blind := fakeclient.New(fakeclient.Options{})
 				blindInf = informers.NewSharedInformerFactory(blind, 0)
 				defer waitWatching(t, blind, "ipaddresses")
 			}

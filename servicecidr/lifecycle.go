@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/internal/informerutil"
 )
 
 const (
@@ -142,37 +144,18 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("servicecidr-lifecycle", ctx.Done(), cidrReg.HasSynced, ipReg.HasSynced) {
 		return nil // ctx is done
 	}
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	informerutil.RunWorkers(ctx, workers, c.queue, c.processNext)
 	return nil
 }
 
+// processNext syncs the next ServiceCIDR; it returns false once the queue is shut down.
 func (c *LifecycleController) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
+	return informerutil.ProcessNext(ctx, c.queue, c.sync, func(ctx context.Context, name string, err error) {
 		logger := klog.FromContext(ctx)
 		if apierrors.IsConflict(err) {
 			logger.V(2).Info("Conflict updating ServiceCIDR, will retry", "serviceCIDR", name)
 		} else {
 			logger.Error(err, "Syncing ServiceCIDR, will retry", "serviceCIDR", name)
 		}
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
+	})
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 // sync brings one ServiceCIDR to its wanted state: finalizer and Ready condition while it lives,
@@ -51,22 +53,32 @@ func (c *LifecycleController) syncLive(ctx context.Context, sc *networkingv1.Ser
 	if meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady) != nil {
 		return nil
 	}
+	wrote, err := c.setReadyCondition(ctx, sc, metav1.ConditionTrue, ReasonReady, messageReady)
+	if wrote {
+		logger.V(2).Info("Set Ready=True", "serviceCIDR", sc.Name)
+	}
+	return err
+}
+
+// setReadyCondition sets sc's Ready condition to status with reason and message through the
+// status subresource, and reports whether it wrote. A ServiceCIDR that is gone is no error.
+func (c *LifecycleController) setReadyCondition(ctx context.Context, sc *networkingv1.ServiceCIDR, status metav1.ConditionStatus, reason, message string) (bool, error) {
 	cp := sc.DeepCopy()
 	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
 		Type:               networkingv1.ServiceCIDRConditionReady,
-		Status:             metav1.ConditionTrue,
-		Reason:             ReasonReady,
-		Message:            messageReady,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
 		ObservedGeneration: sc.Generation,
 	})
-	if _, err := c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("servicecidr: set Ready on %s: %w", sc.Name, err)
+	_, err := c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, cp, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
 	}
-	logger.V(2).Info("Set Ready=True", "serviceCIDR", sc.Name)
-	return nil
+	return false, fmt.Errorf("servicecidr: set Ready=%s (%s) on %s: %w", status, reason, sc.Name, err)
 }
 
 func (c *LifecycleController) syncDeleting(ctx context.Context, sc *networkingv1.ServiceCIDR) error {
@@ -147,18 +159,9 @@ func (c *LifecycleController) setTerminating(ctx context.Context, sc *networking
 	if cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ReasonTerminating {
 		return nil
 	}
-	cp := sc.DeepCopy()
-	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
-		Type:               networkingv1.ServiceCIDRConditionReady,
-		Status:             metav1.ConditionFalse,
-		Reason:             ReasonTerminating,
-		Message:            fmt.Sprintf("%s (%d IPAddresses, such as %s, are in no other ready ServiceCIDR)", messageTerminating, len(orphans), orphans[0]),
-		ObservedGeneration: sc.Generation,
-	})
-	if _, err := c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("servicecidr: set Terminating on %s: %w", sc.Name, err)
-	}
-	return nil
+	_, err := c.setReadyCondition(ctx, sc, metav1.ConditionFalse, ReasonTerminating,
+		fmt.Sprintf("%s (%d IPAddresses, such as %s, are in no other ready ServiceCIDR)", messageTerminating, len(orphans), orphans[0]))
+	return err
 }
 
 // orphans returns the addresses of IPAddresses in the cache that sc contains and no other ready
@@ -226,7 +229,7 @@ func orphansOf(sc *networkingv1.ServiceCIDR, cidrs []*networkingv1.ServiceCIDR, 
 		if err != nil || !containsAddr(sc, ip) {
 			continue
 		}
-		if !slices.ContainsFunc(others, func(p netip.Prefix) bool { return usable(p, ip) }) {
+		if !slices.ContainsFunc(others, func(p netip.Prefix) bool { return ipmath.Usable(p, ip) }) {
 			out = append(out, ip)
 		}
 	}
@@ -238,7 +241,7 @@ func orphansOf(sc *networkingv1.ServiceCIDR, cidrs []*networkingv1.ServiceCIDR, 
 // counts, also one the Allocator does not serve: another allocator (kube-apiserver's) may.
 func containsAddr(sc *networkingv1.ServiceCIDR, ip netip.Addr) bool {
 	for _, c := range specCIDRsOf(sc) {
-		if c.prefix.IsValid() && usable(c.prefix, ip) {
+		if c.prefix.IsValid() && ipmath.Usable(c.prefix, ip) {
 			return true
 		}
 	}

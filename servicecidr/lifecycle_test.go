@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-ipam/clusterip/internal/testenv"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // testGrace is the LifecycleController grace period in these tests.
@@ -185,7 +187,7 @@ func TestLifecycleRechecksAfterGracePeriod(t *testing.T) {
 }
 
 func TestLifecycleRetriesOnConflict(t *testing.T) {
-	client := newFakeClient(serviceCIDR("a", "10.1.0.0/24"))
+	client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/24")}})
 	var conflicts atomic.Int32
 	for _, verb := range []string{"update"} {
 		client.PrependReactor(verb, "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {

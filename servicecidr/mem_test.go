@@ -90,7 +90,7 @@ func (a *memAlloc) check(ip netip.Addr) error {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
 	}
-	if !usable(a.prefix, ip) {
+	if !ipmath.Usable(a.prefix, ip) {
 		return &allocator.NotInRangeError{IP: ip, Range: a.prefix}
 	}
 	return nil
@@ -153,7 +153,7 @@ func (a *memAlloc) Release(_ context.Context, ip netip.Addr) error {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
 	}
-	if !usable(a.prefix, ip) {
+	if !ipmath.Usable(a.prefix, ip) {
 		return nil
 	}
 	a.store.mu.Lock()
@@ -163,7 +163,7 @@ func (a *memAlloc) Release(_ context.Context, ip netip.Addr) error {
 }
 
 func (a *memAlloc) Has(ip netip.Addr) bool {
-	return allocator.CheckAddr(ip) == nil && usable(a.prefix, ip) && a.store.has(ip)
+	return allocator.CheckAddr(ip) == nil && ipmath.Usable(a.prefix, ip) && a.store.has(ip)
 }
 
 func (a *memAlloc) list() []netip.Addr {
@@ -171,7 +171,7 @@ func (a *memAlloc) list() []netip.Addr {
 	defer a.store.mu.Unlock()
 	var out []netip.Addr
 	for ip := range a.store.ips {
-		if usable(a.prefix, ip) {
+		if ipmath.Usable(a.prefix, ip) {
 			out = append(out, ip)
 		}
 	}

@@ -68,8 +68,8 @@ func testUsesEveryCIDR(t *testing.T, b backend) {
 	f.create(serviceCIDR("b", cidrs[1]))
 	f.create(serviceCIDR("c", cidrs[2], "fd00:3::/120"))
 	f.waitReady(cidrs...)
-	checkCounts(t, f.alloc, 0, 3*14)
-	got := fillAll(t, f.alloc)
+	allocatortest.CheckCounts(t, f.alloc, 0, 3*14)
+	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	if len(got) != 3*14 {
 		t.Fatalf("AllocateNext() gave %d addresses before ErrFull, want %d", len(got), 3*14)
 	}
@@ -81,7 +81,7 @@ func testUsesEveryCIDR(t *testing.T, b backend) {
 		}
 		seen[ip] = true
 		for _, s := range cidrs {
-			if p := mustPrefix(s); usable(p, ip) {
+			if p := mustPrefix(s); ipmath.Usable(p, ip) {
 				per[p]++
 			}
 		}
@@ -91,7 +91,7 @@ func testUsesEveryCIDR(t *testing.T, b backend) {
 			t.Errorf("%d addresses from %s, want 14", n, s)
 		}
 	}
-	checkCounts(t, f.alloc, 3*14, 0)
+	allocatortest.CheckCounts(t, f.alloc, 3*14, 0)
 	all := slices.Collect(f.alloc.All())
 	slices.SortFunc(got, netip.Addr.Compare)
 	if !slices.Equal(all, got) {
@@ -105,7 +105,7 @@ func testGrows(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
 	f.create(serviceCIDR("a", "10.1.0.0/29"))
 	f.waitReady("10.1.0.0/29")
-	if got := fillAll(t, f.alloc); len(got) != 6 {
+	if got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner); len(got) != 6 {
 		t.Fatalf("filled %d addresses, want 6", len(got))
 	}
 	if _, err := f.alloc.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
@@ -113,15 +113,22 @@ func testGrows(t *testing.T, b backend) {
 	}
 	f.create(serviceCIDR("b", "10.2.0.0/29"))
 	f.waitReady("10.1.0.0/29", "10.2.0.0/29")
-	checkCounts(t, f.alloc, 6, 6)
-	got := fillAll(t, f.alloc)
+	allocatortest.CheckCounts(t, f.alloc, 6, 6)
+	fillFrom(t, f, "10.2.0.0/29", 6)
+}
+
+// fillFrom fills f's allocator (see allocatortest.Fill) and checks that it gave n addresses, all
+// usable in the prefix want.
+func fillFrom(t *testing.T, f *fixture, want string, n int) {
+	t.Helper()
+	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	for _, ip := range got {
-		if !mustPrefix("10.2.0.0/29").Contains(ip) {
-			t.Errorf("AllocateNext() after adding 10.2.0.0/29 = %v; want an address of it", ip)
+		if !ipmath.Usable(mustPrefix(want), ip) {
+			t.Errorf("AllocateNext() = %v, want an address of %s", ip, want)
 		}
 	}
-	if len(got) != 6 {
-		t.Errorf("filled %d more addresses, want 6", len(got))
+	if len(got) != n {
+		t.Errorf("filled %d addresses, want %d, all from %s", len(got), n, want)
 	}
 }
 
@@ -149,15 +156,7 @@ func testShrinks(t *testing.T, b backend) {
 	if f.alloc.Has(inB) {
 		t.Errorf("Has(%v) = true after its only ServiceCIDR was deleted", inB)
 	}
-	got := fillAll(t, f.alloc)
-	for _, ip := range got {
-		if !mustPrefix("10.1.0.0/28").Contains(ip) {
-			t.Errorf("AllocateNext() = %v after 10.2.0.0/28 was deleted", ip)
-		}
-	}
-	if len(got) != 14 {
-		t.Errorf("filled %d addresses, want 14", len(got))
-	}
+	fillFrom(t, f, "10.1.0.0/28", 14)
 }
 
 func TestShadowedNetworkAddress(t *testing.T) { runScenario(t, testShadowed) }
@@ -192,7 +191,7 @@ func testShadowed(t *testing.T, b backend) {
 		}
 	}
 	// 192.168.1.5 is in both prefixes and counted once; the /24 adds nothing to Free.
-	checkCounts(t, f.alloc, 3, ipmath.Size(mustPrefix("192.168.0.0/16"))-3)
+	allocatortest.CheckCounts(t, f.alloc, 3, ipmath.Size(mustPrefix("192.168.0.0/16"))-3)
 	if got, want := slices.Collect(f.alloc.All()), []netip.Addr{network, inside, broadcast}; !slices.Equal(got, want) {
 		t.Errorf("All() = %v, want %v", got, want)
 	}
@@ -217,19 +216,11 @@ func testNotReadySkipped(t *testing.T, b backend) {
 	f.create(notReady(serviceCIDR("off", "10.1.0.0/28")))
 	f.create(serviceCIDR("on", "10.2.0.0/29"))
 	f.waitReady("10.2.0.0/29")
-	got := fillAll(t, f.alloc)
-	if len(got) != 6 {
-		t.Errorf("filled %d addresses, want 6, all from the ready 10.2.0.0/29", len(got))
-	}
-	for _, ip := range got {
-		if !mustPrefix("10.2.0.0/29").Contains(ip) {
-			t.Errorf("AllocateNext() = %v, from a ServiceCIDR that is not ready", ip)
-		}
-	}
+	fillFrom(t, f, "10.2.0.0/29", 6) // the ready one only
 	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.3"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() in a not-ready ServiceCIDR = %v, want ErrNotReady", err)
 	}
-	checkCounts(t, f.alloc, 6, 0) // Free counts ready ServiceCIDRs only
+	allocatortest.CheckCounts(t, f.alloc, 6, 0) // Free counts ready ServiceCIDRs only
 
 	f.delete("on")
 	f.waitReady()

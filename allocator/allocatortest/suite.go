@@ -132,44 +132,21 @@ func checked(f Factory) Factory {
 // owner is a valid Owner, as kube-apiserver requires of a parentRef: it has a Resource and a Name.
 var owner = allocator.Owner{Resource: "services", Namespace: "default", Name: "conformance"}
 
-// fill allocates every free address with AllocateNext, checks each, and returns them in order.
+// fill allocates every free address with AllocateNext (see Fill), checks that each is a usable
+// address of cidr, and returns them in order.
 func fill(t *testing.T, a allocator.Interface, cidr netip.Prefix) []netip.Addr {
 	t.Helper()
-	ctx := context.Background()
-	seen := map[netip.Addr]bool{}
-	var got []netip.Addr
-	for range ipmath.Size(cidr) + 1 {
-		ip, err := a.AllocateNext(ctx, owner)
-		if errors.Is(err, allocator.ErrFull) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("AllocateNext() after %d addresses: %v", len(got), err)
-		}
+	got := Fill(t, context.Background(), a, owner)
+	for _, ip := range got {
 		checkUsable(t, cidr, ip)
-		if seen[ip] {
-			t.Fatalf("AllocateNext() = %v twice", ip)
-		}
-		seen[ip] = true
-		got = append(got, ip)
 	}
 	return got
 }
 
 func checkUsable(t *testing.T, cidr netip.Prefix, ip netip.Addr) {
 	t.Helper()
-	if _, ok := ipmath.Offset(cidr, ip); !ok {
+	if !ipmath.Usable(cidr, ip) {
 		t.Fatalf("got %v, which is not a usable address of %v", ip, cidr)
-	}
-}
-
-func checkCounts(t *testing.T, a allocator.Interface, used, free uint64) {
-	t.Helper()
-	if got := a.Used(); got != used {
-		t.Errorf("Used() = %d, want %d", got, used)
-	}
-	if got := a.Free(); got != free {
-		t.Errorf("Free() = %d, want %d", got, free)
 	}
 }
 
@@ -201,7 +178,7 @@ func testMetadata(t *testing.T, f Factory, c config) {
 			if got := a.Family(); got != tt.family {
 				t.Errorf("Family() = %v, want %v", got, tt.family)
 			}
-			checkCounts(t, a, 0, ipmath.Size(tt.cidr))
+			CheckCounts(t, a, 0, ipmath.Size(tt.cidr))
 			if n := len(slices.Collect(a.All())); n != 0 {
 				t.Errorf("All() of a new allocator yields %d addresses, want 0", n)
 			}
@@ -221,7 +198,7 @@ func testExhaust(t *testing.T, f Factory, _ config) {
 			if !errors.Is(err, allocator.ErrFull) || ip.IsValid() {
 				t.Errorf("AllocateNext() on a full range = %v, %v; want the zero Addr and ErrFull", ip, err)
 			}
-			checkCounts(t, a, ipmath.Size(cidr), 0)
+			CheckCounts(t, a, ipmath.Size(cidr), 0)
 		})
 	}
 }
@@ -240,7 +217,7 @@ func testReleaseAndReuse(t *testing.T, f Factory, _ config) {
 	if err := a.Release(ctx, victim); err != nil {
 		t.Errorf("second Release(%v) = %v, want nil (idempotent)", victim, err)
 	}
-	checkCounts(t, a, ipmath.Size(v4Small)-1, 1)
+	CheckCounts(t, a, ipmath.Size(v4Small)-1, 1)
 	ip, err := a.AllocateNext(ctx, owner)
 	if err != nil || ip != victim {
 		t.Fatalf("AllocateNext() after releasing %v = %v, %v; want %v, nil", victim, ip, err, victim)
@@ -250,7 +227,7 @@ func testReleaseAndReuse(t *testing.T, f Factory, _ config) {
 			t.Errorf("Release(%v) outside the range = %v, want nil", ip, err)
 		}
 	}
-	checkCounts(t, a, ipmath.Size(v4Small), 0)
+	CheckCounts(t, a, ipmath.Size(v4Small), 0)
 }
 
 func testAllocateSpecific(t *testing.T, f Factory, _ config) {
@@ -268,7 +245,7 @@ func testAllocateSpecific(t *testing.T, f Factory, _ config) {
 			t.Errorf("second Allocate(%v) = %v, want ErrAllocated", ip, err)
 		}
 	}
-	checkCounts(t, a, 4, ipmath.Size(v4Band)-4)
+	CheckCounts(t, a, 4, ipmath.Size(v4Band)-4)
 }
 
 func testNotInRange(t *testing.T, f Factory, c config) {
@@ -303,7 +280,7 @@ func testNotInRange(t *testing.T, f Factory, c config) {
 			if a.Has(tt.ip) {
 				t.Errorf("Has(%v) = true", tt.ip)
 			}
-			checkCounts(t, a, 0, ipmath.Size(tt.cidr))
+			CheckCounts(t, a, 0, ipmath.Size(tt.cidr))
 		})
 	}
 }
@@ -328,7 +305,7 @@ func testBadInput(t *testing.T, f Factory, _ config) {
 			t.Errorf("Has(%#v) = true", ip)
 		}
 	}
-	checkCounts(t, a, 0, ipmath.Size(v6Small))
+	CheckCounts(t, a, 0, ipmath.Size(v6Small))
 }
 
 func testBandOrder(t *testing.T, f Factory, _ config) {
@@ -369,22 +346,22 @@ func testAccounting(t *testing.T, f Factory, _ config) {
 			t.Fatal(err)
 		}
 		held = append(held, ip)
-		checkCounts(t, a, uint64(i+1), size-uint64(i+1))
+		CheckCounts(t, a, uint64(i+1), size-uint64(i+1))
 	}
 	static := addr(v4Wide, 3)
 	if err := a.Allocate(ctx, static, owner); err != nil {
 		t.Fatal(err)
 	}
-	checkCounts(t, a, 11, size-11)
+	CheckCounts(t, a, 11, size-11)
 	_ = a.Allocate(ctx, static, owner)                     // ErrAllocated: no change
 	_ = a.Allocate(ctx, ipmath.Network(v4Wide), owner)     // not in range: no change
 	_ = a.Release(ctx, netip.MustParseAddr("203.0.113.1")) // outside: no change
-	checkCounts(t, a, 11, size-11)
+	CheckCounts(t, a, 11, size-11)
 	for i, ip := range held {
 		if err := a.Release(ctx, ip); err != nil {
 			t.Fatal(err)
 		}
-		checkCounts(t, a, uint64(10-i), size-uint64(10-i))
+		CheckCounts(t, a, uint64(10-i), size-uint64(10-i))
 	}
 }
 
@@ -467,7 +444,7 @@ func testDryRun(t *testing.T, f Factory, _ config) {
 		t.Errorf("after dry runs Has(held %v, free %v, next %v) = %v, %v, %v; want true, false, false",
 			held, free, ip, a.Has(held), a.Has(free), a.Has(ip))
 	}
-	checkCounts(t, a, 1, ipmath.Size(v4Small)-1)
+	CheckCounts(t, a, 1, ipmath.Size(v4Small)-1)
 }
 
 func testConcurrentNext(t *testing.T, f Factory, c config) {
@@ -512,36 +489,14 @@ func testConcurrentNext(t *testing.T, f Factory, c config) {
 	if size := ipmath.Size(v4Wide); uint64(len(got)) != size {
 		t.Errorf("%d workers got %d distinct addresses before ErrFull, want %d", c.workers, len(got), size)
 	}
-	checkCounts(t, a, uint64(len(got)), ipmath.Size(v4Wide)-uint64(len(got)))
+	CheckCounts(t, a, uint64(len(got)), ipmath.Size(v4Wide)-uint64(len(got)))
 }
 
 func testConcurrentSame(t *testing.T, f Factory, c config) {
 	a := f(t, v4Small)
 	ip := addr(v4Small, 5)
-	ctx := context.Background()
-	results := make([]error, c.workers)
-	var wg sync.WaitGroup
-	for w := range c.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[w] = a.Allocate(ctx, ip, owner)
-		}()
-	}
-	wg.Wait()
-	wins := 0
-	for _, err := range results {
-		switch {
-		case err == nil:
-			wins++
-		case !errors.Is(err, allocator.ErrAllocated):
-			t.Errorf("Allocate(%v) = %v, want nil or ErrAllocated", ip, err)
-		}
-	}
-	if wins != 1 {
-		t.Errorf("%d concurrent Allocate(%v) calls succeeded, want exactly 1", wins, ip)
-	}
-	checkCounts(t, a, 1, ipmath.Size(v4Small)-1)
+	ExactlyOneWinner(t, context.Background(), ip, owner, slices.Repeat([]allocator.Interface{a}, c.workers)...)
+	CheckCounts(t, a, 1, ipmath.Size(v4Small)-1)
 }
 
 func testSmallest(t *testing.T, f Factory, _ config) {
@@ -596,7 +551,7 @@ func testInvalidOwner(t *testing.T, f Factory, c config) {
 	if a.Has(ip) {
 		t.Errorf("Has(%v) = true after Allocate with invalid owners", ip)
 	}
-	checkCounts(t, a, 0, ipmath.Size(v4Small))
+	CheckCounts(t, a, 0, ipmath.Size(v4Small))
 	if err := a.Allocate(ctx, ip, owner); err != nil {
 		t.Errorf("Allocate(%v) with a valid owner after invalid ones = %v", ip, err)
 	}

@@ -35,33 +35,13 @@ const testCIDR = "10.96.0.0/24"
 
 func newPersistent(t testing.TB, client *clientv3.Client, key, cidr string, opts ...bitmap.PersistentOption) *bitmap.Persistent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(cidr), etcdstore.New(client, key), opts...)
-	if err != nil {
-		t.Fatalf("NewPersistent(%s at %s) = %v", cidr, key, err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return churntest.NewPersistent(t, cidr, etcdstore.New(client, key), opts...)
 }
 
-// storedAddrs reads key with a client of its own and returns the addresses its bitmap holds.
+// storedAddrs reads key with client and returns the addresses its bitmap holds.
 func storedAddrs(t testing.TB, client *clientv3.Client, key, cidr string) []netip.Addr {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, rev, err := etcdstore.New(client, key).Get(ctx)
-	if err != nil || rev == 0 {
-		t.Fatalf("Get(%s) = rev %d, %v", key, rev, err)
-	}
-	a, err := bitmap.New(netip.MustParsePrefix(cidr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Restore(s); err != nil {
-		t.Fatal(err)
-	}
-	return slices.Collect(a.All())
+	return churntest.Stored(t, etcdstore.New(client, key), cidr)
 }
 
 // rawValue returns the bytes and ModRevision stored at key.
@@ -339,6 +319,33 @@ func TestHelperProcess(t *testing.T) {
 	}
 }
 
+// runChildren runs procs copies of TestHelperProcess at once, each with env added to its
+// environment, waits for them all and returns what each printed on stdout. A child that fails is
+// reported on t with its stderr.
+func runChildren(t *testing.T, procs int, env ...string) []string {
+	t.Helper()
+	outs := make([]bytes.Buffer, procs)
+	errs := make([]bytes.Buffer, procs)
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=3m")
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	res := make([]string, procs)
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, errs[i].String())
+		}
+		res[i] = outs[i].String()
+	}
+	return res
+}
+
 func TestSeparateProcessesFillRangeWithoutDuplicates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
@@ -346,29 +353,11 @@ func TestSeparateProcessesFillRangeWithoutDuplicates(t *testing.T) {
 	const procs = 3
 	e := testenv.NewEtcd(t)
 	key := etcdstore.ServiceIPsKey("")
-	outs := make([]bytes.Buffer, procs)
-	errs := make([]bytes.Buffer, procs)
-	cmds := make([]*exec.Cmd, procs)
-	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=3m")
-		cmd.Env = append(os.Environ(),
-			childEnv+"=fill",
-			childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","),
-			childKeyEnv+"="+key,
-		)
-		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
+	outs := runChildren(t, procs, childEnv+"=fill", childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","), childKeyEnv+"="+key)
 	var all []netip.Addr
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("child %d: %v\n%s", i, err, errs[i].String())
-		}
+	for i, out := range outs {
 		n := 0
-		for line := range strings.Lines(outs[i].String()) {
+		for line := range strings.Lines(out) {
 			s, ok := strings.CutPrefix(strings.TrimSpace(line), "IP ")
 			if !ok {
 				continue
@@ -600,35 +589,16 @@ func TestSeveralProcessesShareOneKey(t *testing.T) {
 	}
 	e := testenv.NewEtcd(t)
 	key := etcdstore.ServiceIPsKey("")
-	outs := make([]bytes.Buffer, procs)
-	errs := make([]bytes.Buffer, procs)
-	cmds := make([]*exec.Cmd, procs)
-	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=3m")
-		cmd.Env = append(os.Environ(),
-			childEnv+"=churn",
-			childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","),
-			childKeyEnv+"="+key,
-			childCIDREnv+"=10.96.0.0/20",
-			childSecondsEnv+"="+secs,
-		)
-		cmd.Stdout, cmd.Stderr = &outs[i], &errs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
+	outs := runChildren(t, procs, childEnv+"=churn", childEndpointsEnv+"="+strings.Join(e.Endpoints(), ","), childKeyEnv+"="+key,
+		childCIDREnv+"=10.96.0.0/20", childSecondsEnv+"="+secs)
 	pairs := make([]int, procs)
 	p50s := make([]time.Duration, procs)
 	p99s := make([]time.Duration, procs)
 	total := 0
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("child %d: %v\n%s", i, err, errs[i].String())
-		}
+	for i, out := range outs {
 		var nerr int
 		var p50, p99 int64
-		for line := range strings.Lines(outs[i].String()) {
+		for line := range strings.Lines(out) {
 			if strings.HasPrefix(line, "PAIRS ") {
 				if _, err := fmt.Sscanf(line, "PAIRS %d ERRORS %d P50 %d P99 %d", &pairs[i], &nerr, &p50, &p99); err != nil {
 					t.Errorf("child %d: %q: %v", i, line, err)

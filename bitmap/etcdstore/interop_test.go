@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -62,7 +61,7 @@ func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
 	}
 
 	// The apiserver refuses a Service that asks for one of our addresses.
-	_, err := services.Create(ctx, clusterIPService("wants-ours", chosen.String()), metav1.CreateOptions{})
+	_, err := services.Create(ctx, testenv.ClusterIPService("wants-ours", chosen.String()), metav1.CreateOptions{})
 	if !apierrors.IsInvalid(err) {
 		t.Errorf("creating a Service with clusterIP %v that we hold = %v, want an Invalid error (already allocated)", chosen, err)
 	}
@@ -70,7 +69,7 @@ func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
 	// The apiserver fills the rest of the range and never hands out one of ours.
 	theirs := map[netip.Addr]bool{kubernetesIP: true}
 	for i := 0; ; i++ {
-		svc, err := services.Create(ctx, clusterIPService(fmt.Sprintf("svc-%d", i), ""), metav1.CreateOptions{})
+		svc, err := services.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), ""), metav1.CreateOptions{})
 		if err != nil {
 			if len(ours)+len(theirs) < 254 {
 				t.Fatalf("creating Service #%d with %d+%d addresses taken = %v", i, len(ours), len(theirs), err)
@@ -104,7 +103,7 @@ func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
 	if err := p.Release(ctx, chosen); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := services.Create(ctx, clusterIPService("after-release", ""), metav1.CreateOptions{})
+	svc, err := services.Create(ctx, testenv.ClusterIPService("after-release", ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating a Service after we released %v = %v", chosen, err)
 	}
@@ -120,17 +119,6 @@ func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
 	})
 	if ip, err := p.AllocateNext(ctx, allocator.Owner{}); err != nil || ip != chosen {
 		t.Errorf("AllocateNext() after the apiserver deleted its Service = %v, %v; want %v", ip, err, chosen)
-	}
-}
-
-func clusterIPService(name, clusterIP string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.ServiceSpec{
-			Type:      corev1.ServiceTypeClusterIP,
-			ClusterIP: clusterIP,
-			Ports:     []corev1.ServicePort{{Port: 80}},
-		},
 	}
 }
 

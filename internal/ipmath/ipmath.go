@@ -87,22 +87,40 @@ func Last(p netip.Prefix) netip.Addr {
 	return u.Or(Uint128{}.Not().Rsh(uint(128 - hb)).maskTo(p.Addr().Is4())).Addr(p.Addr().Is4())
 }
 
+// Usable reports whether p can hand out ip: ip lies inside p (so it is valid, unzoned and of p's
+// family) and is neither p's network address nor, for IPv4, its broadcast address. The IPv6
+// all-ones address is usable. Usable is the one home of this rule; unlike [Offset] it holds for
+// every address of an IPv6 prefix shorter than /64 too.
+func Usable(p netip.Prefix, ip netip.Addr) bool {
+	_, ok := distance(p, ip)
+	return ok
+}
+
 // Offset returns the offset of ip in p (ip minus the network address minus one) and reports
-// whether ip is a usable address of p whose offset fits in a uint64. The network address, the IPv4
-// broadcast address, addresses outside p and addresses of the other family report false.
+// whether ip is a usable address of p (see [Usable]) whose offset fits in a uint64. The network
+// address, the IPv4 broadcast address, addresses outside p and addresses of the other family
+// report false.
 func Offset(p netip.Prefix, ip netip.Addr) (uint64, bool) {
-	if !p.IsValid() || !ip.IsValid() || ip.Zone() != "" || !p.Contains(ip) {
+	d, ok := distance(p, ip)
+	if !ok || d.Hi != 0 {
 		return 0, false
+	}
+	return d.Lo - 1, true
+}
+
+// distance returns ip minus the network address of p and reports whether ip is usable in p.
+func distance(p netip.Prefix, ip netip.Addr) (Uint128, bool) {
+	if !p.IsValid() || !ip.IsValid() || ip.Zone() != "" || !p.Contains(ip) {
+		return Uint128{}, false
 	}
 	d := FromAddr(ip).Sub(FromAddr(Network(p)))
-	if d.Hi != 0 || d.Lo == 0 {
-		return 0, false
+	if d == (Uint128{}) {
+		return Uint128{}, false // the network address
 	}
-	off := d.Lo - 1
-	if ip.Is4() && off >= Size(p) {
-		return 0, false // broadcast
+	if ip.Is4() && d.Lo > Size(p) {
+		return Uint128{}, false // the broadcast address
 	}
-	return off, true
+	return d, true
 }
 
 // AddrAt returns the address at offset off of p (the network address plus one plus off) and

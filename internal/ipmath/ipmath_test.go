@@ -112,6 +112,41 @@ func TestOffsetAndAddrAt(t *testing.T) {
 	}
 }
 
+func TestUsable(t *testing.T) {
+	tests := []struct {
+		cidr, ip string
+		want     bool
+	}{
+		{"10.96.0.0/24", "10.96.0.1", true},
+		{"10.96.0.0/24", "10.96.0.254", true},
+		{"10.96.0.0/24", "10.96.0.0", false},   // network
+		{"10.96.0.0/24", "10.96.0.255", false}, // broadcast
+		{"10.96.0.0/24", "10.96.1.1", false},
+		{"10.96.0.0/24", "fd00::1", false},
+		{"10.96.0.0/31", "10.96.0.1", false},
+		{"10.96.0.0/32", "10.96.0.0", false},
+		{"fd00::/112", "fd00::ffff", true}, // all-ones is usable in IPv6
+		{"fd00::/112", "fd00::", false},
+		{"fd00::/127", "fd00::1", true},
+		{"fd00::/128", "fd00::", false},
+		{"fd00::/63", "fd00:0:0:1::", true}, // beyond a uint64 offset, but usable
+		{"fd00::/64", "10.0.0.1", false},
+		{"fd00::/64", "fd00::1%eth0", false},
+	}
+	for _, tt := range tests {
+		p, ip := netip.MustParsePrefix(tt.cidr), netip.MustParseAddr(tt.ip)
+		if got := Usable(p, ip); got != tt.want {
+			t.Errorf("Usable(%s, %s) = %v, want %v", tt.cidr, tt.ip, got, tt.want)
+		}
+		if off, ok := Offset(p, ip); ok && !Usable(p, ip) {
+			t.Errorf("Offset(%s, %s) = %d, true, but Usable = false", tt.cidr, tt.ip, off)
+		}
+	}
+	if Usable(netip.Prefix{}, netip.MustParseAddr("10.0.0.1")) || Usable(netip.MustParsePrefix("10.0.0.0/24"), netip.Addr{}) {
+		t.Errorf("Usable of a zero Prefix or Addr = true, want false")
+	}
+}
+
 func TestLast(t *testing.T) {
 	tests := []struct{ cidr, want string }{
 		{"10.96.0.0/24", "10.96.0.255"},

@@ -17,16 +17,6 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-func clusterIPService(name string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.ServiceSpec{
-			Type:  corev1.ServiceTypeClusterIP,
-			Ports: []corev1.ServicePort{{Port: 80}},
-		},
-	}
-}
-
 // TestKubeAPIServerDualWrite runs a v1.33 apiserver with its defaults and
 // checks it allocates ClusterIPs and serves networking.k8s.io/v1.
 func TestKubeAPIServerDualWrite(t *testing.T) {
@@ -43,7 +33,7 @@ func TestKubeAPIServerDualWrite(t *testing.T) {
 		t.Errorf("ServerVersion() = %s, want %s", v.GitVersion, localcluster.KubeAPIServerVersion)
 	}
 
-	svc, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService("web"), metav1.CreateOptions{})
+	svc, err := s.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService("web", ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create Service: %v", err)
 	}
@@ -101,7 +91,7 @@ func TestKubeAPIServerLegacyAllocator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	if _, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService("web"), metav1.CreateOptions{}); err != nil {
+	if _, err := s.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService("web", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create Service: %v", err)
 	}
 	c := etcd.TestClient(t)
@@ -125,7 +115,7 @@ func TestKubeAPIServerDualStackPrefix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	svc := clusterIPService("web")
+	svc := testenv.ClusterIPService("web", "")
 	policy := corev1.IPFamilyPolicyRequireDualStack
 	svc.Spec.IPFamilyPolicy = &policy
 	svc, err := s.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
@@ -160,7 +150,7 @@ func TestKubeAPIServerSurvivesEtcdRestart(t *testing.T) {
 
 	etcd.Stop()
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	_, err := s.Client.CoreV1().Services("default").Create(short, clusterIPService("down"), metav1.CreateOptions{})
+	_, err := s.Client.CoreV1().Services("default").Create(short, testenv.ClusterIPService("down", ""), metav1.CreateOptions{})
 	cancelShort()
 	if err == nil {
 		t.Errorf("create Service with etcd stopped succeeded, want an error")
@@ -170,7 +160,7 @@ func TestKubeAPIServerSurvivesEtcdRestart(t *testing.T) {
 	}
 	start := time.Now()
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		_, err := s.Client.CoreV1().Services("default").Create(ctx, clusterIPService("up"), metav1.CreateOptions{})
+		_, err := s.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService("up", ""), metav1.CreateOptions{})
 		if err != nil && !strings.Contains(err.Error(), "already exists") {
 			t.Logf("create Service: %v", err)
 			return false, nil

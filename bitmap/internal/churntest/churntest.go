@@ -2,6 +2,8 @@
 // Release calls and checks the outcome against what every caller was told: no address held by two
 // callers, every held address stored, and nothing else stored but the addresses of writes whose
 // outcome was reported as unknown (bitmap.ErrOutcomeUnknown: a possible leak, never a duplicate).
+// It also holds the helpers the tests of bitmap and bitmap/etcdstore share: [NewPersistent] and
+// [Stored].
 package churntest
 
 import (
@@ -160,4 +162,39 @@ func (r *Result) Check(t testing.TB, stored []netip.Addr) (leaked int) {
 	t.Logf("calls ok %d, failed %d; held %d, stored %d; unknown outcomes: %d allocations, %d releases; leaked %d",
 		r.ok, r.failed, len(r.held), len(stored), r.unknown, len(r.limbo), len(extra))
 	return len(extra)
+}
+
+// NewPersistent returns a Persistent allocator of cidr over store, built within 30 s, and closes
+// it when t ends. It fails t if NewPersistent fails.
+func NewPersistent(t testing.TB, cidr string, store bitmap.Store, opts ...bitmap.PersistentOption) *bitmap.Persistent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(cidr), store, opts...)
+	if err != nil {
+		t.Fatalf("NewPersistent(%s) = %v", cidr, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// Stored reads store within 30 s and returns the addresses of cidr its snapshot holds, in
+// ascending order, read through a fresh in-memory allocator. It fails t if the store holds
+// nothing or cannot be read.
+func Stored(t testing.TB, store bitmap.Store, cidr string) []netip.Addr {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, rev, err := store.Get(ctx)
+	if err != nil || rev == 0 {
+		t.Fatalf("store.Get() = rev %d, %v", rev, err)
+	}
+	a, err := bitmap.New(netip.MustParsePrefix(cidr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Restore(s); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Collect(a.All())
 }

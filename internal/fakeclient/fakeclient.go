@@ -1,0 +1,192 @@
+// Package fakeclient builds the client-go fake clientset the unit tests of this module use, with
+// the few API server behaviours the allocators depend on added: every created IPAddress gets a UID
+// and an increasing resourceVersion, a dry-run create of an IPAddress persists nothing, watches
+// never overflow, and a test can wait until an informer watches.
+//
+// The fake still validates nothing, keeps no resourceVersion on other objects and ignores delete
+// preconditions: what depends on those is tested against a real kube-apiserver (see testenv).
+// Tests only: it imports testing, and no package the clusterip command links may import it.
+package fakeclient
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-ipam/clusterip/internal/testenv"
+)
+
+// Options adjusts New. The zero Options builds an empty NewSimpleClientset.
+type Options struct {
+	// Objects are in the tracker from the start.
+	Objects []runtime.Object
+	// FieldManaged builds the clientset with fake.NewClientset, whose tracker does field
+	// management, instead of the deprecated fake.NewSimpleClientset. It builds a REST mapper on
+	// every create (about 2.5 ms), so tests that create many objects leave it off.
+	FieldManaged bool
+}
+
+// Clientset is a fake clientset with the behaviours of the package doc. Use it wherever a
+// kubernetes.Interface is wanted; its embedded *fake.Clientset gives the tracker, the recorded
+// actions and reactors. It is safe for concurrent use.
+type Clientset struct {
+	*fake.Clientset
+
+	mu       sync.Mutex // guards watchers and watching
+	watchers []*watch.RaceFreeFakeWatcher
+	watching map[string]int // resource → watches started on it
+}
+
+// New returns a Clientset built as o says.
+//
+// The fake's own watch channels hold 100 events and panic when full, which a busy test under the
+// race detector reaches before an informer drains them: here every watch is drained into an
+// unbounded queue, and every write first waits until no watch has more than half a channel
+// pending (the fake runs one action at a time, so that bounds the backlog). The fake also loses
+// what is written between an informer's list and its watch, so tests wait with [Clientset.WaitWatching]
+// until their informers watch.
+func New(o Options) *Clientset {
+	c := &Clientset{watching: map[string]int{}}
+	if o.FieldManaged {
+		c.Clientset = fake.NewClientset(o.Objects...)
+	} else {
+		c.Clientset = fake.NewSimpleClientset(o.Objects...) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	}
+	tracker := c.Tracker()
+	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		c.mu.Lock()
+		if rf, ok := w.(*watch.RaceFreeFakeWatcher); ok {
+			c.watchers = append(c.watchers, rf)
+		}
+		c.watching[action.GetResource().Resource]++
+		c.mu.Unlock()
+		return true, newBufferedWatch(w), nil
+	})
+	// Like the API server, give every created IPAddress a UID and an increasing resourceVersion:
+	// the ipaddress allocator orders informer events against its own writes with it. A dry run
+	// is answered as the API server answers it, without persisting (the fake ignores DryRun).
+	var rv atomic.Uint64
+	c.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		obj := action.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress)
+		if IsDryRun(action) {
+			if _, err := tracker.Get(action.GetResource(), "", obj.Name); err == nil {
+				return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Group: networkingv1.GroupName, Resource: "ipaddresses"}, obj.Name)
+			}
+			return true, obj.DeepCopy(), nil
+		}
+		n := rv.Add(1)
+		obj.UID = types.UID("uid-" + strconv.FormatUint(n, 10))
+		obj.ResourceVersion = strconv.FormatUint(n, 10)
+		return false, nil, nil
+	})
+	c.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		switch action.GetVerb() {
+		case "create", "update", "patch", "delete", "delete-collection":
+		default:
+			return false, nil, nil
+		}
+		c.mu.Lock()
+		ws := slices.Clone(c.watchers)
+		c.mu.Unlock()
+		for _, w := range ws {
+			for !w.IsStopped() && len(w.ResultChan()) > int(watch.DefaultChanSize)/2 {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		return false, nil, nil
+	})
+	return c
+}
+
+// Watching returns the number of watches started on resource (such as "ipaddresses").
+func (c *Clientset) Watching(resource string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watching[resource]
+}
+
+// WaitWatching waits until c has a watch on each of resources, failing t after testenv.WaitFor's
+// bound.
+func (c *Clientset) WaitWatching(t testing.TB, resources ...string) {
+	t.Helper()
+	for _, r := range resources {
+		testenv.WaitFor(t, "a watch on "+r, func() bool { return c.Watching(r) > 0 })
+	}
+}
+
+// IsDryRun reports whether action is a create with DryRun set.
+func IsDryRun(action k8stesting.Action) bool {
+	ca, ok := action.(k8stesting.CreateActionImpl)
+	return ok && len(ca.CreateOptions.DryRun) > 0
+}
+
+// bufferedWatch drains a watch.Interface into an unbounded queue.
+type bufferedWatch struct {
+	in   watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func newBufferedWatch(in watch.Interface) *bufferedWatch {
+	w := &bufferedWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *bufferedWatch) run() {
+	defer close(w.out)
+	in := w.in.ResultChan()
+	var queue []watch.Event
+	for in != nil || len(queue) > 0 {
+		var (
+			out  chan watch.Event
+			next watch.Event
+		)
+		if len(queue) > 0 {
+			out, next = w.out, queue[0]
+		}
+		select {
+		case ev, ok := <-in:
+			if !ok {
+				in = nil
+				continue
+			}
+			queue = append(queue, ev)
+		case out <- next:
+			queue = queue[1:]
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+func (w *bufferedWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *bufferedWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.in.Stop()
+	})
+}
