@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
@@ -110,6 +111,9 @@ func Run(ctx context.Context, opts Options) error {
 		endpoints = etcd.Endpoints()
 		where = "embedded etcd at " + endpoints[0]
 	}
+	if err := probe(ctx, endpoints); err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "clusterip demo: the bitmap allocator persisted in %s\n", where)
 	for i, shape := range shapes {
 		if err := runRange(ctx, opts, endpoints, shape, bitmapKey(opts.Prefix, i)); err != nil {
@@ -124,7 +128,7 @@ func runRange(ctx context.Context, opts Options, endpoints []string, shape *bitm
 	out, cidr := opts.Out, shape.CIDR()
 	var allocs [2]*bitmap.Persistent
 	for i := range allocs {
-		client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+		client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return fmt.Errorf("etcd client: %w", err)
 		}
@@ -259,6 +263,22 @@ func verify(a allocator.Interface, want map[netip.Addr]int) error {
 	}
 	if n != len(want) {
 		return fmt.Errorf("demo: stored bitmap holds %d addresses, callers hold %d", n, len(want))
+	}
+	return nil
+}
+
+// probe fails within 5 seconds if etcd at endpoints does not answer, where the allocators
+// would wait for it for as long as ctx allows.
+func probe(ctx context.Context, endpoints []string) error {
+	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := client.Get(ctx, "/", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("demo: etcd at %v unreachable: %w", endpoints, err)
 	}
 	return nil
 }
