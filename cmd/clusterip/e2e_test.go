@@ -82,7 +82,7 @@ func TestVersionPrintsModuleGoAndKubeAPIServerVersions(t *testing.T) {
 }
 
 func TestHelpShowsExamplesForEveryCommand(t *testing.T) {
-	for _, cmd := range [][]string{{}, {"demo"}, {"bench"}, {"version"}} {
+	for _, cmd := range [][]string{{}, {"demo"}, {"bench"}, {"check"}, {"version"}} {
 		t.Run(strings.Join(append([]string{"clusterip"}, cmd...), " "), func(t *testing.T) {
 			r := clusterip(t, append(cmd, "--help")...)
 			if r.code != 0 {
@@ -222,5 +222,60 @@ func TestBenchPrintsATable(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench table lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// writeKubeconfig writes a kubeconfig whose one context points at server.
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	config := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: ctx
+  context: {cluster: c, user: u}
+current-context: ctx
+`, server)
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
+	unreachable := writeKubeconfig(t, "https://127.0.0.1:1")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad mode", []string{"check", "--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly`},
+		{"bad output", []string{"check", "-o", "xml"}, `-o "xml": want one of table, json, yaml`},
+		{"negative leak grace", []string{"check", "--leak-grace", "-1s"}, "--leak-grace -1s: want 0 or more"},
+		{"cert without key", []string{"check", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-cert", "c.crt"}, "--etcd-cert and --etcd-key go together"},
+		{"TLS without endpoints", []string{"check", "--etcd-cacert", "ca.crt"}, "need --etcd-endpoints"},
+		{"relative prefix", []string{"check", "--etcd-prefix", "registry"}, "want an absolute key prefix"},
+		{"missing kubeconfig", []string{"check", "--kubeconfig", filepath.Join(t.TempDir(), "absent")}, "kubeconfig:"},
+		{"unknown context", []string{"check", "--kubeconfig", unreachable, "--context", "nope"}, `context "nope" does not exist`},
+		{"unreachable etcd", []string{"check", "--kubeconfig", unreachable, "--etcd-endpoints", "http://127.0.0.1:1"}, "etcd at http://127.0.0.1:1 unreachable"},
+		{"unreachable API server", []string{"check", "--kubeconfig", unreachable}, "API server at https://127.0.0.1:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := clusterip(t, tt.args...)
+			if r.code != exitCouldNotRun {
+				t.Errorf("clusterip %q: exit %d, want %d (stderr %q)", tt.args, r.code, exitCouldNotRun, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "clusterip: ") || !strings.Contains(lines[0], tt.want) {
+				t.Errorf("clusterip %q: stderr %q, want one line \"clusterip: ...\" containing %q", tt.args, r.stderr, tt.want)
+			}
+		})
 	}
 }

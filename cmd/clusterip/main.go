@@ -131,6 +131,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(
 		newDemoCommand(),
 		newBenchCommand(),
+		newCheckCommand(),
 		newVersionCommand(),
 	)
 	return root
