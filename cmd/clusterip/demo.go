@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,9 @@ const demoExample = `  # 3000 addresses of 10.96.0.0/20 on an embedded etcd
   # A dual-stack pair of ranges, 200 addresses each, 2 workers per allocator
   clusterip demo --service-cluster-ip-range 10.96.0.0/24,fd00:10:96::/112 -n 200 --workers 2
 
+  # What the demo saw, as JSON
+  clusterip demo --json
+
   # Against your own etcd, under a test prefix
   clusterip demo --etcd http://127.0.0.1:2379 --etcd-prefix /clusterip-demo`
 
@@ -28,6 +32,7 @@ func newDemoCommand() *cobra.Command {
 	ranges := "10.96.0.0/20"
 	var opts demo.Options
 	var etcd string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:     "demo",
 		Short:   "Allocate through two bitmap allocators sharing an (embedded) etcd",
@@ -46,7 +51,16 @@ func newDemoCommand() *cobra.Command {
 				opts.EtcdEndpoints = strings.Split(etcd, ",")
 			}
 			opts.Out = cmd.OutOrStdout()
-			return demo.Run(cmd.Context(), opts)
+			if asJSON {
+				opts.Out = nil // the summary alone, as JSON
+			}
+			sum, err := demo.Measure(cmd.Context(), opts)
+			if err != nil || !asJSON {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(sum)
 		},
 	}
 	f := cmd.Flags()
@@ -56,5 +70,6 @@ func newDemoCommand() *cobra.Command {
 	f.IntVar(&opts.Workers, "workers", 4, "goroutines per allocator")
 	f.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints (default: start an embedded etcd)")
 	f.StringVar(&opts.Prefix, "etcd-prefix", "/registry", "etcd key prefix, as kube-apiserver's --etcd-prefix")
+	f.BoolVar(&asJSON, "json", false, "print what the demo saw as one JSON document instead of lines of text")
 	return cmd
 }

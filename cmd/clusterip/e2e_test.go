@@ -279,3 +279,33 @@ func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		})
 	}
 }
+
+func TestDemoJSONSummarisesEveryRangeInFlagOrder(t *testing.T) {
+	r := clusterip(t, "demo", "--service-cluster-ip-range", "fd00:10:96::/112,10.96.0.0/24", "-n", "100", "--workers", "2", "--json")
+	if r.code != 0 {
+		t.Fatalf("demo --json: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	var sum struct {
+		Ranges []struct {
+			Range, Key                         string
+			Allocated, Duplicates, ReleasedByB int
+			AllocatedByA, AllocatedByB         int
+			UsedAfter                          uint64
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	var got []string
+	for _, rs := range sum.Ranges {
+		got = append(got, fmt.Sprintf("%s at %s: %d allocated (%d), %d duplicates, %d released, %d used after",
+			rs.Range, rs.Key, rs.Allocated, rs.AllocatedByA+rs.AllocatedByB, rs.Duplicates, rs.ReleasedByB, rs.UsedAfter))
+	}
+	want := []string{
+		"fd00:10:96::/112 at /registry/ranges/serviceips: 100 allocated (100), 0 duplicates, 50 released, 50 used after",
+		"10.96.0.0/24 at /registry/ranges/secondaryserviceips: 100 allocated (100), 0 duplicates, 50 released, 50 used after",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("demo --json ranges (-want +got):\n%s", diff)
+	}
+}
