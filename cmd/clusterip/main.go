@@ -1,8 +1,15 @@
-// Command clusterip runs the clusterip library's allocators against real components.
+// Command clusterip runs the clusterip library's allocators against real components: a demo on
+// an embedded etcd, benchmarks with a chart, and (planned) an audit of a live cluster.
 //
 // Usage:
 //
-//	clusterip demo [flags]   allocate through two allocators sharing an (embedded) etcd
+//	clusterip demo [flags]        allocate through two allocators sharing an (embedded) etcd
+//	clusterip bench [flags]       measure the allocators over range sizes and fill levels
+//	clusterip version             print the module, Go and kube-apiserver versions
+//	clusterip completion SHELL    print a shell completion script
+//
+// Exit codes: 0 the command did its job, 1 it ran and found a problem, 2 it could not run (bad
+// flags included), with one line on stderr saying why.
 package main
 
 import (
@@ -11,76 +18,121 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
 
-	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/cmd/clusterip/internal/demo"
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "clusterip:", err)
-		os.Exit(1)
-	}
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-const usage = `usage: clusterip <command> [flags]
+// The command's exit codes.
+const (
+	exitOK          = 0 // the command did its job
+	exitProblem     = 1 // it ran and found a problem (check: the cluster is inconsistent)
+	exitCouldNotRun = 2 // it could not run: bad flags, unreachable components, failures
+)
 
-commands:
-  demo    allocate Service IPs through two bitmap allocators that share one etcd key per
-          range, in kube-apiserver's format and at its keys (an embedded etcd unless -etcd
-          is given)
-`
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("no command")
-	}
-	switch args[0] {
-	case "demo":
-		return runDemo(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+// exitError carries an exit code other than exitCouldNotRun out of a command. Its message, if
+// any, is printed as the one line on stderr.
+type exitError struct {
+	code int
+	err  error
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	ranges := "10.96.0.0/20"
-	const rangesUsage = "Service range(s) to allocate from, as kube-apiserver's --service-cluster-ip-range: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma; the first one's bitmap is stored at ranges/serviceips, the second's at ranges/secondaryserviceips"
-	fs.StringVar(&ranges, "service-cluster-ip-range", ranges, rangesUsage)
-	fs.StringVar(&ranges, "cidr", ranges, "short for -service-cluster-ip-range")
-	count := fs.Int("n", 3000, "number of addresses to allocate in each range")
-	workers := fs.Int("workers", 4, "goroutines per allocator")
-	etcd := fs.String("etcd", "", "comma-separated etcd endpoints (default: start an embedded etcd)")
-	prefix := fs.String("etcd-prefix", "/registry", "etcd key prefix, as kube-apiserver's --etcd-prefix")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil // the usage is printed
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit code %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// run runs the command line args and returns the process's exit code. Every failure is
+// reported as one line on stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCouldNotRun
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+		if ee.err == nil {
+			return code
 		}
-		return err
 	}
-	var prefixes []netip.Prefix
-	for _, r := range strings.Split(ranges, ",") {
-		p, err := allocator.ParsePrefix(strings.TrimSpace(r))
-		if err != nil {
-			return err
+	fmt.Fprintln(stderr, "clusterip: "+oneLine(err.Error()))
+	return code
+}
+
+// oneLine folds a multi-line message into one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+const rootLong = `clusterip allocates Kubernetes Service ClusterIPs with kube-apiserver's exact semantics and
+storage formats. This command shows the library at work on real components it starts itself.
+
+Exit codes: 0 the command did its job; 1 it ran and found a problem; 2 it could not run (bad flags
+included), with one line on stderr saying why.`
+
+const rootExample = `  # Allocate through two bitmap allocators that share one key of an embedded etcd
+  clusterip demo
+
+  # Measure the in-memory bitmap at three fill levels and draw the chart
+  clusterip bench --ranges 10.0.0.0/24,10.0.0.0/12 --fills 0,50,99.9 --svg bench.svg
+
+  # Enable bash completion in the current shell
+  source <(clusterip completion bash)`
+
+// newRootCommand builds the command tree writing to stdout and stderr. It keeps no global
+// state: klog's flags are bound to a flag set of this command.
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "clusterip",
+		Short:         "Allocate Kubernetes Service ClusterIPs as kube-apiserver does",
+		Long:          rootLong,
+		Example:       rootExample,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("no command given; see 'clusterip --help'")
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see --help)", err)
+	})
+	// klog's flags, -v among them, as kubectl has them.
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	root.PersistentFlags().AddGoFlagSet(klogFlags)
+	// Only the verbosity flags are shown; the rest work as in every klog program.
+	klogFlags.VisitAll(func(f *flag.Flag) {
+		if f.Name != "v" && f.Name != "vmodule" {
+			_ = root.PersistentFlags().MarkHidden(f.Name)
 		}
-		prefixes = append(prefixes, p)
-	}
-	opts := demo.Options{Ranges: prefixes, Count: *count, Workers: *workers, Prefix: *prefix, Out: stdout}
-	if *etcd != "" {
-		opts.EtcdEndpoints = strings.Split(*etcd, ",")
-	}
-	return demo.Run(ctx, opts)
+	})
+
+	root.AddCommand(
+		newDemoCommand(),
+		newBenchCommand(),
+		newCheckCommand(),
+		newVersionCommand(),
+	)
+	return root
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
@@ -84,9 +85,40 @@ func bitmapKey(prefix string, i int) string {
 // if any address was handed out twice or the stored bitmap disagrees with what the callers were
 // told.
 func Run(ctx context.Context, opts Options) error {
+	_, err := Measure(ctx, opts)
+	return err
+}
+
+// Summary is what the demo saw, for --json: one RangeSummary per range, in flag order.
+type Summary struct {
+	Etcd   string         `json:"etcd"`
+	Ranges []RangeSummary `json:"ranges"`
+}
+
+// RangeSummary is what the demo saw in one range.
+type RangeSummary struct {
+	Range      string  `json:"range"`
+	Key        string  `json:"key"`
+	Size       int     `json:"size"`
+	StaticBand int     `json:"staticBand"`
+	Workers    int     `json:"workersPerAllocator"`
+	Allocated  int     `json:"allocated"`
+	ByA        int     `json:"allocatedByA"`
+	ByB        int     `json:"allocatedByB"`
+	Duplicates int     `json:"duplicates"`
+	Seconds    float64 `json:"seconds"`
+	PerSecond  float64 `json:"perSecond"`
+	StaticUsed int     `json:"staticBandUsed"`
+	Released   int     `json:"releasedByB"`
+	UsedAfter  uint64  `json:"usedAfter"`
+	FreeAfter  uint64  `json:"freeAfter"`
+}
+
+// Measure runs the demo as [Run] does and also returns what it saw.
+func Measure(ctx context.Context, opts Options) (*Summary, error) {
 	opts.setDefaults()
 	if err := checkRanges(opts.Ranges); err != nil {
-		return err
+		return nil, err
 	}
 	// In-memory bitmaps of the ranges validate them as the persisted ones will, and tell their
 	// sizes and static bands.
@@ -94,7 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 	for i, r := range opts.Ranges {
 		a, err := bitmap.New(r)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		shapes[i] = a
 	}
@@ -104,34 +136,40 @@ func Run(ctx context.Context, opts Options) error {
 	if len(endpoints) == 0 {
 		etcd, err := localcluster.StartEtcd(ctx, localcluster.EtcdOptions{})
 		if err != nil {
-			return fmt.Errorf("start embedded etcd: %w", err)
+			return nil, fmt.Errorf("start embedded etcd: %w", err)
 		}
 		defer etcd.Close()
 		endpoints = etcd.Endpoints()
 		where = "embedded etcd at " + endpoints[0]
 	}
+	if err := probe(ctx, endpoints); err != nil {
+		return nil, err
+	}
+	sum := &Summary{Etcd: where}
 	fmt.Fprintf(out, "clusterip demo: the bitmap allocator persisted in %s\n", where)
 	for i, shape := range shapes {
-		if err := runRange(ctx, opts, endpoints, shape, bitmapKey(opts.Prefix, i)); err != nil {
-			return err
+		rs, err := runRange(ctx, opts, endpoints, shape, bitmapKey(opts.Prefix, i))
+		if err != nil {
+			return nil, err
 		}
+		sum.Ranges = append(sum.Ranges, rs)
 	}
-	return nil
+	return sum, nil
 }
 
 // runRange runs the demo on the range of shape, whose bitmap is stored at key.
-func runRange(ctx context.Context, opts Options, endpoints []string, shape *bitmap.Allocator, key string) error {
+func runRange(ctx context.Context, opts Options, endpoints []string, shape *bitmap.Allocator, key string) (RangeSummary, error) {
 	out, cidr := opts.Out, shape.CIDR()
 	var allocs [2]*bitmap.Persistent
 	for i := range allocs {
-		client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+		client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
-			return fmt.Errorf("etcd client: %w", err)
+			return RangeSummary{}, fmt.Errorf("etcd client: %w", err)
 		}
 		defer client.Close()
 		p, err := bitmap.NewPersistent(ctx, cidr, etcdstore.New(client, key))
 		if err != nil {
-			return err
+			return RangeSummary{}, err
 		}
 		defer p.Close()
 		allocs[i] = p
@@ -143,7 +181,7 @@ func runRange(ctx context.Context, opts Options, endpoints []string, shape *bitm
 	count := min(opts.Count, size)
 	got, elapsed, err := allocateConcurrently(ctx, allocs, opts.Workers, count)
 	if err != nil {
-		return err
+		return RangeSummary{}, err
 	}
 	// The static band is the first band addresses after the network address.
 	bandEnd := cidr.Addr().Next()
@@ -156,6 +194,7 @@ func runRange(ctx context.Context, opts Options, endpoints []string, shape *bitm
 			inStatic++
 		}
 	}
+	allocated, byA, byB := len(got), countOf(got, 0), countOf(got, 1)
 	fmt.Fprintf(out, "allocated %d addresses with %d workers per allocator in %v (%.0f/s): A %d, B %d, duplicates 0\n",
 		len(got), opts.Workers, elapsed.Round(time.Millisecond), float64(len(got))/elapsed.Seconds(),
 		countOf(got, 0), countOf(got, 1))
@@ -168,20 +207,25 @@ func runRange(ctx context.Context, opts Options, endpoints []string, shape *bitm
 			continue
 		}
 		if err := allocs[1].Release(ctx, ip); err != nil {
-			return fmt.Errorf("release %v: %w", ip, err)
+			return RangeSummary{}, fmt.Errorf("release %v: %w", ip, err)
 		}
 		delete(got, ip)
 		released++
 	}
 	if err := allocs[0].Refresh(ctx); err != nil {
-		return err
+		return RangeSummary{}, err
 	}
 	if err := verify(allocs[0], got); err != nil {
-		return err
+		return RangeSummary{}, err
 	}
 	fmt.Fprintf(out, "B released %d addresses; A reads the stored bitmap back: %d used, %d free, matching every caller's result\n",
 		released, allocs[0].Used(), allocs[0].Free())
-	return nil
+	return RangeSummary{
+		Range: cidr.String(), Key: key, Size: size, StaticBand: band, Workers: opts.Workers,
+		Allocated: allocated, ByA: byA, ByB: byB, Seconds: elapsed.Seconds(),
+		PerSecond: float64(allocated) / elapsed.Seconds(), StaticUsed: inStatic,
+		Released: released, UsedAfter: allocs[0].Used(), FreeAfter: allocs[0].Free(),
+	}, nil
 }
 
 // allocateConcurrently fills count addresses through both allocators and returns which
@@ -259,6 +303,22 @@ func verify(a allocator.Interface, want map[netip.Addr]int) error {
 	}
 	if n != len(want) {
 		return fmt.Errorf("demo: stored bitmap holds %d addresses, callers hold %d", n, len(want))
+	}
+	return nil
+}
+
+// probe fails within 5 seconds if etcd at endpoints does not answer, where the allocators
+// would wait for it for as long as ctx allows.
+func probe(ctx context.Context, endpoints []string) error {
+	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := client.Get(ctx, "/", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("demo: etcd at %v unreachable: %w", endpoints, err)
 	}
 	return nil
 }

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// binary is the clusterip command built by TestMain; the tests run it as a user would.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "clusterip-cmd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "clusterip")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the clusterip command: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// clusterip runs the built command with args.
+func clusterip(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("run clusterip %q: %v", args, err)
+	}
+	return r
+}
+
+func TestVersionPrintsModuleGoAndKubeAPIServerVersions(t *testing.T) {
+	r := clusterip(t, "version", "--json")
+	if r.code != 0 {
+		t.Fatalf("clusterip version --json: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var got versionInfo
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	want := versionInfo{Module: "(devel)", Go: runtime.Version(), KubeAPIServer: "v1.33.13"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("clusterip version --json (-want +got):\n%s", diff)
+	}
+	r = clusterip(t, "version")
+	for _, line := range []string{"clusterip (devel)", "go " + runtime.Version(), "kube-apiserver v1.33.13"} {
+		if !strings.Contains(r.stdout, line) {
+			t.Errorf("clusterip version printed %q, want a line %q", r.stdout, line)
+		}
+	}
+}
+
+func TestHelpShowsExamplesForEveryCommand(t *testing.T) {
+	for _, cmd := range [][]string{{}, {"demo"}, {"bench"}, {"check"}, {"version"}} {
+		t.Run(strings.Join(append([]string{"clusterip"}, cmd...), " "), func(t *testing.T) {
+			r := clusterip(t, append(cmd, "--help")...)
+			if r.code != 0 {
+				t.Fatalf("exit %d, want 0; stderr %q", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stdout, "Examples:") {
+				t.Errorf("--help printed no examples:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
+func TestCompletionPrintsAScriptForEveryShell(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		t.Run(shell, func(t *testing.T) {
+			r := clusterip(t, "completion", shell)
+			if r.code != 0 || !strings.Contains(r.stdout, "clusterip") {
+				t.Errorf("clusterip completion %s: exit %d, %d bytes mentioning clusterip: %v; want exit 0 and a script",
+					shell, r.code, len(r.stdout), strings.Contains(r.stdout, "clusterip"))
+			}
+		})
+	}
+}
+
+func TestKlogVerbosityFlagIsAccepted(t *testing.T) {
+	for _, args := range [][]string{{"-v", "4", "version"}, {"version", "--v=2"}} {
+		if r := clusterip(t, args...); r.code != 0 {
+			t.Errorf("clusterip %q: exit %d, stderr %q; want 0", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestCouldNotRunExitsTwoWithOneLine checks the "could not run" contract: exit code 2 and one
+// line on stderr saying why.
+func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "no command"},
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"demo", "--frobnicate"}, "unknown flag: --frobnicate"},
+		{"bad flag value", []string{"demo", "-n", "many"}, `invalid argument "many"`},
+		{"IPv4-mapped range", []string{"demo", "--cidr", "::ffff:10.0.0.0/120"}, "IPv4-mapped"},
+		{"a /32", []string{"demo", "--cidr", "10.0.0.1/32"}, "no usable addresses"},
+		{"host bits", []string{"demo", "--cidr", "10.96.0.1/24"}, "host bits set"},
+		{"two IPv4 ranges", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,10.97.0.0/24"}, "same IP family"},
+		{"a bad second range", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,fd00::/200"}, "fd00::/200"},
+		{"unreachable etcd", []string{"demo", "--etcd", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"}, "127.0.0.1:1"},
+		{"bench fill above 100", []string{"bench", "--fills", "101"}, "101% is not between 0 and 100"},
+		{"bench bad range", []string{"bench", "--ranges", "10.0.0.0/33"}, "--ranges"},
+		{"bench nothing to measure", []string{"bench", "--ranges", "", "--persistent-ranges", "", "--ipaddress-ranges", ""}, "no range to measure"},
+		{"bench chart without extension", []string{"bench", "--ranges", "10.0.0.0/28", "--persistent-ranges", "", "--ipaddress-ranges", "", "--fills", "0", "--duration", "1ms", "--svg", filepath.Join(t.TempDir(), "chart")}, "no extension"},
+		{"version takes no arguments", []string{"version", "now"}, `unknown command "now"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := clusterip(t, tt.args...)
+			if r.code != exitCouldNotRun {
+				t.Errorf("clusterip %q: exit %d, want %d (stderr %q)", tt.args, r.code, exitCouldNotRun, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "clusterip: ") || !strings.Contains(lines[0], tt.want) {
+				t.Errorf("clusterip %q: stderr %q, want one line \"clusterip: ...\" containing %q", tt.args, r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestDemoAllocatesThroughTwoAllocatorsSharingEmbeddedEtcd(t *testing.T) {
+	r := clusterip(t, "demo", "--cidr", "10.96.0.0/24", "-n", "200", "--workers", "2")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		"range 10.96.0.0/24: 254 addresses, static band of 16",
+		"key /registry/ranges/serviceips",
+		"allocated 200 addresses",
+		"duplicates 0",
+		"B released 100 addresses; A reads the stored bitmap back: 100 used, 154 free",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestBenchPrintsOneResultPerAllocatorRangeAndFillAndDrawsCharts(t *testing.T) {
+	dir := t.TempDir()
+	svg, png := filepath.Join(dir, "bench.svg"), filepath.Join(dir, "bench.png")
+	r := clusterip(t, "bench", "--ranges", "10.0.0.0/24,fd00::/64", "--persistent-ranges", "10.0.0.0/28",
+		"--ipaddress-ranges", "10.0.0.0/28", "--fills", "0,50,100", "--duration", "5ms", "--json", "--svg", svg, "--png", png)
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	var results []struct {
+		Allocator, Range, Op string
+		Fill                 float64
+		Ops                  int
+		NsPerOp              float64
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &results); err != nil {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	var got []string
+	for _, res := range results {
+		got = append(got, fmt.Sprintf("%s %s %g%% %s", res.Allocator, res.Range, res.Fill, res.Op))
+		if res.Ops <= 0 || res.NsPerOp <= 0 {
+			t.Errorf("%s %s at %g%%: %d ops at %v ns/op, want a measurement", res.Allocator, res.Range, res.Fill, res.Ops, res.NsPerOp)
+		}
+	}
+	var want []string
+	for _, ar := range []string{"bitmap 10.0.0.0/24", "bitmap fd00::/64", "bitmap+etcd 10.0.0.0/28", "ipaddress+fake 10.0.0.0/28"} {
+		want = append(want, ar+" 0% AllocateNext+Release", ar+" 50% AllocateNext+Release", ar+" 100% AllocateNext (full)")
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bench results (-want +got):\n%s", diff)
+	}
+	for file, magic := range map[string]string{svg: "<svg", png: "\x89PNG"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("bench drew no chart: %v", err)
+		}
+		if !strings.Contains(string(b[:min(len(b), 512)]), magic) {
+			t.Errorf("%s starts %q, want %q near the start", file, b[:min(len(b), 16)], magic)
+		}
+	}
+}
+
+func TestBenchPrintsATable(t *testing.T) {
+	r := clusterip(t, "bench", "--ranges", "10.0.0.0/24", "--persistent-ranges", "", "--ipaddress-ranges", "", "--fills", "99.9", "--duration", "5ms")
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"NS/OP", "ALLOCS/OP", "bitmap", "10.0.0.0/24", "99.9%"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("bench table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// writeKubeconfig writes a kubeconfig whose one context points at server.
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	config := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: ctx
+  context: {cluster: c, user: u}
+current-context: ctx
+`, server)
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
+	unreachable := writeKubeconfig(t, "https://127.0.0.1:1")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad mode", []string{"check", "--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly`},
+		{"bad output", []string{"check", "-o", "xml"}, `-o "xml": want one of table, json, yaml`},
+		{"negative leak grace", []string{"check", "--leak-grace", "-1s"}, "--leak-grace -1s: want 0 or more"},
+		{"cert without key", []string{"check", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-cert", "c.crt"}, "--etcd-cert and --etcd-key go together"},
+		{"TLS without endpoints", []string{"check", "--etcd-cacert", "ca.crt"}, "need --etcd-endpoints"},
+		{"relative prefix", []string{"check", "--etcd-prefix", "registry"}, "want an absolute key prefix"},
+		{"missing kubeconfig", []string{"check", "--kubeconfig", filepath.Join(t.TempDir(), "absent")}, "kubeconfig:"},
+		{"unknown context", []string{"check", "--kubeconfig", unreachable, "--context", "nope"}, `context "nope" does not exist`},
+		{"unreachable etcd", []string{"check", "--kubeconfig", unreachable, "--etcd-endpoints", "http://127.0.0.1:1"}, "etcd at http://127.0.0.1:1 unreachable"},
+		{"unreachable API server", []string{"check", "--kubeconfig", unreachable}, "API server at https://127.0.0.1:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := clusterip(t, tt.args...)
+			if r.code != exitCouldNotRun {
+				t.Errorf("clusterip %q: exit %d, want %d (stderr %q)", tt.args, r.code, exitCouldNotRun, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "clusterip: ") || !strings.Contains(lines[0], tt.want) {
+				t.Errorf("clusterip %q: stderr %q, want one line \"clusterip: ...\" containing %q", tt.args, r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestDemoJSONSummarisesEveryRangeInFlagOrder(t *testing.T) {
+	r := clusterip(t, "demo", "--service-cluster-ip-range", "fd00:10:96::/112,10.96.0.0/24", "-n", "100", "--workers", "2", "--json")
+	if r.code != 0 {
+		t.Fatalf("demo --json: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	var sum struct {
+		Ranges []struct {
+			Range, Key                         string
+			Allocated, Duplicates, ReleasedByB int
+			AllocatedByA, AllocatedByB         int
+			UsedAfter                          uint64
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	var got []string
+	for _, rs := range sum.Ranges {
+		got = append(got, fmt.Sprintf("%s at %s: %d allocated (%d), %d duplicates, %d released, %d used after",
+			rs.Range, rs.Key, rs.Allocated, rs.AllocatedByA+rs.AllocatedByB, rs.Duplicates, rs.ReleasedByB, rs.UsedAfter))
+	}
+	want := []string{
+		"fd00:10:96::/112 at /registry/ranges/serviceips: 100 allocated (100), 0 duplicates, 50 released, 50 used after",
+		"10.96.0.0/24 at /registry/ranges/secondaryserviceips: 100 allocated (100), 0 duplicates, 50 released, 50 used after",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("demo --json ranges (-want +got):\n%s", diff)
+	}
+}
