@@ -85,8 +85,8 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	if !ok {
 		t.Fatalf("no bitmap at %s: kube-apiserver with MultiCIDRServiceAllocator=false has not created it", key)
 	}
-	if diff := setOf(kubeIP).sorted(); !slices.Equal(diff, baseBits.sorted()) {
-		t.Fatalf("bitmap at %s holds %v, want only the kubernetes Service's %v", key, baseBits.sorted(), diff)
+	if want := setOf(kubeIP).sorted(); !slices.Equal(want, baseBits.sorted()) {
+		t.Fatalf("bitmap at %s holds %v, want only the kubernetes Service's %v", key, baseBits.sorted(), want)
 	}
 
 	// What the legacy peer serves of networking.k8s.io/v1, and what it leaves out.
@@ -290,7 +290,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 		}
 	}
 	bits, _ = etcdBits(t, ec, key, rg)
-	if diff := setOf(kubeIP).sorted(); !slices.Equal(diff, bits.sorted()) {
+	if want := setOf(kubeIP).sorted(); !slices.Equal(want, bits.sorted()) {
 		t.Errorf("after cleanup the bitmap holds %d addresses, want only the kubernetes Service's", len(bits))
 	}
 }
