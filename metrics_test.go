@@ -15,7 +15,6 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
-	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 const (
@@ -181,30 +180,8 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 0
 func TestMetricsBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	reg := prometheus.NewPedanticRegistry()
-	ctx, cancel := context.WithCancel(context.Background())
-	inf := informers.NewSharedInformerFactory(api.Client, 0)
-	a, err := New(ctx, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Informers: inf, Registerer: reg})
-	if err != nil {
-		cancel()
-		t.Fatalf("New() = %v", err)
-	}
-	inf.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("Run() = %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		inf.Shutdown()
-		if err := a.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	testenv.WaitFor(t, "the kubernetes ServiceCIDR to be served", a.ServiceCIDRs(corev1.IPv4Protocol).Ready)
+	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Registerer: reg})
+	ctx := context.Background()
 
 	al := a.Family(corev1.IPv4Protocol)
 	cidr := flagRange.String()
