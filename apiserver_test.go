@@ -41,29 +41,21 @@ func startAllocators(t testing.TB, etcd *clientv3.Client, client kubernetes.Inte
 	return startAllocatorsOf(t, Config{Mode: mode, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: prefix, Client: client})
 }
 
-// storedBits returns the addresses set in the bitmap at key.
+// storedBits returns the addresses set in the bitmap of flagRange at key, in ascending order.
 func storedBits(t testing.TB, etcd *clientv3.Client, key string) []netip.Addr {
 	t.Helper()
-	s, rev, err := etcdstore.New(etcd, key).Get(context.Background())
-	if err != nil || rev == 0 {
-		t.Fatalf("read the bitmap at %s: rev %d, %v", key, rev, err)
+	bits, ok := etcdBits(t, etcd, key, flagRange)
+	if !ok {
+		t.Fatalf("read the bitmap at %s: no such key", key)
 	}
-	return bitsOf(t, flagRange, s)
+	return bits.addrs()
 }
 
-// ipAddressObjects returns the addresses of every IPAddress object, as the API server lists them.
+// ipAddressObjects returns the addresses of every IPAddress object, as the API server lists them,
+// in ascending order.
 func ipAddressObjects(t testing.TB, client kubernetes.Interface) []netip.Addr {
 	t.Helper()
-	list, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("list IPAddresses: %v", err)
-	}
-	var ips []netip.Addr
-	for _, o := range list.Items {
-		ips = append(ips, netip.MustParseAddr(o.Name))
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	return ips
+	return apiIPAddressSet(t, client).addrs()
 }
 
 // holdings records who holds which address, to catch one address held twice. An address is
