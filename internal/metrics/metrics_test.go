@@ -32,15 +32,27 @@ const (
 func wrapped(t *testing.T, cidr string) (*Allocator, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
+	return newRecorder(t, reg).Wrap(newBitmap(t, cidr), Source{Label: cidr}), reg
+}
+
+// newRecorder returns New(reg), failing t on an error.
+func newRecorder(t *testing.T, reg prometheus.Registerer) *Recorder {
+	t.Helper()
 	rec, err := New(reg)
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
+	return rec
+}
+
+// newBitmap returns a bitmap allocator of cidr, failing t on an error.
+func newBitmap(t *testing.T, cidr string) *bitmap.Allocator {
+	t.Helper()
 	a, err := bitmap.New(netip.MustParsePrefix(cidr))
 	if err != nil {
 		t.Fatalf("bitmap.New(%s) = %v", cidr, err)
 	}
-	return rec.Wrap(a, Source{Label: cidr}), reg
+	return a
 }
 
 func TestGaugesSeededWhenWrapped(t *testing.T) {
@@ -143,14 +155,7 @@ func (notReadyAllocator) AllocateNext(context.Context, allocator.Owner) (netip.A
 func TestNotReadyIsARefusalNotAnError(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewPedanticRegistry()
-	rec, err := New(reg)
-	if err != nil {
-		t.Fatalf("New() = %v", err)
-	}
-	inner, err := bitmap.New(netip.MustParsePrefix("10.0.0.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, inner := newRecorder(t, reg), newBitmap(t, "10.0.0.0/24")
 	a := rec.Wrap(notReadyAllocator{inner}, Source{Label: "10.0.0.0/24"})
 	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
 		t.Fatalf("Allocate() = %v, want ErrNotReady", err)
@@ -189,14 +194,7 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 0
 
 func TestUndoCountersReadFromSource(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	rec, err := New(reg)
-	if err != nil {
-		t.Fatalf("New() = %v", err)
-	}
-	inner, err := bitmap.New(netip.MustParsePrefix("fd00::/120"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, inner := newRecorder(t, reg), newBitmap(t, "fd00::/120")
 	undone, failed := uint64(4), uint64(1)
 	rec.Wrap(inner, Source{Label: "fd00::/120", Undos: func() (uint64, uint64) { return undone, failed }})
 	metricstest.Compare(t, reg, `
@@ -209,16 +207,8 @@ func TestNewTwiceOnOneRegistryShares(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewPedanticRegistry()
 	var ws []*Allocator
-	for i, cidr := range []string{"10.0.0.0/24", "10.1.0.0/24"} {
-		rec, err := New(reg)
-		if err != nil {
-			t.Fatalf("New() #%d = %v", i, err)
-		}
-		inner, err := bitmap.New(netip.MustParsePrefix(cidr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws = append(ws, rec.Wrap(inner, Source{Label: cidr}))
+	for _, cidr := range []string{"10.0.0.0/24", "10.1.0.0/24"} {
+		ws = append(ws, newRecorder(t, reg).Wrap(newBitmap(t, cidr), Source{Label: cidr}))
 	}
 	for _, w := range ws {
 		if _, err := w.AllocateNext(ctx, allocator.Owner{}); err != nil {
