@@ -76,6 +76,25 @@ type dualFixture struct {
 	failBitmap func() error
 }
 
+// injectFailures journals every verb of an IPAddress, and fails it with the error of the hook
+// that current returns (read under f.mu) when that hook is set and returns one for the name.
+func (f *dualFixture) injectFailures(verb string, nameOf func(k8stesting.Action) string, current func() func(string) error) {
+	f.client.PrependReactor(verb, "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		name := nameOf(action)
+		f.mu.Lock()
+		fail := current()
+		f.mu.Unlock()
+		if fail != nil {
+			if err := fail(name); err != nil {
+				f.log.add("%s %s failed", verb, name)
+				return true, nil, err
+			}
+		}
+		f.log.add("%s %s", verb, name)
+		return false, nil, nil
+	})
+}
+
 // newDualFixture serves the flag range and the extra ServiceCIDR prefixes.
 func newDualFixture(t *testing.T, flag string, extra ...string) *dualFixture {
 	t.Helper()
@@ -91,34 +110,11 @@ func newDualFixtureServing(t *testing.T, flag string, cidrs ...string) *dualFixt
 		objs = append(objs, serviceCIDR(fmt.Sprintf("cidr-%d", i), p))
 	}
 	f.client = fakeclient.New(fakeclient.Options{Objects: objs})
-	f.client.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		name := action.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress).Name
-		f.mu.Lock()
-		fail := f.failCreate
-		f.mu.Unlock()
-		if fail != nil {
-			if err := fail(name); err != nil {
-				f.log.add("create %s failed", name)
-				return true, nil, err
-			}
-		}
-		f.log.add("create %s", name)
-		return false, nil, nil
-	})
-	f.client.PrependReactor("delete", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		name := action.(k8stesting.DeleteAction).GetName()
-		f.mu.Lock()
-		fail := f.failDelete
-		f.mu.Unlock()
-		if fail != nil {
-			if err := fail(name); err != nil {
-				f.log.add("delete %s failed", name)
-				return true, nil, err
-			}
-		}
-		f.log.add("delete %s", name)
-		return false, nil, nil
-	})
+	f.injectFailures("create", func(a k8stesting.Action) string {
+		return a.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress).Name
+	}, func() func(string) error { return f.failCreate })
+	f.injectFailures("delete", func(a k8stesting.Action) string { return a.(k8stesting.DeleteAction).GetName() },
+		func() func(string) error { return f.failDelete })
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	f.ctx = ctx
