@@ -14,9 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -38,58 +38,24 @@ func clusterIPService(name string) *corev1.Service {
 // informers and Run, and waits until they serve.
 func startAllocators(t testing.TB, etcd *clientv3.Client, client kubernetes.Interface, mode featuregate.Mode, prefix string) *Allocators {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	inf := informers.NewSharedInformerFactory(client, 0)
-	a, err := New(ctx, Config{Mode: mode, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: prefix, Client: client, Informers: inf})
-	if err != nil {
-		cancel()
-		t.Fatalf("New(%v) = %v", mode, err)
-	}
-	inf.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("Run() = %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		inf.Shutdown()
-		if err := a.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	if sc := a.ServiceCIDRs(corev1.IPv4Protocol); sc != nil {
-		testenv.WaitFor(t, "the kubernetes ServiceCIDR to be served", sc.Ready)
-	}
-	return a
+	return startAllocatorsOf(t, Config{Mode: mode, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: prefix, Client: client})
 }
 
-// storedBits returns the addresses set in the bitmap at key.
+// storedBits returns the addresses set in the bitmap of flagRange at key, in ascending order.
 func storedBits(t testing.TB, etcd *clientv3.Client, key string) []netip.Addr {
 	t.Helper()
-	s, rev, err := etcdstore.New(etcd, key).Get(context.Background())
-	if err != nil || rev == 0 {
-		t.Fatalf("read the bitmap at %s: rev %d, %v", key, rev, err)
+	bits, ok := etcdBits(t, etcd, key, flagRange)
+	if !ok {
+		t.Fatalf("read the bitmap at %s: no such key", key)
 	}
-	return bitsOf(t, flagRange, s)
+	return bits.addrs()
 }
 
-// ipAddressObjects returns the addresses of every IPAddress object, as the API server lists them.
+// ipAddressObjects returns the addresses of every IPAddress object, as the API server lists them,
+// in ascending order.
 func ipAddressObjects(t testing.TB, client kubernetes.Interface) []netip.Addr {
 	t.Helper()
-	list, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("list IPAddresses: %v", err)
-	}
-	var ips []netip.Addr
-	for _, o := range list.Items {
-		ips = append(ips, netip.MustParseAddr(o.Name))
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	return ips
+	return apiIPAddressSet(t, client).addrs()
 }
 
 // holdings records who holds which address, to catch one address held twice. An address is
@@ -145,6 +111,46 @@ func run(workers, n int, fn func(i int)) {
 	wg.Wait()
 }
 
+// allocateBeside has al and kube-apiserver (through client) allocate each addresses apiece at
+// once, Services named namePrefix-i, and fails t if any address is handed out twice. It returns
+// our addresses, the apiserver's, and the Services to delete.
+func allocateBeside(t *testing.T, al allocator.Interface, client kubernetes.Interface, each int, namePrefix string) (ours, theirs []netip.Addr, services []string) {
+	t.Helper()
+	ctx := context.Background()
+	var h holdings
+	var mu sync.Mutex
+	run(16, 2*each, func(i int) {
+		if i%2 == 0 {
+			ip, err := al.AllocateNext(ctx, testOwner)
+			if err != nil {
+				t.Errorf("AllocateNext() = %v", err)
+				return
+			}
+			h.take(ip, "ours")
+			mu.Lock()
+			ours = append(ours, ip)
+			mu.Unlock()
+			return
+		}
+		name := fmt.Sprintf("%s-%d", namePrefix, i)
+		svc, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
+		if err != nil {
+			t.Errorf("create Service %s: %v", name, err)
+			return
+		}
+		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
+		h.take(ip, "Service "+name)
+		mu.Lock()
+		services = append(services, name)
+		theirs = append(theirs, ip)
+		mu.Unlock()
+	})
+	if dups := h.duplicates(); len(dups) > 0 {
+		t.Errorf("addresses held twice: %v", dups)
+	}
+	return ours, theirs, services
+}
+
 func deleteServices(t *testing.T, client kubernetes.Interface, names []string) {
 	t.Helper()
 	run(8, len(names), func(i int) {
@@ -162,43 +168,7 @@ func TestDualWriteBesideKubeAPIServer(t *testing.T) {
 	dw := a.Family(corev1.IPv4Protocol)
 	ctx := context.Background()
 
-	const each = 60
-	var h holdings
-	var (
-		mu       sync.Mutex
-		ours     []netip.Addr
-		services []string
-		theirs   []netip.Addr
-	)
-	run(16, 2*each, func(i int) {
-		if i%2 == 0 {
-			ip, err := dw.AllocateNext(ctx, testOwner)
-			if err != nil {
-				t.Errorf("AllocateNext() = %v", err)
-				return
-			}
-			h.take(ip, "ours")
-			mu.Lock()
-			ours = append(ours, ip)
-			mu.Unlock()
-			return
-		}
-		name := fmt.Sprintf("beside-%d", i)
-		svc, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
-		if err != nil {
-			t.Errorf("create Service %s: %v", name, err)
-			return
-		}
-		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
-		h.take(ip, "Service "+name)
-		mu.Lock()
-		services = append(services, name)
-		theirs = append(theirs, ip)
-		mu.Unlock()
-	})
-	if dups := h.duplicates(); len(dups) > 0 {
-		t.Errorf("addresses held twice: %v", dups)
-	}
+	ours, theirs, services := allocateBeside(t, dw, api.Client, 60, "beside")
 	bits := storedBits(t, etcd, etcdstore.DefaultServiceIPsKey)
 	objs := ipAddressObjects(t, api.Client)
 	for _, ip := range append(slices.Clone(ours), theirs...) {
@@ -337,43 +307,7 @@ func TestLegacyBesideKubeAPIServer(t *testing.T) {
 	legacy := a.Family(corev1.IPv4Protocol)
 	ctx := context.Background()
 
-	const each = 40
-	var h holdings
-	var (
-		mu       sync.Mutex
-		ours     []netip.Addr
-		services []string
-		theirs   []netip.Addr
-	)
-	run(16, 2*each, func(i int) {
-		if i%2 == 0 {
-			ip, err := legacy.AllocateNext(ctx, testOwner)
-			if err != nil {
-				t.Errorf("AllocateNext() = %v", err)
-				return
-			}
-			h.take(ip, "ours")
-			mu.Lock()
-			ours = append(ours, ip)
-			mu.Unlock()
-			return
-		}
-		name := fmt.Sprintf("legacy-%d", i)
-		svc, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
-		if err != nil {
-			t.Errorf("create Service %s: %v", name, err)
-			return
-		}
-		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
-		h.take(ip, "Service "+name)
-		mu.Lock()
-		services = append(services, name)
-		theirs = append(theirs, ip)
-		mu.Unlock()
-	})
-	if dups := h.duplicates(); len(dups) > 0 {
-		t.Errorf("addresses held twice: %v", dups)
-	}
+	ours, theirs, services := allocateBeside(t, legacy, api.Client, 40, "legacy")
 	bits := storedBits(t, etcd, etcdstore.DefaultServiceIPsKey)
 	objs := ipAddressObjects(t, api.Client)
 	for _, ip := range ours {

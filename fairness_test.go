@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // TestFairnessThreeDualWriteProcesses runs three DualWrite allocator processes of 4 workers each
@@ -24,9 +22,7 @@ func TestFairnessThreeDualWriteProcesses(t *testing.T) {
 		procs    = 3
 		duration = 8 * time.Second
 	)
-	etcd := testenv.NewEtcd(t)
-	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: flag})
-	waitForKubernetesService(t, api.Client)
+	etcd, _, api := startOwnCluster(t, flag)
 	var ps []*proc
 	for i := range procs {
 		ps = append(ps, startProc(t, procSpec{Name: fmt.Sprintf("apiserver-%d", i), Mode: "DualWrite", Ranges: []string{flag}, Op: opSaturate, Workers: 4, Duration: duration}, etcd, api))

@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -33,14 +32,9 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 
 func testKillBetweenDualWrites(t *testing.T, op string) {
 	const flag = "10.96.0.0/24"
-	etcd := testenv.NewEtcd(t)
-	ec := etcd.TestClient(t)
-	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: flag})
-	waitForKubernetesService(t, api.Client)
+	etcd, ec, api := startOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
-	key := etcdstore.ServiceIPsKey("/registry")
-	baseBits, _ := etcdBits(t, ec, key, rg)
-	baseObjs := apiIPAddressSet(t, api.Client)
+	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
 
 	p := startProc(t, procSpec{Name: "victim", Mode: "DualWrite", Ranges: []string{flag}, Op: op, Count: 1}, etcd, api)
 	p.start()
@@ -109,14 +103,9 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
 	const flag = "10.96.0.0/20"
-	etcd := testenv.NewEtcd(t)
-	ec := etcd.TestClient(t)
-	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: flag})
-	waitForKubernetesService(t, api.Client)
+	etcd, ec, api := startOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
-	key := etcdstore.ServiceIPsKey("/registry")
-	baseBits, _ := etcdBits(t, ec, key, rg)
-	baseObjs := apiIPAddressSet(t, api.Client)
+	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
 	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).Family("IPv4")
 
 	var mu sync.Mutex // guards handed, failures

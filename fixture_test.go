@@ -8,20 +8,18 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
@@ -65,7 +63,7 @@ type dualFixture struct {
 	t      *testing.T
 	ctx    context.Context
 	flag   netip.Prefix
-	client *fake.Clientset
+	client *fakeclient.Clientset
 	store  *bitmap.MemStore
 	sc     *servicecidr.Allocator
 	bm     *bitmap.Persistent
@@ -76,6 +74,25 @@ type dualFixture struct {
 	failCreate func(ip string) error // nil: no failure
 	failDelete func(ip string) error
 	failBitmap func() error
+}
+
+// injectFailures journals every verb of an IPAddress, and fails it with the error of the hook
+// that current returns (read under f.mu) when that hook is set and returns one for the name.
+func (f *dualFixture) injectFailures(verb string, nameOf func(k8stesting.Action) string, current func() func(string) error) {
+	f.client.PrependReactor(verb, "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		name := nameOf(action)
+		f.mu.Lock()
+		fail := current()
+		f.mu.Unlock()
+		if fail != nil {
+			if err := fail(name); err != nil {
+				f.log.add("%s %s failed", verb, name)
+				return true, nil, err
+			}
+		}
+		f.log.add("%s %s", verb, name)
+		return false, nil, nil
+	})
 }
 
 // newDualFixture serves the flag range and the extra ServiceCIDR prefixes.
@@ -92,36 +109,12 @@ func newDualFixtureServing(t *testing.T, flag string, cidrs ...string) *dualFixt
 	for i, p := range cidrs {
 		objs = append(objs, serviceCIDR(fmt.Sprintf("cidr-%d", i), p))
 	}
-	f.client = fake.NewSimpleClientset(objs...) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	throttleWatches(f.client)
-	f.client.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		name := action.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress).Name
-		f.mu.Lock()
-		fail := f.failCreate
-		f.mu.Unlock()
-		if fail != nil {
-			if err := fail(name); err != nil {
-				f.log.add("create %s failed", name)
-				return true, nil, err
-			}
-		}
-		f.log.add("create %s", name)
-		return false, nil, nil
-	})
-	f.client.PrependReactor("delete", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		name := action.(k8stesting.DeleteAction).GetName()
-		f.mu.Lock()
-		fail := f.failDelete
-		f.mu.Unlock()
-		if fail != nil {
-			if err := fail(name); err != nil {
-				f.log.add("delete %s failed", name)
-				return true, nil, err
-			}
-		}
-		f.log.add("delete %s", name)
-		return false, nil, nil
-	})
+	f.client = fakeclient.New(fakeclient.Options{Objects: objs})
+	f.injectFailures("create", func(a k8stesting.Action) string {
+		return a.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress).Name
+	}, func() func(string) error { return f.failCreate })
+	f.injectFailures("delete", func(a k8stesting.Action) string { return a.(k8stesting.DeleteAction).GetName() },
+		func() func(string) error { return f.failDelete })
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	f.ctx = ctx
@@ -273,46 +266,3 @@ func (f *dualFixture) checkInvariant(legacy ...netip.Addr) {
 var errInjected = errors.New("injected failure")
 
 var createOpts = metav1.CreateOptions{}
-
-// throttleWatches makes every write to client wait while a watch has more than half a channel of
-// events pending: the fake's watch channels hold 100 events and panic when full, which a burst of
-// writes reaches before the informer drains them.
-func throttleWatches(client *fake.Clientset) {
-	var (
-		mu       sync.Mutex
-		watchers []*watch.RaceFreeFakeWatcher
-	)
-	tracker := client.Tracker()
-	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
-			opts = wa.ListOptions
-		}
-		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
-		if err != nil {
-			return false, nil, err
-		}
-		if rf, ok := w.(*watch.RaceFreeFakeWatcher); ok {
-			mu.Lock()
-			watchers = append(watchers, rf)
-			mu.Unlock()
-		}
-		return true, w, nil
-	})
-	client.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		switch action.GetVerb() {
-		case "create", "update", "patch", "delete", "delete-collection":
-		default:
-			return false, nil, nil
-		}
-		mu.Lock()
-		ws := slices.Clone(watchers)
-		mu.Unlock()
-		for _, w := range ws {
-			for !w.IsStopped() && len(w.ResultChan()) > int(watch.DefaultChanSize)/2 {
-				time.Sleep(100 * time.Microsecond)
-			}
-		}
-		return false, nil, nil
-	})
-}

@@ -128,13 +128,19 @@ func (s addrSet) within(r netip.Prefix) addrSet {
 	return out
 }
 
-// sorted returns the addresses of s in ascending order, as strings (for readable diffs).
-func (s addrSet) sorted() []string {
+// addrs returns the addresses of s in ascending order.
+func (s addrSet) addrs() []netip.Addr {
 	ips := make([]netip.Addr, 0, len(s))
 	for ip := range s {
 		ips = append(ips, ip)
 	}
 	slices.SortFunc(ips, netip.Addr.Compare)
+	return ips
+}
+
+// sorted returns the addresses of s in ascending order, as strings (for readable diffs).
+func (s addrSet) sorted() []string {
+	ips := s.addrs()
 	out := make([]string, len(ips))
 	for i, ip := range ips {
 		out[i] = ip.String()
@@ -156,6 +162,30 @@ func inBitmapWindow(r netip.Prefix, ip netip.Addr) bool {
 		slots = min(slots, bitmap.MaxIPv6Slots)
 	}
 	return off < slots
+}
+
+// startOwnCluster starts an etcd and a kube-apiserver serving flag for this test alone, and
+// waits until the apiserver has allocated the ClusterIP of its own Service.
+func startOwnCluster(t testing.TB, flag string) (*testenv.Etcd, *clientv3.Client, *testenv.KubeAPIServer) {
+	t.Helper()
+	etcd := testenv.NewEtcd(t)
+	ec := etcd.TestClient(t)
+	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: flag})
+	waitForKubernetesService(t, api.Client)
+	return etcd, ec, api
+}
+
+// apiserverBaseline returns what kube-apiserver holds before a test starts: the bits of its
+// bitmap of rg (at the default key, which it returns) and its IPAddress objects. It fails t if
+// kube-apiserver has not created the bitmap.
+func apiserverBaseline(t testing.TB, ec *clientv3.Client, c kubernetes.Interface, rg netip.Prefix) (key string, bits, objs addrSet) {
+	t.Helper()
+	key = etcdstore.ServiceIPsKey("/registry")
+	bits, ok := etcdBits(t, ec, key, rg)
+	if !ok {
+		t.Fatalf("no bitmap at %s: kube-apiserver has not created it", key)
+	}
+	return key, bits, apiIPAddressSet(t, c)
 }
 
 // etcdBits reads the bitmap at key from etcd: ok is false if the key does not exist. It fails t

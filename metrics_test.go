@@ -15,7 +15,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
-	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/internal/metrics/metricstest"
 )
 
 const (
@@ -100,27 +100,15 @@ func TestMetricsCountDualWriteUndos(t *testing.T) {
 		t.Fatalf("AllocateNext() = %v", err)
 	}
 	want := `
-# HELP clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
-# TYPE clusterip_allocator_dualwrite_undo_total counter
 clusterip_allocator_dualwrite_undo_total{cidr="10.0.0.0/28"} 2
-# HELP clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
-# TYPE clusterip_allocator_dualwrite_undo_errors_total counter
 clusterip_allocator_dualwrite_undo_errors_total{cidr="10.0.0.0/28"} 0
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 1
-# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 13
-# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
-# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="dynamic"} 1
-# HELP kube_apiserver_clusterip_allocator_allocation_errors_total Number of errors trying to allocate Cluster IPs
-# TYPE kube_apiserver_clusterip_allocator_allocation_errors_total counter
 kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/28",scope="dynamic"} 1
 kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/28",scope="static"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricUndos, metricUndoErrors, metricAllocated, metricAvailable, metricAllocations, metricErrors); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricUndos, metricUndoErrors, metricAllocated, metricAvailable, metricAllocations, metricErrors); err != nil {
 		t.Errorf("after two failed creates and one allocation of %v: %v", ip, err)
 	}
 }
@@ -132,11 +120,9 @@ func TestMetricsCountNotReadyRefusals(t *testing.T) {
 		t.Fatalf("AllocateNext() = %v, want ErrNotReady", err)
 	}
 	want := `
-# HELP clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
-# TYPE clusterip_allocator_not_ready_total counter
 clusterip_allocator_not_ready_total{cidr="10.0.0.0/28",scope="dynamic"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricNotReady, metricErrors, metricAllocations); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricNotReady, metricErrors, metricAllocations); err != nil {
 		t.Error(err)
 	}
 }
@@ -166,11 +152,9 @@ func TestNewWithRegistererWrapsEveryFamily(t *testing.T) {
 	}
 	// Seeded before any call: the allocator has not synced, so nothing is allocated or free.
 	want := `
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricAllocated); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated); err != nil {
 		t.Error(err)
 	}
 }
@@ -181,30 +165,8 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 0
 func TestMetricsBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	reg := prometheus.NewPedanticRegistry()
-	ctx, cancel := context.WithCancel(context.Background())
-	inf := informers.NewSharedInformerFactory(api.Client, 0)
-	a, err := New(ctx, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Informers: inf, Registerer: reg})
-	if err != nil {
-		cancel()
-		t.Fatalf("New() = %v", err)
-	}
-	inf.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("Run() = %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		inf.Shutdown()
-		if err := a.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	testenv.WaitFor(t, "the kubernetes ServiceCIDR to be served", a.ServiceCIDRs(corev1.IPv4Protocol).Ready)
+	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Registerer: reg})
+	ctx := context.Background()
 
 	al := a.Family(corev1.IPv4Protocol)
 	cidr := flagRange.String()
@@ -291,17 +253,11 @@ func TestMetricsCountOverlappingServiceCIDRsOnce(t *testing.T) {
 		}
 	}
 	want := `
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
-# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 10
-# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
-# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 4
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricAllocated, metricAvailable, metricAllocations); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated, metricAvailable, metricAllocations); err != nil {
 		t.Error(err)
 	}
 }

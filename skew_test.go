@@ -5,9 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
-
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
-	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // TestSkewLegacyAndDualWriteProcesses runs a Legacy-mode allocator and a DualWrite-mode allocator
@@ -22,17 +19,9 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
 	const flag = "10.96.0.0/18"
-	etcd := testenv.NewEtcd(t)
-	ec := etcd.TestClient(t)
-	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: flag})
-	waitForKubernetesService(t, api.Client)
+	etcd, ec, api := startOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
-	key := etcdstore.ServiceIPsKey("/registry")
-	baseBits, ok := etcdBits(t, ec, key, rg)
-	if !ok {
-		t.Fatalf("no bitmap at %s: kube-apiserver has not created it", key)
-	}
-	baseObjs := apiIPAddressSet(t, api.Client)
+	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
 
 	// run runs op in both processes at once; the DualWrite process takes ips in reverse order, so
 	// that the two meet in the middle whichever is faster.

@@ -136,57 +136,36 @@ func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (*b
 
 // listServices lists every Service, a page at a time.
 func listServices(ctx context.Context, c kubernetes.Interface) ([]*corev1.Service, error) {
-	var out []*corev1.Service
-	opts := metav1.ListOptions{Limit: listPageSize}
-	for {
-		l, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("repair: list Services: %w", err)
-		}
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-		if l.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = l.Continue
-	}
+	return listPages(ctx, "Services", c.CoreV1().Services(metav1.NamespaceAll).List, func(l *corev1.ServiceList) []corev1.Service { return l.Items })
 }
 
 // listIPAddresses lists every IPAddress object, a page at a time.
 func listIPAddresses(ctx context.Context, c kubernetes.Interface) ([]*networkingv1.IPAddress, error) {
-	var out []*networkingv1.IPAddress
-	opts := metav1.ListOptions{Limit: listPageSize}
-	for {
-		l, err := c.NetworkingV1().IPAddresses().List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("repair: list IPAddresses: %w", err)
-		}
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-		if l.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = l.Continue
-	}
+	return listPages(ctx, "IPAddresses", c.NetworkingV1().IPAddresses().List, func(l *networkingv1.IPAddressList) []networkingv1.IPAddress { return l.Items })
 }
 
 // listServiceCIDRs lists every ServiceCIDR, a page at a time.
 func listServiceCIDRs(ctx context.Context, c kubernetes.Interface) ([]*networkingv1.ServiceCIDR, error) {
-	var out []*networkingv1.ServiceCIDR
+	return listPages(ctx, "ServiceCIDRs", c.NetworkingV1().ServiceCIDRs().List, func(l *networkingv1.ServiceCIDRList) []networkingv1.ServiceCIDR { return l.Items })
+}
+
+// listPages calls list for pages of listPageSize until the last, and returns pointers to the
+// items of every page; what names the resource in the error.
+func listPages[L interface{ GetContinue() string }, T any](ctx context.Context, what string, list func(context.Context, metav1.ListOptions) (L, error), items func(L) []T) ([]*T, error) {
+	var out []*T
 	opts := metav1.ListOptions{Limit: listPageSize}
 	for {
-		l, err := c.NetworkingV1().ServiceCIDRs().List(ctx, opts)
+		l, err := list(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("repair: list ServiceCIDRs: %w", err)
+			return nil, fmt.Errorf("repair: list %s: %w", what, err)
 		}
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
+		page := items(l)
+		for i := range page {
+			out = append(out, &page[i])
 		}
-		if l.Continue == "" {
+		if l.GetContinue() == "" {
 			return out, nil
 		}
-		opts.Continue = l.Continue
+		opts.Continue = l.GetContinue()
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/internal/metrics/metricstest"
 )
 
 const (
@@ -32,32 +32,33 @@ const (
 func wrapped(t *testing.T, cidr string) (*Allocator, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
+	return newRecorder(t, reg).Wrap(newBitmap(t, cidr), Source{Label: cidr}), reg
+}
+
+// newRecorder returns New(reg), failing t on an error.
+func newRecorder(t *testing.T, reg prometheus.Registerer) *Recorder {
+	t.Helper()
 	rec, err := New(reg)
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
+	return rec
+}
+
+// newBitmap returns a bitmap allocator of cidr, failing t on an error.
+func newBitmap(t *testing.T, cidr string) *bitmap.Allocator {
+	t.Helper()
 	a, err := bitmap.New(netip.MustParsePrefix(cidr))
 	if err != nil {
 		t.Fatalf("bitmap.New(%s) = %v", cidr, err)
 	}
-	return rec.Wrap(a, Source{Label: cidr}), reg
-}
-
-func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string) {
-	t.Helper()
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
-		t.Error(err)
-	}
+	return a
 }
 
 func TestGaugesSeededWhenWrapped(t *testing.T) {
 	_, reg := wrapped(t, "10.0.0.0/24")
-	compare(t, reg, `
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+	metricstest.Compare(t, reg, `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 0
-# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/24"} 254
 `, allocated, available)
 }
@@ -98,19 +99,11 @@ func TestCountsPerScope(t *testing.T) {
 	if err := a.Release(ctx, ip); err != nil {
 		t.Fatalf("Release(%v) = %v", ip, err)
 	}
-	compare(t, reg, `
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+	metricstest.Compare(t, reg, `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 5
-# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/29"} 1
-# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
-# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/29",scope="dynamic"} 5
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/29",scope="static"} 1
-# HELP kube_apiserver_clusterip_allocator_allocation_errors_total Number of errors trying to allocate Cluster IPs
-# TYPE kube_apiserver_clusterip_allocator_allocation_errors_total counter
 kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/29",scope="dynamic"} 1
 kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/29",scope="static"} 3
 `, allocated, available, allocations, errorsTotal)
@@ -130,9 +123,7 @@ func TestDurationHasKubeAPIServerBuckets(t *testing.T) {
 	if _, err := a.AllocateNext(ctx, allocator.Owner{}); err != nil {
 		t.Fatalf("AllocateNext() = %v", err)
 	}
-	compare(t, reg, `
-# HELP kube_apiserver_clusterip_allocator_allocation_duration_seconds Duration in seconds to allocate a Cluster IP by ServiceCIDR
-# TYPE kube_apiserver_clusterip_allocator_allocation_duration_seconds histogram
+	metricstest.Compare(t, reg, `
 kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.005"} 0
 kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.01"} 0
 kube_apiserver_clusterip_allocator_allocation_duration_seconds_bucket{cidr="10.0.0.0/24",le="0.025"} 0
@@ -164,14 +155,7 @@ func (notReadyAllocator) AllocateNext(context.Context, allocator.Owner) (netip.A
 func TestNotReadyIsARefusalNotAnError(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewPedanticRegistry()
-	rec, err := New(reg)
-	if err != nil {
-		t.Fatalf("New() = %v", err)
-	}
-	inner, err := bitmap.New(netip.MustParsePrefix("10.0.0.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, inner := newRecorder(t, reg), newBitmap(t, "10.0.0.0/24")
 	a := rec.Wrap(notReadyAllocator{inner}, Source{Label: "10.0.0.0/24"})
 	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
 		t.Fatalf("Allocate() = %v, want ErrNotReady", err)
@@ -181,9 +165,7 @@ func TestNotReadyIsARefusalNotAnError(t *testing.T) {
 			t.Fatalf("AllocateNext() = %v, want ErrNotReady", err)
 		}
 	}
-	compare(t, reg, `
-# HELP clusterip_allocator_not_ready_total Number of Cluster IP allocations refused because the allocator was not ready (allocator.ErrNotReady)
-# TYPE clusterip_allocator_not_ready_total counter
+	metricstest.Compare(t, reg, `
 clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="dynamic"} 2
 clusterip_allocator_not_ready_total{cidr="10.0.0.0/24",scope="static"} 1
 `, notReady, errorsTotal, allocations)
@@ -205,31 +187,18 @@ func TestDryRunIsNotCounted(t *testing.T) {
 	if got, err := testutil.GatherAndCount(reg, allocations, errorsTotal, duration, notReady); err != nil || got != 0 {
 		t.Errorf("allocation series after dry runs = %d, %v; want 0, nil", got, err)
 	}
-	compare(t, reg, `
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+	metricstest.Compare(t, reg, `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 0
 `, allocated)
 }
 
 func TestUndoCountersReadFromSource(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	rec, err := New(reg)
-	if err != nil {
-		t.Fatalf("New() = %v", err)
-	}
-	inner, err := bitmap.New(netip.MustParsePrefix("fd00::/120"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, inner := newRecorder(t, reg), newBitmap(t, "fd00::/120")
 	undone, failed := uint64(4), uint64(1)
 	rec.Wrap(inner, Source{Label: "fd00::/120", Undos: func() (uint64, uint64) { return undone, failed }})
-	compare(t, reg, `
-# HELP clusterip_allocator_dualwrite_undo_total Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed
-# TYPE clusterip_allocator_dualwrite_undo_total counter
+	metricstest.Compare(t, reg, `
 clusterip_allocator_dualwrite_undo_total{cidr="fd00::/120"} 4
-# HELP clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
-# TYPE clusterip_allocator_dualwrite_undo_errors_total counter
 clusterip_allocator_dualwrite_undo_errors_total{cidr="fd00::/120"} 1
 `, undos, undoErrors)
 }
@@ -238,16 +207,8 @@ func TestNewTwiceOnOneRegistryShares(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewPedanticRegistry()
 	var ws []*Allocator
-	for i, cidr := range []string{"10.0.0.0/24", "10.1.0.0/24"} {
-		rec, err := New(reg)
-		if err != nil {
-			t.Fatalf("New() #%d = %v", i, err)
-		}
-		inner, err := bitmap.New(netip.MustParsePrefix(cidr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws = append(ws, rec.Wrap(inner, Source{Label: cidr}))
+	for _, cidr := range []string{"10.0.0.0/24", "10.1.0.0/24"} {
+		ws = append(ws, newRecorder(t, reg).Wrap(newBitmap(t, cidr), Source{Label: cidr}))
 	}
 	for _, w := range ws {
 		if _, err := w.AllocateNext(ctx, allocator.Owner{}); err != nil {
@@ -257,12 +218,8 @@ func TestNewTwiceOnOneRegistryShares(t *testing.T) {
 	if err := ws[1].Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
-	compare(t, reg, `
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+	metricstest.Compare(t, reg, `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 1
-# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
-# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/24",scope="dynamic"} 1
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.1.0.0/24",scope="dynamic"} 1
 `, allocated, allocations)
@@ -306,15 +263,9 @@ func TestConcurrentCallsAndScrapes(t *testing.T) {
 	}
 	wg.Wait()
 	const kept = workers * each / 2
-	compare(t, reg, fmt.Sprintf(`
-# HELP kube_apiserver_clusterip_allocator_allocated_ips Gauge measuring the number of allocated IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+	metricstest.Compare(t, reg, fmt.Sprintf(`
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/22"} %d
-# HELP kube_apiserver_clusterip_allocator_available_ips Gauge measuring the number of available IPs for Services
-# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/22"} %d
-# HELP kube_apiserver_clusterip_allocator_allocation_total Number of Cluster IPs allocations
-# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/22",scope="dynamic"} %d
 `, kept, 1022-kept, workers*each), allocated, available, allocations)
 }
