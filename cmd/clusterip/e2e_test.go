@@ -140,16 +140,7 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		{"version takes no arguments", []string{"version", "now"}, `unknown command "now"`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := clusterip(t, tt.args...)
-			if r.code != exitCouldNotRun {
-				t.Errorf("clusterip %q: exit %d, want %d (stderr %q)", tt.args, r.code, exitCouldNotRun, r.stderr)
-			}
-			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
-			if len(lines) != 1 || !strings.HasPrefix(lines[0], "clusterip: ") || !strings.Contains(lines[0], tt.want) {
-				t.Errorf("clusterip %q: stderr %q, want one line \"clusterip: ...\" containing %q", tt.args, r.stderr, tt.want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
 	}
 }
 
@@ -267,16 +258,7 @@ func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		{"unreachable API server", []string{"check", "--kubeconfig", unreachable}, "API server at https://127.0.0.1:1"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := clusterip(t, tt.args...)
-			if r.code != exitCouldNotRun {
-				t.Errorf("clusterip %q: exit %d, want %d (stderr %q)", tt.args, r.code, exitCouldNotRun, r.stderr)
-			}
-			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
-			if len(lines) != 1 || !strings.HasPrefix(lines[0], "clusterip: ") || !strings.Contains(lines[0], tt.want) {
-				t.Errorf("clusterip %q: stderr %q, want one line \"clusterip: ...\" containing %q", tt.args, r.stderr, tt.want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
 	}
 }
 
@@ -307,5 +289,19 @@ func TestDemoJSONSummarisesEveryRangeInFlagOrder(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("demo --json ranges (-want +got):\n%s", diff)
+	}
+}
+
+// checkCouldNotRun runs the command with args and checks that it exits with exitCouldNotRun and
+// says why in exactly one stderr line "clusterip: ..." that contains want.
+func checkCouldNotRun(t *testing.T, args []string, want string) {
+	t.Helper()
+	r := clusterip(t, args...)
+	if r.code != exitCouldNotRun {
+		t.Errorf("clusterip %q: exit %d, want %d (stderr %q)", args, r.code, exitCouldNotRun, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "clusterip: ") || !strings.Contains(lines[0], want) {
+		t.Errorf("clusterip %q: stderr %q, want one line \"clusterip: ...\" containing %q", args, r.stderr, want)
 	}
 }
