@@ -53,7 +53,8 @@ func (l *lazy[M]) get(resolve func() M) M {
 
 // Wrap returns an Allocator that passes every call on to a and records its metrics under the cidr
 // label src.Label. From now until that Allocator's Close, the gauges of the label read src.Used
-// and src.Free (a's own when nil); a later Wrap with the same label takes the gauges over.
+// and src.Free (a's own when nil), or those of src.CIDRs, and the counters read at scrape time
+// (src.Undos, src.Bitmap) are given; a later Wrap with the same label takes them over.
 func (r *Recorder) Wrap(a allocator.Interface, src Source) *Allocator {
 	if src.Used == nil {
 		src.Used = a.Used
