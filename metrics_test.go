@@ -11,11 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics/metricstest"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
 const (
@@ -27,10 +31,14 @@ const (
 	metricNotReady    = "clusterip_allocator_not_ready_total"
 	metricUndos       = "clusterip_allocator_dualwrite_undo_total"
 	metricUndoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
+	metricBatches     = "clusterip_allocator_bitmap_batches_total"
+	metricCASWrites   = "clusterip_allocator_bitmap_cas_writes_total"
+	metricConflicts   = "clusterip_allocator_bitmap_cas_conflicts_total"
+	metricRetries     = "clusterip_allocator_bitmap_cas_retries_total"
 )
 
-// instrumented wraps the DualWriteAllocator of f as New does with Config.Registerer set, and
-// returns the wrapped allocator and the registry.
+// instrumented wraps the DualWriteAllocator of f (over f's servicecidr allocator and bitmap) as
+// New does with Config.Registerer set, and returns the wrapped allocator and the registry.
 func instrumented(t *testing.T, f *dualFixture) (allocator.Interface, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
@@ -39,6 +47,8 @@ func instrumented(t *testing.T, f *dualFixture) (allocator.Interface, *prometheu
 		families: []corev1.IPFamily{fam},
 		ranges:   map[corev1.IPFamily]netip.Prefix{fam: f.flag},
 		allocs:   map[corev1.IPFamily]allocator.Interface{fam: f.dw},
+		bitmaps:  map[corev1.IPFamily]*bitmap.Persistent{fam: f.bm},
+		cidrs:    map[corev1.IPFamily]*servicecidr.Allocator{fam: f.sc},
 	}
 	if err := a.instrument(reg); err != nil {
 		t.Fatalf("instrument() = %v", err)
@@ -150,12 +160,10 @@ func TestNewWithRegistererWrapsEveryFamily(t *testing.T) {
 	if got := u.Unwrap(); got != a.ServiceCIDRs(corev1.IPv4Protocol) {
 		t.Errorf("Family(IPv4).Unwrap() = %T %p, want the servicecidr allocator", got, got)
 	}
-	// Seeded before any call: the allocator has not synced, so nothing is allocated or free.
-	want := `
-kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated); err != nil {
-		t.Error(err)
+	// The gauges are per ServiceCIDR prefix, seeded when Run creates a prefix's allocator: before
+	// Run there is none, so there is no series yet.
+	if got, err := testutil.GatherAndCount(reg, metricAllocated, metricAvailable); err != nil || got != 0 {
+		t.Errorf("gauge series before Run = %d, %v; want 0, nil", got, err)
 	}
 }
 
@@ -170,9 +178,21 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 
 	al := a.Family(corev1.IPv4Protocol)
 	cidr := flagRange.String()
+	// The gauges of the flag range's label are those of the default ServiceCIDR's prefix, which
+	// kube-apiserver made from its flag: they count that prefix alone, whatever other
+	// ServiceCIDRs the shared server has.
+	flagUsage := func() servicecidr.PrefixUsage {
+		for _, u := range a.ServiceCIDRs(corev1.IPv4Protocol).Usage() {
+			if u.Prefix == flagRange {
+				return u
+			}
+		}
+		t.Fatalf("Usage() has no %s", flagRange)
+		return servicecidr.PrefixUsage{}
+	}
 	base := value(t, reg, metricAllocated, cidr)
-	if got, want := base, float64(al.Used()); got != want {
-		t.Errorf("%s = %v before any call, want Used() = %v", metricAllocated, got, want)
+	if got, want := base, float64(flagUsage().Used); got != want {
+		t.Errorf("%s = %v before any call, want Usage()[%s].Used = %v", metricAllocated, got, flagRange, want)
 	}
 
 	const n = 5
@@ -211,8 +231,8 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 		{metricErrors, []string{"scope", "static"}, 1},
 		{metricErrors, []string{"scope", "dynamic"}, 0},
 		{metricDuration, nil, n + 1},
-		{metricAllocated, nil, float64(al.Used())},
-		{metricAvailable, nil, float64(al.Free())},
+		{metricAllocated, nil, float64(flagUsage().Used)},
+		{metricAvailable, nil, float64(flagUsage().Free)},
 		{metricUndos, nil, 0},
 	} {
 		if got := value(t, reg, c.name, cidr, c.labels...); got != c.want {
@@ -243,8 +263,10 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 	}
 }
 
-// Over overlapping ServiceCIDRs the gauges of the flag range's label count each address once.
-func TestMetricsCountOverlappingServiceCIDRsOnce(t *testing.T) {
+// Over overlapping ServiceCIDRs the gauges have one series per prefix, each counting the
+// addresses its prefix contains, as kube-apiserver's per-prefix allocators do; the counters keep
+// the flag range's label.
+func TestMetricsGaugesPerServiceCIDRPrefix(t *testing.T) {
 	f := newDualFixture(t, "10.0.0.0/28", "10.0.0.0/29", "10.0.0.0/30")
 	a, reg := instrumented(t, f)
 	for _, s := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.9"} {
@@ -252,12 +274,61 @@ func TestMetricsCountOverlappingServiceCIDRsOnce(t *testing.T) {
 			t.Fatalf("Allocate(%s) = %v", s, err)
 		}
 	}
+	// The /28 holds 14 usable addresses, the /29 6, the /30 2.
 	want := `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 3
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/30"} 2
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 10
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/29"} 3
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/30"} 0
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 4
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated, metricAvailable, metricAllocations); err != nil {
+		t.Error(err)
+	}
+
+	// A prefix's series go when its last ServiceCIDR does.
+	if err := f.client.NetworkingV1().ServiceCIDRs().Delete(f.ctx, "cidr-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete ServiceCIDR cidr-2 (10.0.0.0/30): %v", err)
+	}
+	testenv.WaitFor(t, "the /30's series to go", func() bool {
+		n, err := testutil.GatherAndCount(reg, metricAllocated)
+		return err == nil && n == 2
+	})
+	want = `
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated); err != nil {
+		t.Error(err)
+	}
+}
+
+// Another bitmap allocator on the same store writes first: the next write of the family's mirror
+// conflicts and is retried, and the counters read from bitmap.Persistent.Stats show it.
+func TestMetricsCountBitmapConflicts(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/28")
+	a, reg := instrumented(t, f)
+	before := f.bm.Stats()
+	other, err := bitmap.NewPersistent(f.ctx, f.flag, f.store)
+	if err != nil {
+		t.Fatalf("NewPersistent() = %v", err)
+	}
+	defer other.Close()
+	if err := other.Allocate(f.ctx, netip.MustParseAddr("10.0.0.14"), allocator.Owner{}); err != nil {
+		t.Fatalf("other.Allocate() = %v", err)
+	}
+	if _, err := a.AllocateNext(f.ctx, testOwner); err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	want := fmt.Sprintf(`
+clusterip_allocator_bitmap_batches_total{cidr="10.0.0.0/28"} %d
+clusterip_allocator_bitmap_cas_writes_total{cidr="10.0.0.0/28"} %d
+clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.0.0.0/28"} %d
+clusterip_allocator_bitmap_cas_retries_total{cidr="10.0.0.0/28"} %d
+`, before.Batches+1, before.Writes+1, before.Conflicts+1, before.Retries+1)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricBatches, metricCASWrites, metricConflicts, metricRetries); err != nil {
 		t.Error(err)
 	}
 }
