@@ -1,6 +1,8 @@
 package clusterip
 
 import (
+	"net/netip"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kube-ipam/clusterip/internal/metrics"
@@ -20,10 +22,10 @@ import (
 //     allocator per prefix: each counts the addresses its prefix contains, so an address in two
 //     overlapping prefixes counts in both, and a prefix's series appear when its allocator is
 //     created and go when the last ServiceCIDR holding it does. The counters and the histogram
-//     are labelled with the family's flag range, the prefix of the default ServiceCIDR
-//     ("kubernetes") that kube-apiserver creates from the flag, whichever prefix served the
-//     allocation; kube-apiserver counts an allocation from another ServiceCIDR under that
-//     ServiceCIDR's prefix.
+//     are labelled, as in kube-apiserver, with the prefix that served the address
+//     (servicecidr.Allocator.PrefixOf); an AllocateNext that failed, which has no address, and
+//     an address in no known prefix count under the family's flag range, the prefix of the
+//     default ServiceCIDR ("kubernetes") that kube-apiserver creates from the flag.
 //
 // Where there is a bitmap (Legacy, and DualWrite's mirror) its group-commit counters, CAS
 // conflicts and retries among them, are read from bitmap.Persistent.Stats; in DualWrite mode the
@@ -41,6 +43,12 @@ func (a *Allocators) instrument(reg prometheus.Registerer) error {
 		}
 		if sc := a.cidrs[f]; sc != nil {
 			src.CIDRs = func() []metrics.CIDRGauges { return cidrGauges(sc.Usage()) }
+			src.LabelOf = func(ip netip.Addr) string {
+				if p, ok := sc.PrefixOf(ip); ok {
+					return p.String()
+				}
+				return ""
+			}
 		}
 		if bm := a.bitmaps[f]; bm != nil {
 			src.Bitmap = bm.Stats

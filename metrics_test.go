@@ -264,27 +264,35 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 }
 
 // Over overlapping ServiceCIDRs the gauges have one series per prefix, each counting the
-// addresses its prefix contains, as kube-apiserver's per-prefix allocators do; the counters keep
-// the flag range's label.
-func TestMetricsGaugesPerServiceCIDRPrefix(t *testing.T) {
-	f := newDualFixture(t, "10.0.0.0/28", "10.0.0.0/29", "10.0.0.0/30")
+// addresses its prefix contains, as kube-apiserver's per-prefix allocators do; an allocation
+// counts under the prefix that served it.
+func TestMetricsPerServiceCIDRPrefix(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/28", "10.0.0.0/29", "10.0.0.0/30", "10.1.0.0/29")
 	a, reg := instrumented(t, f)
-	for _, s := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.9"} {
+	for _, s := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.9", "10.1.0.1"} {
 		if err := a.Allocate(f.ctx, netip.MustParseAddr(s), testOwner); err != nil {
 			t.Fatalf("Allocate(%s) = %v", s, err)
 		}
 	}
-	// The /28 holds 14 usable addresses, the /29 6, the /30 2.
+	if err := a.Allocate(f.ctx, netip.MustParseAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("Allocate(10.1.0.1) again = %v, want ErrAllocated", err)
+	}
+	// The /28 holds 14 usable addresses, the /29s 6 each, the /30 2. The nested prefixes are
+	// served through the /28 that contains them.
 	want := `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 3
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/30"} 2
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.1.0.0/29"} 1
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 10
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/29"} 3
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/30"} 0
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.1.0.0/29"} 5
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 4
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.1.0.0/29",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.1.0.0/29",scope="static"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated, metricAvailable, metricAllocations); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated, metricAvailable, metricAllocations, metricErrors); err != nil {
 		t.Error(err)
 	}
 
@@ -294,11 +302,12 @@ kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="st
 	}
 	testenv.WaitFor(t, "the /30's series to go", func() bool {
 		n, err := testutil.GatherAndCount(reg, metricAllocated)
-		return err == nil && n == 2
+		return err == nil && n == 3
 	})
 	want = `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 3
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.1.0.0/29"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated); err != nil {
 		t.Error(err)

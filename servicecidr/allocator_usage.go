@@ -38,3 +38,24 @@ func (a *Allocator) Usage() []PrefixUsage {
 	slices.SortFunc(out, func(x, y PrefixUsage) int { return comparePrefix(x.Prefix, y.Prefix) })
 	return out
 }
+
+// PrefixOf returns the prefix through which Allocate reserves ip and Release frees it: the
+// outermost prefix of a ready ServiceCIDR that can allocate ip, or, if none is ready, the
+// outermost known prefix that can. It reports false if no prefix the Allocator knows can allocate
+// ip (or ip is invalid). Like Usage, it is what kube-apiserver labels an allocation's metrics
+// with: the prefix of the allocator that made it.
+func (a *Allocator) PrefixOf(ip netip.Addr) (netip.Prefix, bool) {
+	if !ip.IsValid() {
+		return netip.Prefix{}, false
+	}
+	vs := a.containing(ip)
+	if len(vs) == 0 {
+		return netip.Prefix{}, false
+	}
+	for _, v := range vs {
+		if v.serving() {
+			return v.prefix, true
+		}
+	}
+	return vs[0].prefix, true
+}

@@ -36,6 +36,24 @@ func TestUsageCountsEachPrefixOnItsOwn(t *testing.T) {
 		{Prefix: mustPrefix("10.0.0.0/24"), Used: 1, Free: 254 - 1, Ready: true},
 		{Prefix: mustPrefix("10.1.0.0/28"), Used: 1, Free: 14 - 1, Ready: false},
 	})
+	for _, tt := range []struct {
+		ip     string
+		want   string // "" for none
+		reason string
+	}{
+		{"10.0.0.5", "10.0.0.0/16", "the outermost of two nested prefixes"},
+		{"10.0.1.5", "10.0.0.0/16", "the only prefix"},
+		{"10.0.0.255", "10.0.0.0/16", "the broadcast address of the inner prefix only"},
+		{"10.0.0.0", "", "the network address of both"},
+		{"10.1.0.3", "10.1.0.0/28", "a prefix that is not ready, there being no other"},
+		{"10.1.0.0", "", "the network address of the only prefix"},
+		{"10.9.0.1", "", "in no prefix"},
+	} {
+		got, ok := f.alloc.PrefixOf(mustAddr(tt.ip))
+		if want, wantOK := tt.want, tt.want != ""; ok != wantOK || (ok && got.String() != want) {
+			t.Errorf("PrefixOf(%s) = %v, %v; want %q (%s)", tt.ip, got, ok, want, tt.reason)
+		}
+	}
 
 	// A prefix stays while one of its ServiceCIDRs does, and goes with the last.
 	f.delete("narrow")

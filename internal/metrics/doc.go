@@ -29,7 +29,8 @@
 // With Source.CIDRs set (the allocators of ServiceCIDRs), the gauges have one series per
 // ServiceCIDR prefix, as kube-apiserver has one allocator per prefix: each counts the addresses
 // its prefix contains, so an address in overlapping prefixes counts in each, and a prefix's
-// series appear when its allocator is created and go when it is removed. The counters and the
-// histogram keep Source.Label (the flag range, the prefix of the default ServiceCIDR), whichever
-// prefix served the allocation; kube-apiserver counts them under the serving prefix.
+// series appear when its allocator is created and go when it is removed. With Source.LabelOf
+// set, the counters and the histogram of an allocation are labelled with the prefix that served
+// its address, as kube-apiserver labels them with the prefix of the allocator that made it; a
+// failed AllocateNext, which has no address, counts under Source.Label.
 package metrics

@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -103,6 +104,12 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 type Source struct {
 	// Label is the value of the cidr label.
 	Label string
+	// LabelOf, if not nil, gives the cidr label of the counters and the histogram of an
+	// allocation of ip (the address asked for by Allocate, the one AllocateNext returned):
+	// the ServiceCIDR prefix that serves ip, as kube-apiserver counts each allocation under the
+	// prefix of the allocator that made it. An empty result, or a failed AllocateNext, which
+	// has no address, counts under Label.
+	LabelOf func(ip netip.Addr) string
 	// Used and Free give the allocated_ips and available_ips gauges of Label, unless CIDRs is set.
 	Used, Free func() uint64
 	// CIDRs, if not nil, gives the allocated_ips and available_ips gauges instead of Used and

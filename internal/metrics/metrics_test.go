@@ -380,3 +380,35 @@ clusterip_allocator_bitmap_cas_retries_total{cidr="10.0.0.0/24"} 1
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 2
 `, batches, casWrites, casConflicts, casRetries, allocated)
 }
+
+func TestCountsUnderTheServingPrefix(t *testing.T) {
+	// LabelOf stands for the ServiceCIDRs: 10.0.0.0/28 has a ServiceCIDR of its own, the rest of
+	// the bitmap's /24 only the Source's.
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	inner := newBitmap(t, "10.0.0.0/24")
+	own := netip.MustParsePrefix("10.0.0.0/28")
+	a := newRecorder(t, reg).Wrap(inner, Source{Label: "10.0.0.0/24", LabelOf: func(ip netip.Addr) string {
+		if own.Contains(ip) {
+			return own.String()
+		}
+		return ""
+	}})
+	for _, s := range []string{"10.0.0.3", "10.0.0.200"} {
+		if err := a.Allocate(ctx, netip.MustParseAddr(s), allocator.Owner{}); err != nil {
+			t.Fatalf("Allocate(%s) = %v", s, err)
+		}
+		if err := a.Allocate(ctx, netip.MustParseAddr(s), allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+			t.Fatalf("Allocate(%s) again = %v, want ErrAllocated", s, err)
+		}
+	}
+	metricstest.Compare(t, reg, `
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/24",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/24",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/28",scope="static"} 1
+`, allocations, errorsTotal)
+	if got, err := testutil.GatherAndCount(reg, duration); err != nil || got != 2 {
+		t.Errorf("%s series = %d, %v; want 2 (one per prefix), nil", duration, got, err)
+	}
+}
