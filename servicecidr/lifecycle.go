@@ -59,8 +59,9 @@ type LifecycleOptions struct {
 	// IPAddress and ServiceCIDR events trigger. Defaults to 10 seconds.
 	RecheckInterval time.Duration
 	// Recorder receives Warning Events regarding ServiceCIDRs: EventReasonReadyError when the
-	// Ready=True condition cannot be set (as kube-controller-manager's ServiceCIDR controller
-	// emits), and EventReasonTerminating each time a deletion becomes blocked by IPAddresses
+	// Ready=True condition cannot be set for another reason than a Conflict, which is retried at
+	// once (kube-controller-manager's ServiceCIDR controller emits it on any error of its
+	// server-side apply, which does not conflict), and EventReasonTerminating each time a deletion becomes blocked by IPAddresses
 	// that no other ready ServiceCIDR contains. Defaults to none: no Events are emitted. Build
 	// one with client-go's events.NewBroadcaster; the controller does not start or stop it.
 	Recorder events.EventRecorder

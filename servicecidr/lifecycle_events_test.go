@@ -3,6 +3,7 @@ package servicecidr
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
@@ -56,23 +58,40 @@ func TestLifecycleEventWhenDeletionIsBlocked(t *testing.T) {
 }
 
 func TestLifecycleEventWhenReadyCannotBeSet(t *testing.T) {
-	client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/24")}})
-	var failures atomic.Int32
-	client.PrependReactor("update", "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() == "status" && failures.Add(1) == 1 {
-			return true, nil, apierrors.NewInternalError(errors.New("injected"))
-		}
-		return false, nil, nil
-	})
-	rec := events.NewFakeRecorder(100)
-	f := newFixture(t, fixtureConfig{client: client, mem: newMemFactory(), lifecycle: &LifecycleOptions{GracePeriod: testGrace, Recorder: rec}})
-	want := "Warning KubernetesServiceCIDRError The ServiceCIDR Status can not be set to Ready=True"
-	if got := nextEvent(t, rec); got != want {
-		t.Errorf("Event = %q, want %q", got, want)
-	}
-	f.waitFinalized("a") // the retry sets it
-	if n := len(rec.Events); n != 0 {
-		t.Errorf("%d more Events, such as %q; want one for the one failure", n, <-rec.Events)
+	gr := schema.GroupResource{Group: "networking.k8s.io", Resource: "servicecidrs"}
+	tests := []struct {
+		name string
+		err  error // of the first UpdateStatus
+		want []string
+	}{{
+		name: "a server error is reported",
+		err:  apierrors.NewInternalError(errors.New("injected")),
+		want: []string{"Warning KubernetesServiceCIDRError The ServiceCIDR Status can not be set to Ready=True"},
+	}, {
+		name: "a conflict is only retried",
+		err:  apierrors.NewConflict(gr, "a", errors.New("injected")),
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/24")}})
+			var failures atomic.Int32
+			client.PrependReactor("update", "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.GetSubresource() == "status" && failures.Add(1) == 1 {
+					return true, nil, tt.err
+				}
+				return false, nil, nil
+			})
+			rec := events.NewFakeRecorder(100)
+			f := newFixture(t, fixtureConfig{client: client, mem: newMemFactory(), lifecycle: &LifecycleOptions{GracePeriod: testGrace, Recorder: rec}})
+			f.waitFinalized("a") // the retry sets it
+			var got []string
+			for len(rec.Events) > 0 {
+				got = append(got, <-rec.Events)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Events = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -99,10 +118,10 @@ func TestLifecycleEventReachesKubeAPIServer(t *testing.T) {
 	name := f.name("doomed")
 	var got *eventsOf
 	testenv.WaitFor(t, "the Terminating Event of "+name, func() bool {
-		got = findEvent(t, f, name)
+		got = findEvent(t, f, name, EventReasonTerminating)
 		return got != nil
 	})
-	if got.Type != corev1.EventTypeWarning || got.Reason != EventReasonTerminating || got.Kind != "ServiceCIDR" || !strings.Contains(got.Note, "10.14.0.5") {
+	if got.Type != corev1.EventTypeWarning || got.Kind != "ServiceCIDR" || !strings.Contains(got.Note, "10.14.0.5") {
 		t.Errorf("Event = %+v, want a Warning %s regarding ServiceCIDR %s that names 10.14.0.5", *got, EventReasonTerminating, name)
 	}
 	f.deleteIP("10.14.0.5")
@@ -112,15 +131,16 @@ func TestLifecycleEventReachesKubeAPIServer(t *testing.T) {
 // eventsOf is what TestLifecycleEventReachesKubeAPIServer checks of an Event.
 type eventsOf struct{ Type, Reason, Kind, Note string }
 
-// findEvent returns the first Event on f's server regarding the ServiceCIDR name, or nil.
-func findEvent(t *testing.T, f *fixture, name string) *eventsOf {
+// findEvent returns the first Event on f's server regarding the ServiceCIDR name with reason, or
+// nil.
+func findEvent(t *testing.T, f *fixture, name, reason string) *eventsOf {
 	t.Helper()
 	list, err := f.client.EventsV1().Events(metav1.NamespaceAll).List(f.ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + name})
 	if err != nil {
 		t.Fatalf("list Events: %v", err)
 	}
 	for _, e := range list.Items {
-		if e.Regarding.Name == name {
+		if e.Regarding.Name == name && e.Reason == reason {
 			return &eventsOf{Type: e.Type, Reason: e.Reason, Kind: e.Regarding.Kind, Note: e.Note}
 		}
 	}

@@ -58,7 +58,8 @@ func (c *LifecycleController) syncLive(ctx context.Context, sc *networkingv1.Ser
 	if wrote {
 		logger.V(2).Info("Set Ready=True", "serviceCIDR", sc.Name)
 	}
-	if err != nil {
+	if err != nil && !apierrors.IsConflict(err) {
+		// A conflict only means the cache was behind; the retry reads the new version.
 		c.event(sc, EventReasonReadyError, "SetReady", "The ServiceCIDR Status can not be set to Ready=True")
 	}
 	return err
