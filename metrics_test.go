@@ -16,6 +16,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics/metricstest"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -338,6 +339,38 @@ clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.0.0.0/28"} %d
 clusterip_allocator_bitmap_cas_retries_total{cidr="10.0.0.0/28"} %d
 `, before.Batches+1, before.Writes+1, before.Conflicts+1, before.Retries+1)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricBatches, metricCASWrites, metricConflicts, metricRetries); err != nil {
+		t.Error(err)
+	}
+}
+
+// In Legacy mode the family's allocator is the etcd bitmap itself: a second bitmap allocator on
+// the same etcd key writes first, so the next allocation's compare-and-swap conflicts, and the
+// counters scraped from the registry New was given show the conflict and its retry.
+func TestMetricsCountLegacyCASConflictsOnEtcd(t *testing.T) {
+	etcd := shared.Etcd(t).TestClient(t)
+	reg := prometheus.NewPedanticRegistry()
+	cfg := Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}, Etcd: etcd, EtcdPrefix: "/metrics-legacy-cas", Registerer: reg}
+	a := startAllocatorsOf(t, cfg)
+	ctx := context.Background()
+	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, cfg.bitmapKey(0)))
+	if err != nil {
+		t.Fatalf("NewPersistent() = %v", err)
+	}
+	defer other.Close()
+	if err := other.Allocate(ctx, netip.MustParseAddr("10.20.0.9"), allocator.Owner{}); err != nil {
+		t.Fatalf("other.Allocate() = %v", err)
+	}
+	if _, err := a.Family(corev1.IPv4Protocol).AllocateNext(ctx, testOwner); err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	want := `
+clusterip_allocator_bitmap_batches_total{cidr="10.20.0.0/24"} 1
+clusterip_allocator_bitmap_cas_writes_total{cidr="10.20.0.0/24"} 1
+clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.20.0.0/24"} 1
+clusterip_allocator_bitmap_cas_retries_total{cidr="10.20.0.0/24"} 1
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.20.0.0/24"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricBatches, metricCASWrites, metricConflicts, metricRetries, metricAllocated); err != nil {
 		t.Error(err)
 	}
 }
