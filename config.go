@@ -45,9 +45,11 @@ type Config struct {
 	Informers informers.SharedInformerFactory
 
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
-	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets, and
-	// clusterip_allocator_* counters of not-ready refusals and dual-write undos (see
-	// metrics.go). Defaults to nil: no metrics. Nothing is registered on a global registry.
+	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets (one
+	// series per ServiceCIDR prefix where ServiceCIDRs are served), and clusterip_allocator_*
+	// counters of not-ready refusals, dual-write undos and the bitmap's compare-and-swap
+	// conflicts and retries (see metrics.go). Defaults to nil: no metrics. Nothing is registered
+	// on a global registry.
 	Registerer prometheus.Registerer
 }
 

@@ -1,9 +1,12 @@
 package clusterip
 
 import (
+	"net/netip"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kube-ipam/clusterip/internal/metrics"
+	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
 // instrument wraps the allocator of every family in one that records its metrics on reg
@@ -12,16 +15,21 @@ import (
 // The cidr label follows kube-apiserver, which labels each per-ServiceCIDR allocator with its
 // prefix:
 //
-//   - Legacy: the bitmap's range, the flag range, as kube-apiserver's bitmap allocator does.
-//   - DualWrite and IPAddressOnly: the family's flag range, which is the prefix of the default
-//     ServiceCIDR ("kubernetes") that kube-apiserver creates from the flag. The gauges are the
-//     family's Used and Free, which count every address of every ServiceCIDR of the family once,
-//     however many overlapping prefixes contain it. In a cluster with the default ServiceCIDR
-//     alone (the common case) this scrapes as kube-apiserver does; with extra ServiceCIDRs their
-//     addresses are counted under the flag range's label rather than under series of their own,
-//     which would need each prefix's Used and Free from package servicecidr.
+//   - Legacy: every metric under the bitmap's range, the flag range, as kube-apiserver's bitmap
+//     allocator does.
+//   - DualWrite and IPAddressOnly: the allocated and available gauges have one series per
+//     ServiceCIDR prefix of the family (servicecidr.Allocator.Usage), as kube-apiserver has one
+//     allocator per prefix: each counts the addresses its prefix contains, so an address in two
+//     overlapping prefixes counts in both, and a prefix's series appear when its allocator is
+//     created and go when the last ServiceCIDR holding it does. The counters and the histogram
+//     are labelled, as in kube-apiserver, with the prefix that served the address
+//     (servicecidr.Allocator.PrefixOf); an AllocateNext that failed, which has no address, and
+//     an address in no known prefix count under the family's flag range, the prefix of the
+//     default ServiceCIDR ("kubernetes") that kube-apiserver creates from the flag.
 //
-// In DualWrite mode the dual-write undo counters are read from DualWriteAllocator.Stats.
+// Where there is a bitmap (Legacy, and DualWrite's mirror) its group-commit counters, CAS
+// conflicts and retries among them, are read from bitmap.Persistent.Stats; in DualWrite mode the
+// dual-write undo counters are read from DualWriteAllocator.Stats.
 func (a *Allocators) instrument(reg prometheus.Registerer) error {
 	rec, err := metrics.New(reg)
 	if err != nil {
@@ -33,6 +41,18 @@ func (a *Allocators) instrument(reg prometheus.Registerer) error {
 		if !al.CIDR().IsValid() {
 			src.Label = a.ranges[f].String()
 		}
+		if sc := a.cidrs[f]; sc != nil {
+			src.CIDRs = func() []metrics.CIDRGauges { return cidrGauges(sc.Usage()) }
+			src.LabelOf = func(ip netip.Addr) string {
+				if p, ok := sc.PrefixOf(ip); ok {
+					return p.String()
+				}
+				return ""
+			}
+		}
+		if bm := a.bitmaps[f]; bm != nil {
+			src.Bitmap = bm.Stats
+		}
 		if dw, ok := al.(*DualWriteAllocator); ok {
 			src.Undos = func() (uint64, uint64) {
 				s := dw.Stats()
@@ -42,4 +62,13 @@ func (a *Allocators) instrument(reg prometheus.Registerer) error {
 		a.allocs[f] = rec.Wrap(al, src)
 	}
 	return nil
+}
+
+// cidrGauges returns the gauge values of each prefix of us.
+func cidrGauges(us []servicecidr.PrefixUsage) []metrics.CIDRGauges {
+	gs := make([]metrics.CIDRGauges, len(us))
+	for i, u := range us {
+		gs[i] = metrics.CIDRGauges{Label: u.Prefix.String(), Used: u.Used, Free: u.Free}
+	}
+	return gs
 }

@@ -11,11 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics/metricstest"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
 const (
@@ -27,10 +32,14 @@ const (
 	metricNotReady    = "clusterip_allocator_not_ready_total"
 	metricUndos       = "clusterip_allocator_dualwrite_undo_total"
 	metricUndoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
+	metricBatches     = "clusterip_allocator_bitmap_batches_total"
+	metricCASWrites   = "clusterip_allocator_bitmap_cas_writes_total"
+	metricConflicts   = "clusterip_allocator_bitmap_cas_conflicts_total"
+	metricRetries     = "clusterip_allocator_bitmap_cas_retries_total"
 )
 
-// instrumented wraps the DualWriteAllocator of f as New does with Config.Registerer set, and
-// returns the wrapped allocator and the registry.
+// instrumented wraps the DualWriteAllocator of f (over f's servicecidr allocator and bitmap) as
+// New does with Config.Registerer set, and returns the wrapped allocator and the registry.
 func instrumented(t *testing.T, f *dualFixture) (allocator.Interface, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
@@ -39,6 +48,8 @@ func instrumented(t *testing.T, f *dualFixture) (allocator.Interface, *prometheu
 		families: []corev1.IPFamily{fam},
 		ranges:   map[corev1.IPFamily]netip.Prefix{fam: f.flag},
 		allocs:   map[corev1.IPFamily]allocator.Interface{fam: f.dw},
+		bitmaps:  map[corev1.IPFamily]*bitmap.Persistent{fam: f.bm},
+		cidrs:    map[corev1.IPFamily]*servicecidr.Allocator{fam: f.sc},
 	}
 	if err := a.instrument(reg); err != nil {
 		t.Fatalf("instrument() = %v", err)
@@ -150,12 +161,10 @@ func TestNewWithRegistererWrapsEveryFamily(t *testing.T) {
 	if got := u.Unwrap(); got != a.ServiceCIDRs(corev1.IPv4Protocol) {
 		t.Errorf("Family(IPv4).Unwrap() = %T %p, want the servicecidr allocator", got, got)
 	}
-	// Seeded before any call: the allocator has not synced, so nothing is allocated or free.
-	want := `
-kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated); err != nil {
-		t.Error(err)
+	// The gauges are per ServiceCIDR prefix, seeded when Run creates a prefix's allocator: before
+	// Run there is none, so there is no series yet.
+	if got, err := testutil.GatherAndCount(reg, metricAllocated, metricAvailable); err != nil || got != 0 {
+		t.Errorf("gauge series before Run = %d, %v; want 0, nil", got, err)
 	}
 }
 
@@ -170,9 +179,21 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 
 	al := a.Family(corev1.IPv4Protocol)
 	cidr := flagRange.String()
+	// The gauges of the flag range's label are those of the default ServiceCIDR's prefix, which
+	// kube-apiserver made from its flag: they count that prefix alone, whatever other
+	// ServiceCIDRs the shared server has.
+	flagUsage := func() servicecidr.PrefixUsage {
+		for _, u := range a.ServiceCIDRs(corev1.IPv4Protocol).Usage() {
+			if u.Prefix == flagRange {
+				return u
+			}
+		}
+		t.Fatalf("Usage() has no %s", flagRange)
+		return servicecidr.PrefixUsage{}
+	}
 	base := value(t, reg, metricAllocated, cidr)
-	if got, want := base, float64(al.Used()); got != want {
-		t.Errorf("%s = %v before any call, want Used() = %v", metricAllocated, got, want)
+	if got, want := base, float64(flagUsage().Used); got != want {
+		t.Errorf("%s = %v before any call, want Usage()[%s].Used = %v", metricAllocated, got, flagRange, want)
 	}
 
 	const n = 5
@@ -211,8 +232,8 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 		{metricErrors, []string{"scope", "static"}, 1},
 		{metricErrors, []string{"scope", "dynamic"}, 0},
 		{metricDuration, nil, n + 1},
-		{metricAllocated, nil, float64(al.Used())},
-		{metricAvailable, nil, float64(al.Free())},
+		{metricAllocated, nil, float64(flagUsage().Used)},
+		{metricAvailable, nil, float64(flagUsage().Free)},
 		{metricUndos, nil, 0},
 	} {
 		if got := value(t, reg, c.name, cidr, c.labels...); got != c.want {
@@ -243,21 +264,113 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 	}
 }
 
-// Over overlapping ServiceCIDRs the gauges of the flag range's label count each address once.
-func TestMetricsCountOverlappingServiceCIDRsOnce(t *testing.T) {
-	f := newDualFixture(t, "10.0.0.0/28", "10.0.0.0/29", "10.0.0.0/30")
+// Over overlapping ServiceCIDRs the gauges have one series per prefix, each counting the
+// addresses its prefix contains, as kube-apiserver's per-prefix allocators do; an allocation
+// counts under the prefix that served it.
+func TestMetricsPerServiceCIDRPrefix(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/28", "10.0.0.0/29", "10.0.0.0/30", "10.1.0.0/29")
 	a, reg := instrumented(t, f)
-	for _, s := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.9"} {
+	for _, s := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.5", "10.0.0.9", "10.1.0.1"} {
 		if err := a.Allocate(f.ctx, netip.MustParseAddr(s), testOwner); err != nil {
 			t.Fatalf("Allocate(%s) = %v", s, err)
 		}
 	}
+	if err := a.Allocate(f.ctx, netip.MustParseAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("Allocate(10.1.0.1) again = %v, want ErrAllocated", err)
+	}
+	// The /28 holds 14 usable addresses, the /29s 6 each, the /30 2. The nested prefixes are
+	// served through the /28 that contains them.
 	want := `
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 3
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/30"} 2
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.1.0.0/29"} 1
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 10
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/29"} 3
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/30"} 0
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.1.0.0/29"} 5
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 4
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.1.0.0/29",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.1.0.0/29",scope="static"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated, metricAvailable, metricAllocations); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated, metricAvailable, metricAllocations, metricErrors); err != nil {
+		t.Error(err)
+	}
+
+	// A prefix's series go when its last ServiceCIDR does.
+	if err := f.client.NetworkingV1().ServiceCIDRs().Delete(f.ctx, "cidr-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete ServiceCIDR cidr-2 (10.0.0.0/30): %v", err)
+	}
+	testenv.WaitFor(t, "the /30's series to go", func() bool {
+		n, err := testutil.GatherAndCount(reg, metricAllocated)
+		return err == nil && n == 3
+	})
+	want = `
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 3
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.1.0.0/29"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated); err != nil {
+		t.Error(err)
+	}
+}
+
+// Another bitmap allocator on the same store writes first: the next write of the family's mirror
+// conflicts and is retried, and the counters read from bitmap.Persistent.Stats show it.
+func TestMetricsCountBitmapConflicts(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/28")
+	a, reg := instrumented(t, f)
+	before := f.bm.Stats()
+	other, err := bitmap.NewPersistent(f.ctx, f.flag, f.store)
+	if err != nil {
+		t.Fatalf("NewPersistent() = %v", err)
+	}
+	defer other.Close()
+	if err := other.Allocate(f.ctx, netip.MustParseAddr("10.0.0.14"), allocator.Owner{}); err != nil {
+		t.Fatalf("other.Allocate() = %v", err)
+	}
+	if _, err := a.AllocateNext(f.ctx, testOwner); err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	want := fmt.Sprintf(`
+clusterip_allocator_bitmap_batches_total{cidr="10.0.0.0/28"} %d
+clusterip_allocator_bitmap_cas_writes_total{cidr="10.0.0.0/28"} %d
+clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.0.0.0/28"} %d
+clusterip_allocator_bitmap_cas_retries_total{cidr="10.0.0.0/28"} %d
+`, before.Batches+1, before.Writes+1, before.Conflicts+1, before.Retries+1)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricBatches, metricCASWrites, metricConflicts, metricRetries); err != nil {
+		t.Error(err)
+	}
+}
+
+// In Legacy mode the family's allocator is the etcd bitmap itself: a second bitmap allocator on
+// the same etcd key writes first, so the next allocation's compare-and-swap conflicts, and the
+// counters scraped from the registry New was given show the conflict and its retry.
+func TestMetricsCountLegacyCASConflictsOnEtcd(t *testing.T) {
+	etcd := shared.Etcd(t).TestClient(t)
+	reg := prometheus.NewPedanticRegistry()
+	cfg := Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}, Etcd: etcd, EtcdPrefix: "/metrics-legacy-cas", Registerer: reg}
+	a := startAllocatorsOf(t, cfg)
+	ctx := context.Background()
+	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, cfg.bitmapKey(0)))
+	if err != nil {
+		t.Fatalf("NewPersistent() = %v", err)
+	}
+	defer other.Close()
+	if err := other.Allocate(ctx, netip.MustParseAddr("10.20.0.9"), allocator.Owner{}); err != nil {
+		t.Fatalf("other.Allocate() = %v", err)
+	}
+	if _, err := a.Family(corev1.IPv4Protocol).AllocateNext(ctx, testOwner); err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	want := `
+clusterip_allocator_bitmap_batches_total{cidr="10.20.0.0/24"} 1
+clusterip_allocator_bitmap_cas_writes_total{cidr="10.20.0.0/24"} 1
+clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.20.0.0/24"} 1
+clusterip_allocator_bitmap_cas_retries_total{cidr="10.20.0.0/24"} 1
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.20.0.0/24"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricBatches, metricCASWrites, metricConflicts, metricRetries, metricAllocated); err != nil {
 		t.Error(err)
 	}
 }

@@ -178,6 +178,7 @@ func batchContext(parent context.Context, batch []*op) (context.Context, func())
 func (p *Persistent) commit(parent context.Context, batch []*op) {
 	ctx, release := batchContext(parent, batch)
 	defer release()
+	p.stats.batches.Add(1)
 
 	live := batch
 	var freshRev int64 // the newest revision read from the store during this commit; 0 if none
@@ -233,6 +234,7 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 		}
 		newRev, err := p.store.Update(ctx, rev, next.Snapshot())
 		if err == nil {
+			p.stats.writes.Add(1)
 			p.publish(next, newRev)
 			p.endWrite(live, true, nil)
 			return
@@ -243,6 +245,7 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 			return
 		}
 		p.endWrite(live, false, nil)
+		p.stats.conflicts.Add(1)
 		var ce *ConflictError
 		if errors.As(err, &ce) {
 			if aerr := p.adopt(ce.Current, ce.Rev); aerr != nil {
@@ -259,6 +262,7 @@ func (p *Persistent) commit(parent context.Context, batch []*op) {
 			failAll(live, fmt.Errorf("bitmap: %s: gave up after %d attempts: %w", p.cidr, attempts, err))
 			return
 		}
+		p.stats.retries.Add(1)
 		p.sleep(ctx, backoffRound(blind, streak))
 	}
 }

@@ -68,6 +68,8 @@ type Persistent struct {
 	pending  []*op      // operations waiting for a batch, in arrival order
 	inFlight bool       // a lead goroutine is running; it takes the pending operations in batches
 	closed   bool
+
+	stats persistentCounters // read by Stats without mu
 }
 
 // NewPersistent returns an allocator for cidr whose state lives in store.

@@ -21,7 +21,9 @@
 // The LifecycleController is the optional controller that kube-controller-manager runs upstream: it
 // adds the networking.k8s.io/service-cidr-finalizer finalizer and the Ready condition, and holds a
 // ServiceCIDR that is being deleted (Ready=False, reason Terminating) while any IPAddress would be
-// left in no other ready ServiceCIDR.
+// left in no other ready ServiceCIDR. With LifecycleOptions.Recorder it emits Warning Events:
+// kube-controller-manager's KubernetesServiceCIDRError when Ready=True cannot be set, and
+// Terminating when a deletion becomes blocked.
 //
 // A decision that cannot be undone is confirmed against live state. The LifecycleController's
 // informer caches drive its cheap checks, but before it removes a finalizer, which lets the

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -36,6 +37,18 @@ const (
 	messageTerminating = "There are still IPAddresses referencing the ServiceCIDR, please remove them or create a new ServiceCIDR"
 )
 
+// The reasons of the Events the LifecycleController emits (see LifecycleOptions.Recorder).
+const (
+	// EventReasonReadyError is the reason of the Warning Event about a ServiceCIDR whose
+	// Ready=True condition could not be set: kube-controller-manager's reason for it.
+	EventReasonReadyError = "KubernetesServiceCIDRError"
+
+	// EventReasonTerminating is the reason of the Warning Event about a ServiceCIDR whose deletion
+	// is blocked by IPAddresses in no other ready ServiceCIDR, emitted when its Ready condition
+	// turns False with reason Terminating. kube-controller-manager only sets the condition.
+	EventReasonTerminating = ReasonTerminating
+)
+
 // LifecycleOptions configures NewLifecycleController. The zero value gives the defaults.
 type LifecycleOptions struct {
 	// GracePeriod is how long a ServiceCIDR being deleted must have no IPAddress that would be
@@ -45,6 +58,13 @@ type LifecycleOptions struct {
 	// RecheckInterval is how often a blocked deletion is checked again, besides the checks that
 	// IPAddress and ServiceCIDR events trigger. Defaults to 10 seconds.
 	RecheckInterval time.Duration
+	// Recorder receives Warning Events regarding ServiceCIDRs: EventReasonReadyError when the
+	// Ready=True condition cannot be set for another reason than a Conflict, which is retried at
+	// once (kube-controller-manager's ServiceCIDR controller emits it on any error of its
+	// server-side apply, which does not conflict), and EventReasonTerminating each time a deletion becomes blocked by IPAddresses
+	// that no other ready ServiceCIDR contains. Defaults to none: no Events are emitted. Build
+	// one with client-go's events.NewBroadcaster; the controller does not start or stop it.
+	Recorder events.EventRecorder
 }
 
 // LifecycleController does for ServiceCIDRs what kube-controller-manager's ServiceCIDR controller

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -57,7 +58,18 @@ func (c *LifecycleController) syncLive(ctx context.Context, sc *networkingv1.Ser
 	if wrote {
 		logger.V(2).Info("Set Ready=True", "serviceCIDR", sc.Name)
 	}
+	if err != nil && !apierrors.IsConflict(err) {
+		// A conflict only means the cache was behind; the retry reads the new version.
+		c.event(sc, EventReasonReadyError, "SetReady", "The ServiceCIDR Status can not be set to Ready=True")
+	}
 	return err
+}
+
+// event emits a Warning Event regarding sc, if there is a Recorder.
+func (c *LifecycleController) event(sc *networkingv1.ServiceCIDR, reason, action, note string, args ...any) {
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Eventf(sc, nil, corev1.EventTypeWarning, reason, action, note, args...)
+	}
 }
 
 // setReadyCondition sets sc's Ready condition to status with reason and message through the
@@ -153,14 +165,18 @@ func (c *LifecycleController) removeFinalizer(ctx context.Context, sc *networkin
 	return nil
 }
 
-// setTerminating sets Ready=False, reason Terminating, on sc unless it has it already.
+// setTerminating sets Ready=False, reason Terminating, on sc unless it has it already, and emits
+// an EventReasonTerminating Event when it sets it.
 func (c *LifecycleController) setTerminating(ctx context.Context, sc *networkingv1.ServiceCIDR, orphans []netip.Addr) error {
 	cond := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
 	if cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ReasonTerminating {
 		return nil
 	}
-	_, err := c.setReadyCondition(ctx, sc, metav1.ConditionFalse, ReasonTerminating,
+	wrote, err := c.setReadyCondition(ctx, sc, metav1.ConditionFalse, ReasonTerminating,
 		fmt.Sprintf("%s (%d IPAddresses, such as %s, are in no other ready ServiceCIDR)", messageTerminating, len(orphans), orphans[0]))
+	if wrote {
+		c.event(sc, EventReasonTerminating, "Delete", "Deletion blocked: %d IPAddresses, such as %s, are in no other ready ServiceCIDR", len(orphans), orphans[0])
+	}
 	return err
 }
 

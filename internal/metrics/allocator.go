@@ -18,7 +18,7 @@ import (
 var _ allocator.Interface = (*Allocator)(nil)
 
 // Allocator is an allocator.Interface that records the metrics of the allocator it wraps, under
-// one cidr label. Build it with Recorder.Wrap; the zero Allocator is not usable. It is safe for
+// the cidr label of its Source (or, with Source.LabelOf, of the prefix that served each address). Build it with Recorder.Wrap; the zero Allocator is not usable. It is safe for
 // concurrent use and holds no lock of its own.
 //
 // As in kube-apiserver, Allocate counts under scope "static" and AllocateNext under "dynamic": a
@@ -53,7 +53,8 @@ func (l *lazy[M]) get(resolve func() M) M {
 
 // Wrap returns an Allocator that passes every call on to a and records its metrics under the cidr
 // label src.Label. From now until that Allocator's Close, the gauges of the label read src.Used
-// and src.Free (a's own when nil); a later Wrap with the same label takes the gauges over.
+// and src.Free (a's own when nil), or those of src.CIDRs, and the counters read at scrape time
+// (src.Undos, src.Bitmap) are given; a later Wrap with the same label takes them over.
 func (r *Recorder) Wrap(a allocator.Interface, src Source) *Allocator {
 	if src.Used == nil {
 		src.Used = a.Used
@@ -69,10 +70,23 @@ func (r *Recorder) Wrap(a allocator.Interface, src Source) *Allocator {
 // Unwrap returns the wrapped allocator.
 func (w *Allocator) Unwrap() allocator.Interface { return w.inner }
 
-// record counts the outcome of one allocation of scope (0 static, 1 dynamic) that started at
-// start.
-func (w *Allocator) record(scope int, start time.Time, err error) {
+// record counts the outcome of one allocation of scope (0 static, 1 dynamic) of ip (the zero Addr
+// for a failed AllocateNext) that started at start.
+func (w *Allocator) record(scope int, start time.Time, ip netip.Addr, err error) {
 	name := [2]string{ScopeStatic, ScopeDynamic}[scope]
+	if label, ok := w.labelOf(ip); ok {
+		// A prefix other than the Source's own: not worth a cached series.
+		switch {
+		case err == nil:
+			w.rec.allocations.WithLabelValues(label, name).Inc()
+			w.rec.duration.WithLabelValues(label).Observe(w.now().Sub(start).Seconds())
+		case errors.Is(err, allocator.ErrNotReady):
+			w.rec.notReady.WithLabelValues(label, name).Inc()
+		default:
+			w.rec.errors.WithLabelValues(label, name).Inc()
+		}
+		return
+	}
 	counter := func(vec *prometheus.CounterVec) func() prometheus.Counter {
 		return func() prometheus.Counter { return vec.WithLabelValues(w.src.Label, name) }
 	}
@@ -89,11 +103,21 @@ func (w *Allocator) record(scope int, start time.Time, err error) {
 	}
 }
 
+// labelOf returns the label src.LabelOf gives ip, and reports whether there is one that differs
+// from src.Label.
+func (w *Allocator) labelOf(ip netip.Addr) (string, bool) {
+	if w.src.LabelOf == nil || !ip.IsValid() {
+		return "", false
+	}
+	label := w.src.LabelOf(ip)
+	return label, label != "" && label != w.src.Label
+}
+
 // Allocate calls the wrapped Allocate and counts it under scope "static".
 func (w *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	start := w.now()
 	err := w.inner.Allocate(ctx, ip, owner)
-	w.record(0, start, err)
+	w.record(0, start, ip, err)
 	return err
 }
 
@@ -101,7 +125,7 @@ func (w *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 func (w *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	start := w.now()
 	ip, err := w.inner.AllocateNext(ctx, owner)
-	w.record(1, start, err)
+	w.record(1, start, ip, err)
 	return ip, err
 }
 

@@ -3,9 +3,14 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kube-ipam/clusterip/bitmap"
 )
 
 // The scope label values of kube-apiserver: an Allocate of a chosen address is "static", an
@@ -95,16 +100,36 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, fmt.Errorf("metrics: register: %w", err)
 }
 
-// Source is what the gauges and the dual-write counters of one allocator are read from at each
-// scrape.
+// Source is what the gauges and the counters read at scrape time of one allocator are read from.
 type Source struct {
 	// Label is the value of the cidr label.
 	Label string
-	// Used and Free give the allocated_ips and available_ips gauges.
+	// LabelOf, if not nil, gives the cidr label of the counters and the histogram of an
+	// allocation of ip (the address asked for by Allocate, the one AllocateNext returned):
+	// the ServiceCIDR prefix that serves ip, as kube-apiserver counts each allocation under the
+	// prefix of the allocator that made it. An empty result, or a failed AllocateNext, which
+	// has no address, counts under Label.
+	LabelOf func(ip netip.Addr) string
+	// Used and Free give the allocated_ips and available_ips gauges of Label, unless CIDRs is set.
 	Used, Free func() uint64
+	// CIDRs, if not nil, gives the allocated_ips and available_ips gauges instead of Used and
+	// Free: one series per ServiceCIDR prefix, labelled with the prefix, as kube-apiserver has one
+	// per prefix allocator. A prefix counts every address it contains, so an address in two
+	// overlapping prefixes counts in both. A prefix's series appear with it and go with it.
+	CIDRs func() []CIDRGauges
 	// Undos, if not nil, gives the dual-write undo counters: the first writes undone after the
 	// second failed, and the undos that failed themselves.
 	Undos func() (undone, failed uint64)
+	// Bitmap, if not nil, gives the group-commit counters of the allocator's bitmap (the
+	// allocator itself in Legacy mode, the mirror in DualWrite mode).
+	Bitmap func() bitmap.PersistentStats
+}
+
+// CIDRGauges are the gauge values of one ServiceCIDR prefix.
+type CIDRGauges struct {
+	// Label is the value of the cidr label: the prefix.
+	Label      string
+	Used, Free uint64
 }
 
 var (
@@ -116,6 +141,14 @@ var (
 		"Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed", []string{"cidr"}, nil)
 	undoFailedDesc = prometheus.NewDesc(ours+"_dualwrite_undo_errors_total",
 		"Number of dual-write undos that failed, each leaving an address in one store only until repair frees it", []string{"cidr"}, nil)
+	batchesDesc = prometheus.NewDesc(ours+"_bitmap_batches_total",
+		"Number of batches of concurrent bitmap operations committed, each with one or more compare-and-swap writes", []string{"cidr"}, nil)
+	writesDesc = prometheus.NewDesc(ours+"_bitmap_cas_writes_total",
+		"Number of compare-and-swap writes of the bitmap the store accepted", []string{"cidr"}, nil)
+	conflictsDesc = prometheus.NewDesc(ours+"_bitmap_cas_conflicts_total",
+		"Number of compare-and-swap writes of the bitmap refused because another writer changed it first", []string{"cidr"}, nil)
+	retriesDesc = prometheus.NewDesc(ours+"_bitmap_cas_retries_total",
+		"Number of compare-and-swap conflicts of the bitmap after which the batch was written again", []string{"cidr"}, nil)
 )
 
 // sources is the collector of the values read at scrape time, one Source per cidr label.
@@ -145,9 +178,15 @@ func (s *sources) Describe(ch chan<- *prometheus.Desc) {
 	ch <- availableDesc
 	ch <- undoDesc
 	ch <- undoFailedDesc
+	ch <- batchesDesc
+	ch <- writesDesc
+	ch <- conflictsDesc
+	ch <- retriesDesc
 }
 
-// Collect implements prometheus.Collector. It calls Used, Free and Undos without holding mu.
+// Collect implements prometheus.Collector. It calls each Source's functions without holding mu. A
+// gauge series that two Sources would both give (two allocators of one prefix on one registry) is
+// given once, from the Source with the smaller Label.
 func (s *sources) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
 	srcs := make([]*Source, 0, len(s.byLabel))
@@ -155,13 +194,38 @@ func (s *sources) Collect(ch chan<- prometheus.Metric) {
 		srcs = append(srcs, src)
 	}
 	s.mu.Unlock()
+	slices.SortFunc(srcs, func(x, y *Source) int { return strings.Compare(x.Label, y.Label) })
+	gauged := make(map[string]bool, len(srcs))
+	gauges := func(label string, used, free uint64) {
+		if gauged[label] {
+			return
+		}
+		gauged[label] = true
+		ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(used), label)
+		ch <- prometheus.MustNewConstMetric(availableDesc, prometheus.GaugeValue, float64(free), label)
+	}
+	counter := func(d *prometheus.Desc, v uint64, label string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
+	}
 	for _, src := range srcs {
-		ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(src.Used()), src.Label)
-		ch <- prometheus.MustNewConstMetric(availableDesc, prometheus.GaugeValue, float64(src.Free()), src.Label)
+		if src.CIDRs != nil {
+			for _, c := range src.CIDRs() {
+				gauges(c.Label, c.Used, c.Free)
+			}
+		} else {
+			gauges(src.Label, src.Used(), src.Free())
+		}
 		if src.Undos != nil {
 			undone, failed := src.Undos()
-			ch <- prometheus.MustNewConstMetric(undoDesc, prometheus.CounterValue, float64(undone), src.Label)
-			ch <- prometheus.MustNewConstMetric(undoFailedDesc, prometheus.CounterValue, float64(failed), src.Label)
+			counter(undoDesc, undone, src.Label)
+			counter(undoFailedDesc, failed, src.Label)
+		}
+		if src.Bitmap != nil {
+			st := src.Bitmap()
+			counter(batchesDesc, st.Batches, src.Label)
+			counter(writesDesc, st.Writes, src.Label)
+			counter(conflictsDesc, st.Conflicts, src.Label)
+			counter(retriesDesc, st.Retries, src.Label)
 		}
 	}
 }

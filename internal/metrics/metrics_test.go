@@ -26,6 +26,11 @@ const (
 	notReady    = "clusterip_allocator_not_ready_total"
 	undos       = "clusterip_allocator_dualwrite_undo_total"
 	undoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
+
+	batches      = "clusterip_allocator_bitmap_batches_total"
+	casWrites    = "clusterip_allocator_bitmap_cas_writes_total"
+	casConflicts = "clusterip_allocator_bitmap_cas_conflicts_total"
+	casRetries   = "clusterip_allocator_bitmap_cas_retries_total"
 )
 
 // wrapped returns a bitmap allocator of cidr wrapped by a Recorder on a fresh registry.
@@ -268,4 +273,142 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/22"} %d
 kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/22"} %d
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/22",scope="dynamic"} %d
 `, kept, 1022-kept, workers*each), allocated, available, allocations)
+}
+
+func TestGaugesPerServiceCIDRPrefix(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	rec, inner := newRecorder(t, reg), newBitmap(t, "10.0.0.0/16")
+	// What the Source reports changes between scrapes, as the ServiceCIDRs of a cluster do.
+	var cidrs []CIDRGauges
+	w := rec.Wrap(inner, Source{Label: "10.0.0.0/16", CIDRs: func() []CIDRGauges { return cidrs }})
+	steps := []struct {
+		name  string
+		cidrs []CIDRGauges
+		want  string
+	}{{
+		name: "no ServiceCIDR yet: no series",
+	}, {
+		name: "overlapping prefixes each count what they contain",
+		cidrs: []CIDRGauges{
+			{Label: "10.0.0.0/16", Used: 2, Free: 65532},
+			{Label: "10.0.0.0/24", Used: 1, Free: 253},
+		},
+		want: `
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/16"} 2
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 1
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/16"} 65532
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/24"} 253
+`,
+	}, {
+		name:  "a removed prefix's series go with it",
+		cidrs: []CIDRGauges{{Label: "10.0.0.0/24", Used: 0, Free: 254}},
+		want: `
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 0
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/24"} 254
+`,
+	}}
+	for _, s := range steps {
+		cidrs = s.cidrs
+		if s.want == "" {
+			if got, err := testutil.GatherAndCount(reg, allocated, available); err != nil || got != 0 {
+				t.Errorf("%s: gauge series = %d, %v; want 0, nil", s.name, got, err)
+			}
+			continue
+		}
+		t.Run(s.name, func(t *testing.T) { metricstest.Compare(t, reg, s.want, allocated, available) })
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	if got, err := testutil.GatherAndCount(reg, allocated, available); err != nil || got != 0 {
+		t.Errorf("gauge series after Close = %d, %v; want 0, nil", got, err)
+	}
+}
+
+func TestGaugeSeriesOfTwoSourcesAreGivenOnce(t *testing.T) {
+	// Two allocators on one registry that both report 10.0.0.0/24: the registry must still
+	// gather (a pedantic one fails on a duplicate series) and give the series once.
+	reg := prometheus.NewPedanticRegistry()
+	rec := newRecorder(t, reg)
+	rec.Wrap(newBitmap(t, "10.0.0.0/24"), Source{Label: "10.0.0.0/24"})
+	rec.Wrap(newBitmap(t, "10.0.0.0/16"), Source{Label: "10.0.0.0/16", CIDRs: func() []CIDRGauges {
+		return []CIDRGauges{{Label: "10.0.0.0/16", Used: 0, Free: 65534}, {Label: "10.0.0.0/24", Used: 9, Free: 245}}
+	}})
+	metricstest.Compare(t, reg, `
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/16"} 0
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 9
+`, allocated)
+}
+
+func TestBitmapCountersScrapedFromPersistent(t *testing.T) {
+	// Two Persistents on one store: the second is stale after the first writes, so its next
+	// compare-and-swap conflicts, and it retries on the state that won.
+	ctx := context.Background()
+	cidr := netip.MustParsePrefix("10.0.0.0/24")
+	store := bitmap.NewMemStore()
+	first, err := bitmap.NewPersistent(ctx, cidr, store)
+	if err != nil {
+		t.Fatalf("NewPersistent() = %v", err)
+	}
+	second, err := bitmap.NewPersistent(ctx, cidr, store)
+	if err != nil {
+		t.Fatalf("NewPersistent() = %v", err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	a := newRecorder(t, reg).Wrap(second, Source{Label: cidr.String(), Bitmap: second.Stats})
+	metricstest.Compare(t, reg, `
+clusterip_allocator_bitmap_batches_total{cidr="10.0.0.0/24"} 0
+clusterip_allocator_bitmap_cas_writes_total{cidr="10.0.0.0/24"} 0
+clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.0.0.0/24"} 0
+clusterip_allocator_bitmap_cas_retries_total{cidr="10.0.0.0/24"} 0
+`, batches, casWrites, casConflicts, casRetries)
+
+	if err := first.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), allocator.Owner{}); err != nil {
+		t.Fatalf("first.Allocate() = %v", err)
+	}
+	if _, err := a.AllocateNext(ctx, allocator.Owner{}); err != nil {
+		t.Fatalf("AllocateNext() = %v", err)
+	}
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("Allocate(10.0.0.7) = %v, want ErrAllocated", err)
+	}
+	metricstest.Compare(t, reg, `
+clusterip_allocator_bitmap_batches_total{cidr="10.0.0.0/24"} 2
+clusterip_allocator_bitmap_cas_writes_total{cidr="10.0.0.0/24"} 1
+clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.0.0.0/24"} 1
+clusterip_allocator_bitmap_cas_retries_total{cidr="10.0.0.0/24"} 1
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 2
+`, batches, casWrites, casConflicts, casRetries, allocated)
+}
+
+func TestCountsUnderTheServingPrefix(t *testing.T) {
+	// LabelOf stands for the ServiceCIDRs: 10.0.0.0/28 has a ServiceCIDR of its own, the rest of
+	// the bitmap's /24 only the Source's.
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	inner := newBitmap(t, "10.0.0.0/24")
+	own := netip.MustParsePrefix("10.0.0.0/28")
+	a := newRecorder(t, reg).Wrap(inner, Source{Label: "10.0.0.0/24", LabelOf: func(ip netip.Addr) string {
+		if own.Contains(ip) {
+			return own.String()
+		}
+		return ""
+	}})
+	for _, s := range []string{"10.0.0.3", "10.0.0.200"} {
+		if err := a.Allocate(ctx, netip.MustParseAddr(s), allocator.Owner{}); err != nil {
+			t.Fatalf("Allocate(%s) = %v", s, err)
+		}
+		if err := a.Allocate(ctx, netip.MustParseAddr(s), allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+			t.Fatalf("Allocate(%s) again = %v, want ErrAllocated", s, err)
+		}
+	}
+	metricstest.Compare(t, reg, `
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/24",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/24",scope="static"} 1
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/28",scope="static"} 1
+`, allocations, errorsTotal)
+	if got, err := testutil.GatherAndCount(reg, duration); err != nil || got != 2 {
+		t.Errorf("%s series = %d, %v; want 2 (one per prefix), nil", duration, got, err)
+	}
 }

@@ -31,6 +31,14 @@ var headers = map[string]string{
 # TYPE clusterip_allocator_dualwrite_undo_total counter`,
 	"clusterip_allocator_dualwrite_undo_errors_total": `# HELP clusterip_allocator_dualwrite_undo_errors_total Number of dual-write undos that failed, each leaving an address in one store only until repair frees it
 # TYPE clusterip_allocator_dualwrite_undo_errors_total counter`,
+	"clusterip_allocator_bitmap_batches_total": `# HELP clusterip_allocator_bitmap_batches_total Number of batches of concurrent bitmap operations committed, each with one or more compare-and-swap writes
+# TYPE clusterip_allocator_bitmap_batches_total counter`,
+	"clusterip_allocator_bitmap_cas_writes_total": `# HELP clusterip_allocator_bitmap_cas_writes_total Number of compare-and-swap writes of the bitmap the store accepted
+# TYPE clusterip_allocator_bitmap_cas_writes_total counter`,
+	"clusterip_allocator_bitmap_cas_conflicts_total": `# HELP clusterip_allocator_bitmap_cas_conflicts_total Number of compare-and-swap writes of the bitmap refused because another writer changed it first
+# TYPE clusterip_allocator_bitmap_cas_conflicts_total counter`,
+	"clusterip_allocator_bitmap_cas_retries_total": `# HELP clusterip_allocator_bitmap_cas_retries_total Number of compare-and-swap conflicts of the bitmap after which the batch was written again
+# TYPE clusterip_allocator_bitmap_cas_retries_total counter`,
 }
 
 // Exposition returns samples, one sample line each and grouped by metric family, with each
