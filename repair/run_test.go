@@ -1,0 +1,161 @@
+package repair
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+
+	clusterip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+)
+
+// runUntilCancelled starts c.Run and returns a function that cancels it and fails t unless Run
+// then returns nil.
+func runUntilCancelled(t *testing.T, c *Controller) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run() = %v, want nil once ctx is done", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after ctx was cancelled")
+		}
+	}
+}
+
+// countServiceLists counts the Service lists of client: one per pass.
+func countServiceLists(client *fake.Clientset) *atomic.Int32 {
+	var n atomic.Int32
+	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		n.Add(1)
+		return false, nil, nil
+	})
+	return &n
+}
+
+// TestRunRetriesAFailedRepairOnItsOwn fails the first two creates of a missing IPAddress: Run
+// retries that one address with its own backoff, without another pass (the Interval is an hour).
+func TestRunRetriesAFailedRepairOnItsOwn(t *testing.T) {
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
+		svc("a/missing", "10.0.0.11"))
+	passes := countServiceLists(client)
+	var mu sync.Mutex
+	failures := 2
+	client.PrependReactor("create", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures > 0 {
+			failures--
+			return true, nil, fmt.Errorf("etcd leader lost")
+		}
+		return false, nil, nil
+	})
+	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
+		Options{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.retryBase = 10 * time.Millisecond
+	stop := runUntilCancelled(t, c)
+	testenv.WaitFor(t, "the missing IPAddress", func() bool {
+		_, err := client.NetworkingV1().IPAddresses().Get(t.Context(), "10.0.0.11", metav1.GetOptions{})
+		return err == nil
+	})
+	stop()
+	if got := passes.Load(); got != 1 {
+		t.Errorf("Run made %d passes, want 1: the failed create is retried on its own", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if failures != 0 {
+		t.Errorf("%d injected failures left, want 0", failures)
+	}
+}
+
+// TestRunFreesAHeldOffLeakWhenItsHoldOffEnds: the first pass holds a new leak off; Run
+// reconsiders that address when its hold-off ends, without waiting for the next pass.
+func TestRunFreesAHeldOffLeakWhenItsHoldOffEnds(t *testing.T) {
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), aged(ipAddr("10.0.0.30", "a/gone"), 0))
+	passes := countServiceLists(client)
+	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
+		Options{Interval: time.Hour, LeakGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runUntilCancelled(t, c)
+	testenv.WaitFor(t, "the leaked IPAddress deleted", func() bool {
+		_, err := client.NetworkingV1().IPAddresses().Get(t.Context(), "10.0.0.30", metav1.GetOptions{})
+		return err != nil
+	})
+	stop()
+	if got := passes.Load(); got != 1 {
+		t.Errorf("Run made %d passes, want 1: the held-off leak is retried on its own", got)
+	}
+}
+
+// TestRunNeverBlocksOnADownAPIServer points Run at an API server that hangs on every request, or
+// answers each with 503: Run keeps retrying in the background and returns as soon as its ctx is
+// done, whatever is in flight.
+func TestRunNeverBlocksOnADownAPIServer(t *testing.T) {
+	tests := []struct {
+		name     string
+		requests int // how many to wait for before cancelling
+		handle   func(w http.ResponseWriter, r *http.Request, release <-chan struct{})
+	}{
+		{name: "hangs", requests: 1, handle: func(w http.ResponseWriter, r *http.Request, release <-chan struct{}) {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}},
+		{name: "answers 503", requests: 3, handle: func(w http.ResponseWriter, r *http.Request, _ <-chan struct{}) {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var requests atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				tt.handle(w, r, release)
+			}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(release) })
+			client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
+				Options{Interval: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.retryBase = 10 * time.Millisecond
+			stop := runUntilCancelled(t, c)
+			testenv.WaitFor(t, fmt.Sprintf("%d requests", tt.requests), func() bool { return int(requests.Load()) >= tt.requests })
+			stop()
+		})
+	}
+}
