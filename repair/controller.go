@@ -14,6 +14,7 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics"
 )
@@ -189,7 +190,8 @@ func (c *Controller) HeldOff() int {
 // leaked IPAddress the hold-off kept is reconsidered as soon as its hold-off ends instead of at
 // the next pass. A retry confirms live state first as a pass does (live Gets, then writes with
 // UID and resourceVersion preconditions), and is dropped once a pass finds nothing to repair at
-// that address. Bits are only repaired by passes. Failures are logged with the contextual
+// that address. Bits are repaired by passes, except the bit of a leaked IPAddress a retry deleted
+// in DualWrite mode, which the retry clears with a compare-and-swap. Failures are logged with the contextual
 // logger of ctx.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("clusterip-repair")
@@ -266,7 +268,12 @@ func (c *Controller) runItem(ctx context.Context, q workqueue.TypedRateLimitingI
 		return
 	}
 	c.pass.Lock()
-	after, _, err := c.repairOne(ctx, &f)
+	after, deleted, err := c.repairOne(ctx, &f)
+	if deleted && f.bit && c.cfg.Mode == featuregate.DualWrite {
+		if err := c.releaseBit(ctx, f.addr); err != nil {
+			klog.FromContext(ctx).Error(err, "cannot clear the bit of a deleted leak; the next pass will", "ip", f.IP)
+		}
+	}
 	c.pass.Unlock()
 	switch {
 	case ctx.Err() != nil:
@@ -279,6 +286,32 @@ func (c *Controller) runItem(ctx context.Context, q workqueue.TypedRateLimitingI
 		delete(pending, key)
 		q.Forget(key)
 	}
+}
+
+// releaseBit clears ip's bit in the bitmap of its family with a compare-and-swap on the revision
+// it reads, once repair deleted the leaked IPAddress of ip outside a pass (a pass clears such a bit
+// itself). A bit that is set blocks every allocator that writes bits, so none can have taken ip
+// meanwhile. A failed or conflicting write is returned, and the next pass finds the bit
+// bitmap-only.
+func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
+	for i, r := range c.cfg.Ranges {
+		if r.Addr().Is4() != ip.Is4() {
+			continue
+		}
+		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		b, rev, err := readBitmap(ctx, store, r)
+		if err != nil || rev == 0 || !b.Has(ip) {
+			return err
+		}
+		if err := b.Release(ctx, ip); err != nil {
+			return fmt.Errorf("repair: clear bit %s: %w", ip, err)
+		}
+		if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
+			return fmt.Errorf("repair: write the bitmap of %s at %s: %w", r, store.Key(), err)
+		}
+		klog.FromContext(ctx).V(2).Info("cleared the bit of a deleted leak", "ip", ip)
+	}
+	return nil
 }
 
 // itemKey is a key of Run's queue: one address and the class of its finding, or, as the zero

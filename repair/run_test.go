@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	clusterip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -157,5 +158,44 @@ func TestRunNeverBlocksOnADownAPIServer(t *testing.T) {
 			testenv.WaitFor(t, fmt.Sprintf("%d requests", tt.requests), func() bool { return int(requests.Load()) >= tt.requests })
 			stop()
 		})
+	}
+}
+
+// TestRunFreesAHeldOffDualWriteLeakWithItsBit: in DualWrite mode the retry that deletes a leaked
+// IPAddress once its hold-off ends clears its bit too, against a real etcd, in the same single
+// pass.
+func TestRunFreesAHeldOffDualWriteLeakWithItsBit(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	cli := e.TestClient(t)
+	store := etcdstore.New(cli, etcdstore.ServiceIPsKey(""))
+	storeBitmap(t, cli, store.Key(), bits(t, "10.0.0.0/24", "10.0.0.10", "10.0.0.30"))
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"),
+		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
+		aged(ipAddr("10.0.0.30", "a/gone"), 0))
+	passes := countServiceLists(client)
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Etcd: cli}
+	c, err := NewController(cfg, Options{Interval: time.Hour, LeakGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runUntilCancelled(t, c)
+	testenv.WaitFor(t, "the leak's bit cleared", func() bool {
+		snap, _, err := store.Get(t.Context())
+		if err != nil {
+			return false
+		}
+		b := bits(t, "10.0.0.0/24")
+		return b.Restore(snap) == nil && !b.Has(netip.MustParseAddr("10.0.0.30"))
+	})
+	stop()
+	if got := passes.Load(); got != 1 {
+		t.Errorf("Run made %d passes, want 1", got)
+	}
+	rep, err := Audit(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Consistent {
+		t.Errorf("audit after the retry: %+v, want consistent", rep.Findings)
 	}
 }
