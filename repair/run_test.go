@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
@@ -197,5 +198,90 @@ func TestRunFreesAHeldOffDualWriteLeakWithItsBit(t *testing.T) {
 	}
 	if !rep.Consistent {
 		t.Errorf("audit after the retry: %+v, want consistent", rep.Findings)
+	}
+}
+
+// TestRunRetryRechecksLiveStateFirst judges each address from a pass's audit, changes the cluster,
+// and then lets Run's retry of that address run: it must see the change and write nothing.
+func TestRunRetryRechecksLiveStateFirst(t *testing.T) {
+	tests := []struct {
+		name    string
+		objects []runtime.Object
+		class   Class
+		change  func(t *testing.T, client *fake.Clientset)
+	}{
+		{name: "missing, its Service deleted since", class: Missing,
+			objects: []runtime.Object{svc("a/x", "10.0.0.11")},
+			change: func(t *testing.T, client *fake.Clientset) {
+				if err := client.CoreV1().Services("a").Delete(t.Context(), "x", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "wrong labels, its Service holding another IP since", class: WrongParent,
+			objects: []runtime.Object{svc("a/x", "10.0.0.11"), aged(withLabel(ipAddr("10.0.0.11", "a/x"), "ipaddress.kubernetes.io/ip-family", ""), time.Hour)},
+			change: func(t *testing.T, client *fake.Clientset) {
+				if _, err := client.CoreV1().Services("a").Update(t.Context(), svc("a/x", "10.0.0.12"), metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "wrong parent, its Service deleted since", class: WrongParent,
+			objects: []runtime.Object{svc("a/x", "10.0.0.11"), aged(ipAddr("10.0.0.11", "a/y"), time.Hour)},
+			change: func(t *testing.T, client *fake.Clientset) {
+				if err := client.CoreV1().Services("a").Delete(t.Context(), "x", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "leaked, written by someone since", class: Leaked,
+			objects: []runtime.Object{aged(ipAddr("10.0.0.11", "a/gone"), time.Hour)},
+			change: func(t *testing.T, client *fake.Clientset) {
+				live := aged(ipAddr("10.0.0.11", "a/new"), time.Hour)
+				live.ResourceVersion = "2"
+				if _, err := client.NetworkingV1().IPAddresses().Update(t.Context(), live, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "leaked, held by its parent since", class: Leaked,
+			objects: []runtime.Object{aged(ipAddr("10.0.0.11", "a/x"), time.Hour)},
+			change: func(t *testing.T, client *fake.Clientset) {
+				if _, err := client.CoreV1().Services("a").Create(t.Context(), svc("a/x", "10.0.0.11"), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset(append([]runtime.Object{serviceCIDR("kubernetes", "10.0.0.0/24")}, tt.objects...)...)
+			cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client}
+			c, err := NewController(cfg, Options{LeakGrace: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := read(t.Context(), &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending := map[itemKey]finding{}
+			for _, f := range classify(w).findings {
+				pending[itemKey{addr: f.addr, class: f.Class}] = f
+			}
+			key := itemKey{addr: netip.MustParseAddr("10.0.0.11"), class: tt.class}
+			if _, ok := pending[key]; !ok {
+				t.Fatalf("the audit has no %s finding for 10.0.0.11: %v", tt.class, pending)
+			}
+			tt.change(t, client)
+			client.ClearActions()
+
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[itemKey]())
+			defer q.ShutDown()
+			c.runItem(t.Context(), q, pending, key)
+			for _, a := range client.Actions() {
+				if a.GetVerb() != "get" {
+					t.Errorf("the retry wrote %s %s; want only live Gets", a.GetVerb(), a.GetResource().Resource)
+				}
+			}
+			if _, ok := pending[key]; ok {
+				t.Errorf("the retry is still pending; want it dropped once live state shows nothing to do")
+			}
+		})
 	}
 }
