@@ -53,7 +53,7 @@ import (
 //	full        never: a bitmap rebuilt from its own snapshot has room for every missing bit
 //
 // apiserver_clusterip_repair_reconcile_errors_total counts the passes (RunOnce, or Run's) that
-// returned an error. clusterip_repair_drift_addresses{family,kind} holds, after each audit, the
+// returned an error, except those cut short because their ctx was done. clusterip_repair_drift_addresses{family,kind} holds, after each audit, the
 // number of bitmap-only and ipaddress-only findings of each IP family (0 outside DualWrite).
 type Controller struct {
 	cfg       clusterip.Config
@@ -123,7 +123,7 @@ func (c *Controller) runOnce(ctx context.Context) (rep *Report, retries []retry,
 	c.pass.Lock()
 	defer c.pass.Unlock()
 	defer func() {
-		if itemErr != nil || err != nil {
+		if (itemErr != nil || err != nil) && ctx.Err() == nil { // not one cut short by shutdown
 			c.metrics.ReconcileError()
 		}
 	}()
