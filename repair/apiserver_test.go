@@ -190,3 +190,99 @@ func withMode(cfg clusterip.Config, mode featuregate.Mode) clusterip.Config {
 	cfg.Mode = mode
 	return cfg
 }
+
+// TestRepairFixesLabelsUnderAResourceVersionPreconditionOnARealAPIServer strips the ip-family
+// label of the IPAddress a real kube-apiserver v1.33 made for a Service, audits, and then writes
+// the object again behind the audit's back: the label fix, an update carrying the
+// resourceVersion the audit read, must fail with a Conflict and change nothing; the next pass,
+// on a fresh read, fixes the label and keeps what the other writer added.
+func TestRepairFixesLabelsUnderAResourceVersionPreconditionOnARealAPIServer(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
+	ctx := t.Context()
+	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client}
+	ipas := api.Client.NetworkingV1().IPAddresses()
+	testenv.WaitFor(t, "the kubernetes Service", func() bool {
+		_, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		return err == nil
+	})
+
+	s, err := api.Client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Service: %v", err)
+	}
+	ip := s.Spec.ClusterIP
+	ipa, err := ipas.Get(ctx, ip, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("kube-apiserver made no IPAddress for %s: %v", ip, err)
+	}
+	delete(ipa.Labels, networkingv1.LabelIPAddressFamily)
+	if _, err := ipas.Update(ctx, ipa, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("strip the ip-family label: %v", err)
+	}
+
+	w, err := read(ctx, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stale *finding
+	for _, f := range classify(w).findings {
+		if f.IP == ip {
+			stale = &f
+		}
+	}
+	if stale == nil || stale.Class != WrongParent || !stale.labels {
+		t.Fatalf("audit of %s: %+v, want a wrong-parent finding for its labels", ip, stale)
+	}
+
+	// Another writer changes the object after the audit read it.
+	live, err := ipas.Get(ctx, ip, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Labels["example.com/touched"] = "yes"
+	if _, err := ipas.Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("concurrent update: %v", err)
+	}
+	c, err := NewController(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.repairOne(ctx, stale); err != nil {
+		t.Fatalf("label fix on a stale read: %v, want the Conflict taken as a change to judge again", err)
+	}
+	if live, err = ipas.Get(ctx, ip, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := live.Labels[networkingv1.LabelIPAddressFamily]; ok || live.Labels["example.com/touched"] != "yes" {
+		t.Errorf("labels after a label fix on a stale read = %v; want the concurrent writer's, unchanged", live.Labels)
+	}
+
+	if _, err := c.RunOnce(ctx); err != nil {
+		t.Fatalf("RunOnce() error = %v", err)
+	}
+	if live, err = ipas.Get(ctx, ip, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		networkingv1.LabelIPAddressFamily: "IPv4",
+		networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
+		"example.com/touched":             "yes",
+	}
+	if diff := cmp.Diff(want, live.Labels); diff != "" {
+		t.Errorf("labels after a pass (-want +got):\n%s", diff)
+	}
+	if live.UID != ipa.UID {
+		t.Errorf("the IPAddress was recreated (UID %s, was %s); want its labels updated in place", live.UID, ipa.UID)
+	}
+	rep, err := Audit(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Consistent {
+		t.Errorf("audit after the label fix: %+v, want consistent", rep.Findings)
+	}
+}

@@ -39,6 +39,13 @@ type finding struct {
 	ipa  *networkingv1.IPAddress // the IPAddress object of the IP, if any
 	bm   int                     // index in world.bitmaps of the bitmap whose range holds addr, or -1
 	bit  bool                    // whether that bitmap has addr's bit set
+	// inBitmap reports whether addr has a bit in that bitmap at all (see bitmapOf).
+	inBitmap bool
+	// holders is how many Services hold the IP (for Invalid: the string).
+	holders int
+	// labels reports, for WrongParent, that the parentRef is right and only the labels are
+	// wrong: repair updates them in place instead of recreating the object.
+	labels bool
 }
 
 // entry gathers what holds one canonical IP.
@@ -171,10 +178,13 @@ func classify(w *world) result {
 // judge returns the finding of one canonical IP, if it has a problem.
 func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bool) {
 	f := finding{addr: ip, svc: e.owner, ipa: e.ipa, bm: -1} // IP is set by the caller
+	if e.owner != nil {
+		f.holders = 1 + len(e.extra)
+	}
 	var inBitmap bool
 	if w.mode != featuregate.IPAddressOnly {
 		f.bm, inBitmap = bitmapOf(w.bitmaps, ip)
-		f.bit = e.hasBit
+		f.bit, f.inBitmap = e.hasBit, inBitmap
 	}
 	switch {
 	case len(e.extra) > 0:
@@ -225,6 +235,13 @@ func managedByAllocator(ipa *networkingv1.IPAddress) bool {
 	return ipa.Labels[networkingv1.LabelManagedBy] == ipaddress.DefaultManagedBy
 }
 
+// hasAllocatorLabels reports whether ipa carries the labels a Service IP allocator gives the
+// IPAddress of ip: its IP family and the managed-by of [ipaddress.DefaultManagedBy], as
+// kube-apiserver's repair checks them (verifyIPAddressLabels).
+func hasAllocatorLabels(ipa *networkingv1.IPAddress, ip netip.Addr) bool {
+	return ipa.Labels[networkingv1.LabelIPAddressFamily] == string(allocator.FamilyOf(ip)) && managedByAllocator(ipa)
+}
+
 // judgeHeld returns the finding of an IP held by exactly one Service, if it has a problem. It
 // decides the class before it formats anything: most IPs have none.
 func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap bool) (finding, bool) {
@@ -239,6 +256,8 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 		f.Class = OutOfRange
 	case e.ipa != nil && !isParent(e.ipa, e.owner):
 		f.Class = WrongParent
+	case e.ipa != nil && !hasAllocatorLabels(e.ipa, f.addr):
+		f.Class, f.labels = WrongParent, true
 	case e.ipa == nil:
 		f.Class = Missing
 	case w.mode == featuregate.DualWrite && inBitmap && !e.hasBit:
@@ -257,6 +276,11 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 		f.Detail = fmt.Sprintf("Service %s holds %s but its bit in %s is clear.", f.Service, ip, w.bitmaps[f.bm].CIDR())
 	case f.Class == Missing:
 		f.Detail = fmt.Sprintf("Service %s holds %s but there is no IPAddress object for it.", f.Service, ip)
+	case f.labels:
+		f.Detail = fmt.Sprintf("IPAddress %s of Service %s is labelled %s=%q, %s=%q; want %q and %q.", ip, f.Service,
+			networkingv1.LabelIPAddressFamily, e.ipa.Labels[networkingv1.LabelIPAddressFamily],
+			networkingv1.LabelManagedBy, e.ipa.Labels[networkingv1.LabelManagedBy],
+			allocator.FamilyOf(ip), ipaddress.DefaultManagedBy)
 	case f.Class == WrongParent:
 		f.Detail = fmt.Sprintf("IPAddress %s names %s as its parent but Service %s holds it.", ip, parentString(e.ipa), f.Service)
 	case f.Class == IPAddressOnly:
@@ -267,7 +291,7 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 
 // judgeInvalid returns the finding of an address string that is not a canonical IP.
 func judgeInvalid(s string, e *invalidEntry) finding {
-	f := finding{bm: -1}
+	f := finding{bm: -1, holders: len(e.services)}
 	f.IP, f.Class = s, Invalid
 	var what []string
 	if len(e.services) > 0 {

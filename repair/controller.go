@@ -3,6 +3,8 @@ package repair
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -11,7 +13,10 @@ import (
 	"k8s.io/klog/v2"
 
 	clusterip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/metrics"
 )
 
 // Controller repairs what Audit finds, per mode, with a leak hold-off. It remembers between
@@ -34,13 +39,31 @@ import (
 //     finds no IPAddress, and the bit of a leaked IPAddress goes with it.
 //
 // Invalid, duplicate and out-of-range ClusterIPs only get an Event.
+//
+// With Options.Registerer it keeps these metrics, per pass as kube-apiserver's repair loop
+// counts them (the type label of apiserver_clusterip_repair_ip_errors_total):
+//
+//	invalid     each Service holding an invalid ClusterIP (and each invalid IPAddress name)
+//	duplicate   each Service holding an IP another Service holds, after the first
+//	outOfRange  each out-of-range ClusterIP
+//	repair      each record repair writes for an IP a Service holds: a missing IPAddress or
+//	            bit, a recreated wrong parent, fixed labels, an ipaddress-only bit
+//	leak        each leaked IPAddress or bit repair frees, once its hold-off is over
+//	unknown     each bit of a Service's IP that could not be set for an unexpected reason
+//	full        never: a bitmap rebuilt from its own snapshot has room for every missing bit
+//
+// apiserver_clusterip_repair_reconcile_errors_total counts the passes (RunOnce, or Run's) that
+// returned an error, except those cut short because their ctx was done. clusterip_repair_drift_addresses{family,kind} holds, after each audit, the
+// number of bitmap-only and ipaddress-only findings of each IP family (0 outside DualWrite).
 type Controller struct {
 	cfg       clusterip.Config
 	opts      Options
 	now       func() time.Time
-	retryBase time.Duration // the first retry delay of Run; 1 s
+	retryBase time.Duration   // the first retry delay of Run; 1 s
+	metrics   *metrics.Repair // nil without Options.Registerer
+	families  []string        // the IP families of cfg.Ranges, for the drift gauges
 
-	pass sync.Mutex // serialises passes
+	pass sync.Mutex // serialises passes and Run's retries of single addresses
 
 	mu      sync.Mutex // guards leaks and heldOff
 	leaks   map[netip.Addr]bitLeak
@@ -54,40 +77,93 @@ type bitLeak struct {
 }
 
 // NewController returns a Controller that repairs the cluster cfg describes, as Audit reads it.
-// It starts nothing. A Config without what the mode needs gives a *clusterip.ConfigError.
+// It starts nothing. A Config without what the mode needs gives a *clusterip.ConfigError; a
+// Registerer that refuses the metrics gives its error, wrapped.
 func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}}, nil
+	c := &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}}
+	for _, r := range cfg.Ranges {
+		c.families = append(c.families, string(allocator.FamilyOf(r.Addr())))
+	}
+	if opts.Registerer != nil {
+		m, err := metrics.NewRepair(opts.Registerer, c.families)
+		if err != nil {
+			return nil, fmt.Errorf("repair: %w", err)
+		}
+		c.metrics = m
+	}
+	return c, nil
 }
 
 // RunOnce audits the cluster and makes the repairs the audit and the hold-off allow. It returns
 // the audit it acted on, which still lists what was repaired. A failed repair does not stop the
 // others: their errors are joined in the returned error, next to the report.
 func (c *Controller) RunOnce(ctx context.Context) (*Report, error) {
-	c.pass.Lock()
-	defer c.pass.Unlock()
-	w, err := read(ctx, &c.cfg)
-	if err != nil {
+	rep, _, itemErr, err := c.runOnce(ctx)
+	if rep == nil {
 		return nil, err
 	}
+	return rep, errors.Join(itemErr, err)
+}
+
+// retry is a repair of one address that Run retries on its own, with the finding it acts on.
+type retry struct {
+	f finding
+	// after is how long until the hold-off that kept it ends; 0 after a failure, which is
+	// retried with the queue's backoff.
+	after time.Duration
+}
+
+// runOnce makes one pass. It returns the audit (nil if the reads failed), the repairs of single
+// IPAddress objects to retry (failed or held off), their errors, and the error of the pass
+// itself: a failed read or bitmap write.
+func (c *Controller) runOnce(ctx context.Context) (rep *Report, retries []retry, itemErr, err error) {
+	c.pass.Lock()
+	defer c.pass.Unlock()
+	defer func() {
+		if (itemErr != nil || err != nil) && ctx.Err() == nil { // not one cut short by shutdown
+			c.metrics.ReconcileError()
+		}
+	}()
+	w, err := read(ctx, &c.cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	res := classify(w)
+	c.setDrift(res)
 	var held, heldBits int
 	var deleted map[netip.Addr]bool
-	var errIPs, errBits error
 	if c.cfg.Mode != featuregate.Legacy {
-		held, deleted, errIPs = c.repairIPAddresses(ctx, res)
+		held, deleted, retries, itemErr = c.repairIPAddresses(ctx, res)
 	}
 	if c.cfg.Mode != featuregate.IPAddressOnly {
-		heldBits, errBits = c.repairBitmaps(ctx, w, res, deleted)
+		heldBits, err = c.repairBitmaps(ctx, w, res, deleted)
 	}
-	held += heldBits
-	err = errors.Join(errIPs, errBits)
 	c.mu.Lock()
-	c.heldOff = held
+	c.heldOff = held + heldBits
 	c.mu.Unlock()
-	return res.report(c.cfg.Mode), err
+	return res.report(c.cfg.Mode), retries, itemErr, err
+}
+
+// setDrift sets the drift gauges from the findings of an audit.
+func (c *Controller) setDrift(res result) {
+	if c.metrics == nil {
+		return
+	}
+	n := map[[2]string]int{}
+	for i := range res.findings {
+		f := &res.findings[i]
+		if f.Class == BitmapOnly || f.Class == IPAddressOnly {
+			n[[2]string{string(allocator.FamilyOf(f.addr)), string(f.Class)}]++
+		}
+	}
+	for _, fam := range c.families {
+		for _, kind := range []string{metrics.DriftBitmapOnly, metrics.DriftIPAddressOnly} {
+			c.metrics.SetDrift(fam, kind, n[[2]string{fam, kind}])
+		}
+	}
 }
 
 // HeldOff returns how many leaks the last RunOnce left in place because of the hold-off (the
@@ -99,42 +175,151 @@ func (c *Controller) HeldOff() int {
 	return c.heldOff
 }
 
-// Run makes repair passes until ctx is done, and then returns nil. The first pass starts at once;
-// after a pass that succeeds the next comes Options.Interval later, and after one that fails it is
-// retried with an exponential backoff (1 s doubling up to the Interval) through a typed
-// rate-limited workqueue, so an API server or etcd that is not up yet never blocks the caller.
-// Failed passes are logged with the contextual logger of ctx.
+// Run makes repair passes until ctx is done, and then returns nil. It never blocks its caller's
+// start-up on the cluster: an API server or etcd that is down only makes passes fail and be
+// retried, and Run returns as soon as ctx is done, whatever is in flight.
+//
+// The first pass starts at once; after a pass that succeeds the next comes Options.Interval
+// later, and after one whose reads or bitmap writes failed it is retried with an exponential
+// backoff (1 s doubling up to the Interval). Each is level-based: a full audit and the repairs
+// it allows.
+//
+// Between passes, Run retries single addresses through the same typed rate-limited workqueue,
+// keyed by address and class: a repair of an IPAddress object that failed (a create, a
+// recreate, a label update or a delete) is retried with its own exponential backoff, and a
+// leaked IPAddress the hold-off kept is reconsidered as soon as its hold-off ends instead of at
+// the next pass. A retry confirms live state first as a pass does (live Gets, then writes with
+// UID and resourceVersion preconditions), and is dropped once a pass finds nothing to repair at
+// that address. Bits are repaired by passes, except the bit of a leaked IPAddress a retry deleted
+// in DualWrite mode, which the retry clears with a compare-and-swap. Failures are logged with the contextual
+// logger of ctx.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("clusterip-repair")
 	ctx = klog.NewContext(ctx, logger)
 	interval := c.opts.interval()
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](c.retryBase, interval),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "clusterip_repair"},
+		workqueue.NewTypedItemExponentialFailureRateLimiter[itemKey](c.retryBase, interval),
+		workqueue.TypedRateLimitingQueueConfig[itemKey]{Name: "clusterip_repair"},
 	)
 	defer q.ShutDown()
 	stop := context.AfterFunc(ctx, q.ShutDown)
 	defer stop()
+	pending := map[itemKey]finding{} // the retries of the last pass, by key
 	q.Add(passKey)
 	for {
 		key, shutdown := q.Get()
 		if shutdown {
 			return nil
 		}
-		rep, err := c.RunOnce(ctx)
 		switch {
 		case ctx.Err() != nil:
-		case err != nil:
-			logger.Error(err, "repair pass failed; retrying", "retries", q.NumRequeues(key))
-			q.AddRateLimited(key)
+		case key == passKey:
+			c.runPass(ctx, q, pending)
 		default:
-			logger.V(2).Info("repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff())
-			q.Forget(key)
-			q.AddAfter(key, interval)
+			c.runItem(ctx, q, pending, key)
 		}
 		q.Done(key)
 	}
 }
 
-// passKey is the one key of Run's queue: each pass is level-based over the whole cluster.
-const passKey = "pass"
+// runPass makes one of Run's passes and queues what it leaves to retry.
+func (c *Controller) runPass(ctx context.Context, q workqueue.TypedRateLimitingInterface[itemKey], pending map[itemKey]finding) {
+	logger := klog.FromContext(ctx)
+	rep, retries, itemErr, err := c.runOnce(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		logger.Error(err, "repair pass failed; retrying", "retries", q.NumRequeues(passKey))
+		q.AddRateLimited(passKey)
+	} else {
+		logger.V(2).Info("repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff(), "retries", len(retries))
+		q.Forget(passKey)
+		q.AddAfter(passKey, c.opts.interval())
+	}
+	if rep == nil {
+		return // nothing was judged: keep the retries there are
+	}
+	if itemErr != nil {
+		logger.Error(itemErr, "some repairs failed; retrying each")
+	}
+	old := maps.Clone(pending)
+	clear(pending)
+	for _, r := range retries {
+		k := itemKey{addr: r.f.addr, class: r.f.Class}
+		pending[k] = r.f
+		delete(old, k)
+		if r.after > 0 {
+			q.AddAfter(k, r.after)
+		} else {
+			q.AddRateLimited(k)
+		}
+	}
+	for k := range old {
+		q.Forget(k) // repaired, or no longer a problem
+	}
+}
+
+// runItem retries the repair of one address, if a pass still wants it.
+func (c *Controller) runItem(ctx context.Context, q workqueue.TypedRateLimitingInterface[itemKey], pending map[itemKey]finding, key itemKey) {
+	f, ok := pending[key]
+	if !ok {
+		q.Forget(key)
+		return
+	}
+	c.pass.Lock()
+	after, deleted, err := c.repairOne(ctx, &f)
+	if deleted && f.bit && c.cfg.Mode == featuregate.DualWrite {
+		if err := c.releaseBit(ctx, f.addr); err != nil {
+			klog.FromContext(ctx).Error(err, "cannot clear the bit of a deleted leak; the next pass will", "ip", f.IP)
+		}
+	}
+	c.pass.Unlock()
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "repair failed; retrying", "ip", f.IP, "class", f.Class, "retries", q.NumRequeues(key))
+		q.AddRateLimited(key)
+	case after > 0:
+		q.AddAfter(key, after)
+	default:
+		delete(pending, key)
+		q.Forget(key)
+	}
+}
+
+// releaseBit clears ip's bit in the bitmap of its family with a compare-and-swap on the revision
+// it reads, once repair deleted the leaked IPAddress of ip outside a pass (a pass clears such a bit
+// itself). A bit that is set blocks every allocator that writes bits, so none can have taken ip
+// meanwhile. A failed or conflicting write is returned, and the next pass finds the bit
+// bitmap-only.
+func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
+	for i, r := range c.cfg.Ranges {
+		if r.Addr().Is4() != ip.Is4() {
+			continue
+		}
+		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		b, rev, err := readBitmap(ctx, store, r)
+		if err != nil || rev == 0 || !b.Has(ip) {
+			return err
+		}
+		if err := b.Release(ctx, ip); err != nil {
+			return fmt.Errorf("repair: clear bit %s: %w", ip, err)
+		}
+		if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
+			return fmt.Errorf("repair: write the bitmap of %s at %s: %w", r, store.Key(), err)
+		}
+		klog.FromContext(ctx).V(2).Info("cleared the bit of a deleted leak", "ip", ip)
+	}
+	return nil
+}
+
+// itemKey is a key of Run's queue: one address and the class of its finding, or, as the zero
+// itemKey, a whole pass. It is a small comparable value.
+type itemKey struct {
+	addr  netip.Addr
+	class Class
+}
+
+// passKey is the key of a pass: level-based over the whole cluster.
+var passKey = itemKey{}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -388,5 +389,121 @@ func TestRunRetriesAFailedPassAndStopsWithTheContext(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after ctx was cancelled")
+	}
+}
+
+// TestRepairHoldsOffAnIPAddressNewerThanItsParent follows kubernetes#132321 as kube-apiserver
+// fixed it (kubernetes#132906): a leaked IPAddress whose parent Service exists, does not hold it
+// and is older than it is the IPAddress of a create of an existing Service, which kube-apiserver
+// deletes itself; repair leaves it for 5 s from its creation even with no LeakGrace, and past
+// that deletes it as a wrong reference.
+func TestRepairHoldsOffAnIPAddressNewerThanItsParent(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	at := func(obj metav1.Object, age time.Duration) { obj.SetCreationTimestamp(metav1.NewTime(now.Add(-age))) }
+	tests := []struct {
+		name              string
+		parentAge, ipaAge time.Duration // no parent if parentAge is 0
+		leakGrace         time.Duration
+		wantHeld          int
+		wantDelete        bool
+		wantEvent         string
+	}{
+		{name: "newer than its parent, within 5 s: held off", parentAge: time.Hour, ipaAge: 3 * time.Second, leakGrace: -1,
+			wantHeld: 1},
+		{name: "newer than its parent, within 5 s, with a 1 s LeakGrace: held off", parentAge: time.Hour, ipaAge: 3 * time.Second, leakGrace: time.Second,
+			wantHeld: 1},
+		{name: "newer than its parent, past 5 s: a wrong reference", parentAge: time.Hour, ipaAge: 6 * time.Second, leakGrace: -1,
+			wantDelete: true, wantEvent: "Warning IPAddressWrongReference 10.0.0.30"},
+		{name: "older than its parent: a wrong reference at once", parentAge: time.Second, ipaAge: 3 * time.Second, leakGrace: -1,
+			wantDelete: true, wantEvent: "Warning IPAddressWrongReference 10.0.0.30"},
+		{name: "created in the same second as its parent: a wrong reference at once", parentAge: 3 * time.Second, ipaAge: 3 * time.Second, leakGrace: -1,
+			wantDelete: true, wantEvent: "Warning IPAddressWrongReference 10.0.0.30"},
+		{name: "parent gone: no hold-off with no LeakGrace", ipaAge: 3 * time.Second, leakGrace: -1,
+			wantDelete: true, wantEvent: "Warning IPAddressNotAllocated 10.0.0.30"},
+		{name: "newer than its parent, the default LeakGrace is longer", parentAge: time.Hour, ipaAge: 6 * time.Second,
+			wantHeld: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ipa := aged(ipAddr("10.0.0.30", "a/web"), 0)
+			at(ipa, tt.ipaAge)
+			objects := []runtime.Object{serviceCIDR("kubernetes", "10.0.0.0/24"), ipa}
+			if tt.parentAge > 0 {
+				parent := svc("a/web", "10.0.0.10")
+				at(parent, tt.parentAge)
+				objects = append(objects, parent, aged(ipAddr("10.0.0.10", "a/web"), time.Hour))
+			}
+			client := fake.NewClientset(objects...)
+			rec := &recorder{}
+			c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
+				Options{LeakGrace: tt.leakGrace, Recorder: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.now = func() time.Time { return now }
+			if _, err := c.RunOnce(t.Context()); err != nil {
+				t.Fatalf("RunOnce() error = %v", err)
+			}
+			if got := c.HeldOff(); got != tt.wantHeld {
+				t.Errorf("HeldOff() = %d, want %d", got, tt.wantHeld)
+			}
+			_, err = client.NetworkingV1().IPAddresses().Get(t.Context(), "10.0.0.30", metav1.GetOptions{})
+			if deleted := err != nil; deleted != tt.wantDelete {
+				t.Errorf("IPAddress 10.0.0.30 deleted = %v, want %v", deleted, tt.wantDelete)
+			}
+			var want []string
+			if tt.wantEvent != "" {
+				want = []string{tt.wantEvent}
+			}
+			if diff := cmp.Diff(want, rec.got(), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRepairFixesLabelsInPlace: an IPAddress whose parent is right but whose labels are not the
+// allocator's is updated (never deleted), carrying the resourceVersion the audit read.
+func TestRepairFixesLabelsInPlace(t *testing.T) {
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
+		svc("a/x", "10.0.0.10", "fd00::a"),
+		aged(withLabel(ipAddr("10.0.0.10", "a/x"), networkingv1.LabelIPAddressFamily, ""), time.Hour),
+		aged(withLabel(ipAddr("fd00::a", "a/x"), networkingv1.LabelManagedBy, ""), time.Hour),
+	)
+	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}, Client: client}
+	c, err := NewController(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.RunOnce(t.Context())
+	if err != nil {
+		t.Fatalf("RunOnce() error = %v", err)
+	}
+	if diff := cmp.Diff([]Finding{f("10.0.0.10", WrongParent, "a/x"), f("fd00::a", WrongParent, "a/x")}, rep.Findings, ignoreDetail); diff != "" {
+		t.Errorf("RunOnce() acted on (-want +got):\n%s", diff)
+	}
+	var updates []string
+	for _, a := range client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.UpdateActionImpl:
+			ipa := a.GetObject().(*networkingv1.IPAddress)
+			updates = append(updates, ipa.Name)
+			if ipa.ResourceVersion != "1" {
+				t.Errorf("update of %s carries resourceVersion %q, want the audit's %q", ipa.Name, ipa.ResourceVersion, "1")
+			}
+		case k8stesting.DeleteActionImpl, k8stesting.CreateActionImpl:
+			t.Errorf("RunOnce %s IPAddress %v; want labels updated in place", a.GetVerb(), a)
+		}
+	}
+	slices.Sort(updates)
+	if diff := cmp.Diff([]string{"10.0.0.10", "fd00::a"}, updates); diff != "" {
+		t.Errorf("updated IPAddresses (-want +got):\n%s", diff)
+	}
+	after, err := Audit(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Consistent {
+		t.Errorf("audit after the label fix: %+v, want consistent", after.Findings)
 	}
 }

@@ -11,9 +11,20 @@
 // A [Controller] acts on an audit's findings as the mode allows. A decision that cannot be
 // undone, freeing a leaked address, is confirmed against live state first (a Get of the object,
 // then a delete with its UID and resourceVersion as preconditions, or a compare-and-swap of the
-// bitmap), and held off for [Options.LeakGrace].
+// bitmap), and held off for [Options.LeakGrace] (and, for an IPAddress newer than the Service it
+// names, at least 5 s, as kube-apiserver since kubernetes#132906). [Controller.Run] makes a
+// level-based pass every [Options.Interval] and, between passes, retries single addresses whose
+// repair failed or was held off, each with its own backoff, through one typed rate-limited
+// workqueue; it never blocks its caller on a cluster that is down.
 //
 // IPAddress objects that another controller manages (their managed-by label is not
 // [ipaddress.DefaultManagedBy]) are left alone, as kube-apiserver's repair leaves them: they are
-// never reported leaked and never deleted.
+// never reported leaked and never deleted. An IPAddress whose parentRef names the Service that
+// holds its IP but whose labels are not the allocator's (ip-family, managed-by) is a
+// [WrongParent] finding, and repair updates its labels in place, as kube-apiserver's repair fixes
+// wrong labels too.
+//
+// With [Options.Registerer], the Controller keeps kube-apiserver's repair metrics
+// (apiserver_clusterip_repair_ip_errors_total{type}, apiserver_clusterip_repair_reconcile_errors_total)
+// and drift gauges per IP family (clusterip_repair_drift_addresses{family,kind}); see [Controller].
 package repair

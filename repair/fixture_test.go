@@ -27,12 +27,16 @@ func svc(key string, ips ...string) *corev1.Service {
 	return s
 }
 
-// ipAddr returns the IPAddress object of ip, managed by the Service IP allocator, whose parent is
-// the Service "namespace/name" (no parentRef if parent is empty).
+// ipAddr returns the IPAddress object of ip, labelled as the Service IP allocator labels it (its
+// IP family, if ip parses, and managed-by), whose parent is the Service "namespace/name" (no
+// parentRef if parent is empty).
 func ipAddr(ip, parent string) *networkingv1.IPAddress {
 	a := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ip, Labels: map[string]string{
 		networkingv1.LabelManagedBy: ipaddress.DefaultManagedBy,
 	}}}
+	if addr, err := netip.ParseAddr(ip); err == nil {
+		a.Labels[networkingv1.LabelIPAddressFamily] = string(allocator.FamilyOf(addr))
+	}
 	if parent != "" {
 		ns, name, _ := strings.Cut(parent, "/")
 		a.Spec.ParentRef = &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}
@@ -43,6 +47,16 @@ func ipAddr(ip, parent string) *networkingv1.IPAddress {
 // foreign marks ipa as managed by another controller than the Service IP allocator.
 func foreign(ipa *networkingv1.IPAddress) *networkingv1.IPAddress {
 	ipa.Labels[networkingv1.LabelManagedBy] = "gateway.example.com"
+	return ipa
+}
+
+// withLabel sets ipa's label key to value, or removes it if value is empty.
+func withLabel(ipa *networkingv1.IPAddress, key, value string) *networkingv1.IPAddress {
+	if value == "" {
+		delete(ipa.Labels, key)
+	} else {
+		ipa.Labels[key] = value
+	}
 	return ipa
 }
 

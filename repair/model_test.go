@@ -94,6 +94,9 @@ func naiveClass(w *world, s string) (Class, string) {
 			return OutOfRange, owner
 		case ipa != nil && !isParent(ipa, svc):
 			return WrongParent, owner
+		case ipa != nil && (ipa.Labels[networkingv1.LabelIPAddressFamily] != string(allocator.FamilyOf(ip)) ||
+			ipa.Labels[networkingv1.LabelManagedBy] != ipaddress.DefaultManagedBy):
+			return WrongParent, owner // right parent, wrong labels
 		case ipa == nil:
 			return Missing, owner
 		case w.mode == featuregate.DualWrite && inBitmap && !bit:
@@ -147,7 +150,16 @@ func TestClassifyMatchesNaiveModel(t *testing.T) {
 			}
 			names[n] = true
 			parent := fmt.Sprintf("ns/s%d", r.IntN(9))
-			w.ipAddresses = append(w.ipAddresses, ipAddr(n, parent))
+			ipa := ipAddr(n, parent)
+			switch r.IntN(8) {
+			case 0:
+				delete(ipa.Labels, networkingv1.LabelIPAddressFamily)
+			case 1:
+				ipa.Labels[networkingv1.LabelIPAddressFamily] = "IPv6"
+			case 2:
+				ipa = foreign(ipa)
+			}
+			w.ipAddresses = append(w.ipAddresses, ipa)
 		}
 		for _, c := range []string{"10.0.0.0/29", "10.0.0.8/29", "fd00::/112"} {
 			if r.IntN(2) == 0 {

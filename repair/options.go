@@ -3,6 +3,7 @@ package repair
 import (
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/events"
 )
 
@@ -13,6 +14,12 @@ const (
 	// DefaultInterval is how often Run audits and repairs when Options.Interval is zero, as
 	// kube-apiserver's repair loops do.
 	DefaultInterval = 3 * time.Minute
+	// newerThanParentGrace is the least hold-off of a leaked IPAddress created after the Service
+	// its parentRef names, whatever LeakGrace says: kube-apiserver creates the IPAddress of a
+	// Service before the Service, and when the create fails because the Service exists already
+	// (a POST of an existing Service) it deletes the IPAddress again; repair must not race that
+	// undo (kubernetes#132321, fixed upstream by kubernetes#132906 with the same 5 s).
+	newerThanParentGrace = 5 * time.Second
 	// legacyLeakPasses is how many passes a bit must be seen leaked on before Legacy repair frees
 	// it, as kube-apiserver does (numRepairsBeforeLeakCleanup).
 	legacyLeakPasses = 3
@@ -24,6 +31,12 @@ type Options struct {
 	// than LeakGrace that no Service holds is deleted; a bit (which has no age) is cleared once
 	// the Controller has seen it leaked for LeakGrace (and, in Legacy mode, on 3 passes).
 	// Defaults to 60 seconds (DefaultLeakGrace); a negative value means no hold-off.
+	//
+	// Whatever its value, an IPAddress whose parentRef names a Service that exists, that does not
+	// hold the IP and that was created before the IPAddress is held off for at least 5 seconds
+	// from its creation, as kube-apiserver does since kubernetes#132906 (kubernetes#132321):
+	// that is the IPAddress of a create of an existing Service, which kube-apiserver deletes
+	// again itself.
 	LeakGrace time.Duration
 
 	// Interval is how often Run audits and repairs. Defaults to 3 minutes (DefaultInterval);
@@ -35,6 +48,14 @@ type Options struct {
 	// IPAddressNotAllocated, IPAddressWrongReference). Defaults to none: no Events are emitted.
 	// Build one with client-go's events.NewBroadcaster.
 	Recorder events.EventRecorder
+
+	// Registerer, if not nil, receives the repair metrics: kube-apiserver's
+	// apiserver_clusterip_repair_ip_errors_total{type} and
+	// apiserver_clusterip_repair_reconcile_errors_total, counted per pass as kube-apiserver's
+	// repair loop counts them, and clusterip_repair_drift_addresses{family,kind}, set after
+	// each audit (see the Controller). Controllers sharing a Registerer share the metrics.
+	// Defaults to none: nothing is registered or counted.
+	Registerer prometheus.Registerer
 }
 
 // leakGrace returns the hold-off LeakGrace stands for.

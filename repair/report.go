@@ -24,6 +24,13 @@ const (
 	OutOfRange Class = "out-of-range"
 	// WrongParent is an IPAddress whose parentRef is not the Service that holds its IP. Repair
 	// recreates it with the right parent (IPAddressWrongReference).
+	//
+	// It also covers an IPAddress whose parentRef is right but whose labels are not the ones a
+	// Service IP allocator gives it (the ip-family label of its IP and the managed-by label
+	// ipallocator.k8s.io), which kube-apiserver's repair fixes too: the finding's Detail names
+	// the labels, and repair updates them in place, with the resourceVersion it read as a
+	// precondition, so the address is never free meanwhile. The class table of DESIGN §7 is
+	// fixed; a label fix is one more wrong reference of the IPAddress to what holds it.
 	WrongParent Class = "wrong-parent"
 	// Missing is a Service's ClusterIP with no IPAddress object (in Legacy mode: with its bit
 	// clear). Repair creates it, and in DualWrite mode sets the bit too (ClusterIPNotAllocated).

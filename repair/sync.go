@@ -19,6 +19,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/metrics"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
@@ -42,12 +43,20 @@ func (c *Controller) event(obj runtime.Object, reason, action, note string, args
 	}
 }
 
-// reportOnly emits the Event of a finding repair does not act on, and reports whether f was one.
+// reportOnly emits the Event of a finding repair does not act on, counts it, and reports whether
+// f was one.
 func (c *Controller) reportOnly(f *finding) bool {
-	switch {
-	case f.Class != Invalid && f.Class != DuplicateOwner && f.Class != OutOfRange:
+	switch f.Class {
+	case Invalid:
+		c.metrics.IPErrors(metrics.RepairInvalid, max(f.holders, 1))
+	case DuplicateOwner:
+		c.metrics.IPErrors(metrics.RepairDuplicate, f.holders-1)
+	case OutOfRange:
+		c.metrics.IPErrors(metrics.RepairOutOfRange, 1)
+	default:
 		return false
-	case f.svc == nil:
+	}
+	if f.svc == nil {
 		return true // an invalid IPAddress name: no Service to tell
 	}
 	switch f.Class {
@@ -62,37 +71,53 @@ func (c *Controller) reportOnly(f *finding) bool {
 }
 
 // repairIPAddresses acts on the IPAddress side of the findings of an IPAddressOnly or DualWrite
-// audit. It returns how many leaks it held off and the IPs whose leaked IPAddress it deleted.
-func (c *Controller) repairIPAddresses(ctx context.Context, res result) (int, map[netip.Addr]bool, error) {
+// audit. It returns how many leaks it held off, the IPs whose leaked IPAddress it deleted, and
+// the repairs to retry one by one: those that failed (their errors joined in the error) and the
+// leaks it held off.
+func (c *Controller) repairIPAddresses(ctx context.Context, res result) (int, map[netip.Addr]bool, []retry, error) {
 	var held int
 	var errs []error
+	var retries []retry
 	deleted := map[netip.Addr]bool{}
 	for i := range res.findings {
 		f := &res.findings[i]
 		if c.reportOnly(f) {
 			continue
 		}
-		var err error
-		switch f.Class {
-		case Missing:
-			err = c.createMissing(ctx, f)
-		case WrongParent:
-			err = c.fixParent(ctx, f)
-		case Leaked:
-			var wait, gone bool
-			wait, gone, err = c.deleteLeaked(ctx, f)
-			if wait {
-				held++
-			}
-			if gone {
-				deleted[f.addr] = true
-			}
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("repair %s %s: %w", f.Class, f.IP, err))
+		after, gone, err := c.repairOne(ctx, f)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			retries = append(retries, retry{f: *f})
+		case after > 0:
+			held++
+			retries = append(retries, retry{f: *f, after: after})
+		case gone:
+			deleted[f.addr] = true
 		}
 	}
-	return held, deleted, errors.Join(errs...)
+	return held, deleted, retries, errors.Join(errs...)
+}
+
+// repairOne makes the IPAddress repair of one finding that is not report-only: it creates a
+// missing IPAddress, fixes a wrong parent or wrong labels, or deletes a leaked IPAddress. It
+// returns how long the hold-off keeps a leak still (0 if it does not), whether it deleted one,
+// and the error of a write that failed. Every decision is confirmed against live state first.
+func (c *Controller) repairOne(ctx context.Context, f *finding) (after time.Duration, deleted bool, err error) {
+	switch {
+	case f.Class == Missing:
+		err = c.createMissing(ctx, f)
+	case f.Class == WrongParent && f.labels:
+		err = c.fixLabels(ctx, f)
+	case f.Class == WrongParent:
+		err = c.fixParent(ctx, f)
+	case f.Class == Leaked:
+		after, deleted, err = c.deleteLeaked(ctx, f)
+	}
+	if err != nil {
+		err = fmt.Errorf("repair %s %s: %w", f.Class, f.IP, err)
+	}
+	return after, deleted, err
 }
 
 // liveHolder gets svc from the API server and returns it if it is still the same Service and still
@@ -145,6 +170,7 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 		return err
 	}
 	c.event(svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
+	c.metrics.IPErrors(metrics.RepairRepair, 1)
 	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, newIPAddress(f.addr, svc), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil // created meanwhile; the next pass judges it
@@ -157,37 +183,78 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 
 // deleteLeaked deletes an IPAddress no Service holds once it is older than the hold-off and a live
 // Get confirms it is unchanged and its parent does not hold it; the delete carries a UID and
-// resourceVersion precondition. It reports whether the hold-off kept it and whether it deleted it.
-func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (wait, deleted bool, err error) {
-	if age := c.now().Sub(f.ipa.CreationTimestamp.Time); age < c.opts.leakGrace() {
-		return true, false, nil
+// resourceVersion precondition. It returns how long the hold-off keeps it still (0 once over) and
+// whether it deleted it.
+//
+// An IPAddress whose parent exists, does not hold it and is older than it is held off for at
+// least newerThanParentGrace from its creation (kubernetes#132321): kube-apiserver deletes that
+// one itself once the create of the existing Service fails. Past that, it is deleted with
+// kube-apiserver's IPAddressWrongReference Event; one whose parent is gone, with
+// IPAddressNotAllocated.
+func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (after time.Duration, deleted bool, err error) {
+	age := c.now().Sub(f.ipa.CreationTimestamp.Time)
+	if grace := c.opts.leakGrace(); age < grace {
+		return grace - age, false, nil
 	}
 	same, err := c.liveUnchanged(ctx, f.ipa)
 	if err != nil || !same {
-		return false, false, err
+		return 0, false, err
 	}
+	reason, note, args := reasonIPNotAllocated, "IPAddress %s appears to have leaked, cleaning up", []any{f.IP}
 	if p := f.ipa.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" {
 		parent := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
 		live, err := c.cfg.Client.CoreV1().Services(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		switch {
 		case err == nil && slices.Contains(serviceIPs(live), f.IP):
-			return false, false, nil // its parent holds it now
-		case err != nil && !apierrors.IsNotFound(err):
-			return false, false, fmt.Errorf("get parent %s: %w", serviceKey(parent), err)
+			return 0, false, nil // its parent holds it now
+		case err == nil && live.CreationTimestamp.Before(&f.ipa.CreationTimestamp) && age < newerThanParentGrace:
+			return newerThanParentGrace - age, false, nil // a create of an existing Service, being undone
+		case err == nil:
+			reason, note, args = reasonWrongReference, "IPAddress %s for Service %s has a wrong reference; cleaning up", []any{f.IP, serviceKey(parent)}
+		case !apierrors.IsNotFound(err):
+			return 0, false, fmt.Errorf("get parent %s: %w", serviceKey(parent), err)
 		}
 	}
-	c.event(f.ipa, reasonIPNotAllocated, actionIPAddress, "IPAddress %s appears to have leaked, cleaning up", f.IP)
+	c.event(f.ipa, reason, actionIPAddress, note, args...)
+	c.metrics.IPErrors(metrics.RepairLeak, 1)
 	err = c.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, f.ipa.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &f.ipa.UID, ResourceVersion: &f.ipa.ResourceVersion},
 	})
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		return false, false, nil // gone or changed meanwhile; the next pass judges it
+		return 0, false, nil // gone or changed meanwhile; the next pass judges it
 	case err != nil:
-		return false, false, err
+		return 0, false, err
 	}
 	klog.FromContext(ctx).V(2).Info("deleted leaked IPAddress", "ip", f.IP)
-	return false, true, nil
+	return 0, true, nil
+}
+
+// fixLabels gives an IPAddress whose parentRef is right the labels a Service IP allocator gives
+// it, once a live Get confirms its Service still holds the IP. The update carries the
+// resourceVersion the audit read, so it fails with a Conflict (and waits for the next pass) if
+// the object changed meanwhile; the address is never free.
+func (c *Controller) fixLabels(ctx context.Context, f *finding) error {
+	svc, err := c.liveHolder(ctx, f.svc, f.IP)
+	if err != nil || svc == nil {
+		return err
+	}
+	upd := f.ipa.DeepCopy()
+	if upd.Labels == nil {
+		upd.Labels = map[string]string{}
+	}
+	upd.Labels[networkingv1.LabelIPAddressFamily] = string(allocator.FamilyOf(f.addr))
+	upd.Labels[networkingv1.LabelManagedBy] = ipaddress.DefaultManagedBy
+	c.metrics.IPErrors(metrics.RepairRepair, 1)
+	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Update(ctx, upd, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return nil // gone or changed meanwhile; the next pass judges it
+	case err != nil:
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("fixed the labels of an IPAddress", "ip", f.IP, "service", f.Service)
+	return nil
 }
 
 // fixParent recreates an IPAddress whose parentRef names another Service than the one holding
@@ -202,6 +269,7 @@ func (c *Controller) fixParent(ctx context.Context, f *finding) error {
 		return err
 	}
 	c.event(f.ipa, reasonWrongReference, actionIPAddress, "IPAddress %s for Service %s has a wrong reference %s; cleaning up", f.IP, f.Service, parentString(f.ipa))
+	c.metrics.IPErrors(metrics.RepairRepair, 1)
 	err = c.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, f.ipa.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &f.ipa.UID, ResourceVersion: &f.ipa.ResourceVersion},
 	})
@@ -247,14 +315,21 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 		t := targets[f.bm]
 		switch {
 		case f.svc != nil && f.Class != Invalid && f.Class != OutOfRange: // a Service holds it: its bit must be set
-			if f.bit {
+			if f.bit || !f.inBitmap {
+				continue // set, or no bit to set: outside the flag range, or beyond its slots
+			}
+			if err := t.b.Allocate(ctx, f.addr, allocator.Owner{}); err != nil {
+				c.metrics.IPErrors(metrics.RepairUnknown, 1)
+				klog.FromContext(ctx).Error(err, "cannot set the bit of a Service's IP", "ip", f.IP, "service", f.Service)
 				continue
 			}
-			if err := t.b.Allocate(ctx, f.addr, allocator.Owner{}); err == nil {
-				t.changed = true
-				if legacy && f.Class == Missing {
-					c.event(f.svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
-				}
+			t.changed = true
+			switch {
+			case legacy && f.Class == Missing:
+				c.event(f.svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
+				c.metrics.IPErrors(metrics.RepairRepair, 1)
+			case f.Class == IPAddressOnly:
+				c.metrics.IPErrors(metrics.RepairRepair, 1)
 			}
 		case f.Class == Leaked && !legacy:
 			if f.bit && deleted[f.addr] {
@@ -279,6 +354,7 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 			if err := t.b.Release(ctx, f.addr); err == nil {
 				t.changed = true
 				t.freed = append(t.freed, f.addr)
+				c.metrics.IPErrors(metrics.RepairLeak, 1)
 			}
 		}
 	}
