@@ -3,12 +3,16 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -38,7 +42,8 @@ func TestBitmapKeyFollowsFlagOrder(t *testing.T) {
 			defer cancel()
 
 			var out bytes.Buffer
-			err := Run(ctx, Options{Ranges: tt.ranges, Count: 20, Workers: 1, EtcdEndpoints: etcd.Endpoints(), Out: &out})
+			err := Run(ctx, Options{Ranges: tt.ranges, Hold: 20, Workers: 1, PhaseDuration: 100 * time.Millisecond,
+				EtcdEndpoints: etcd.Endpoints(), Out: &out})
 			if err != nil {
 				t.Fatalf("Run() = %v\n%s", err, out.String())
 			}
@@ -72,6 +77,7 @@ func TestRunRejectsRangesKubeAPIServerRejects(t *testing.T) {
 		{"two IPv6", []string{"fd00:1::/112", "fd00:2::/112"}, "same IP family"},
 		{"three", []string{"10.96.0.0/24", "fd00:1::/112", "10.97.0.0/24"}, "3 Service ranges"},
 		{"host bits", []string{"10.96.0.1/24"}, "host bits"},
+		{"no room", []string{"10.96.0.1/32"}, "no usable addresses"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,5 +91,69 @@ func TestRunRejectsRangesKubeAPIServerRejects(t *testing.T) {
 				t.Errorf("Run(%v) = %v, want an error containing %q", tt.ranges, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestLedgerRefusesAnAddressHeldByAnotherService is the duplicate check the demo's numbers rest
+// on: an address is held by one Service at a time, and free again once dropped.
+func TestLedgerRefusesAnAddressHeldByAnotherService(t *testing.T) {
+	a, b := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::10")
+	type step struct {
+		hold   string // the Service that takes ips, or "" to drop ips
+		ips    []netip.Addr
+		wantOK bool
+	}
+	tests := []struct {
+		name     string
+		steps    []step
+		wantDups int
+	}{
+		{"distinct addresses", []step{{"s1", []netip.Addr{a}, true}, {"s2", []netip.Addr{b}, true}}, 0},
+		{"the same address twice", []step{{"s1", []netip.Addr{a}, true}, {"s2", []netip.Addr{a}, false}}, 1},
+		{"one of two taken", []step{{"s1", []netip.Addr{b}, true}, {"s2", []netip.Addr{a, b}, false}, {"s3", []netip.Addr{a}, true}}, 1},
+		{"again after a drop", []step{{"s1", []netip.Addr{a}, true}, {"", []netip.Addr{a}, true}, {"s2", []netip.Addr{a}, true}}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLedger()
+			for i, s := range tt.steps {
+				if s.hold == "" {
+					l.drop(s.ips)
+					continue
+				}
+				if got := l.hold(s.hold, s.ips); got != s.wantOK {
+					t.Errorf("step %d: hold(%s, %v) = %v, want %v", i, s.hold, s.ips, got, s.wantOK)
+				}
+			}
+			if got := l.duplicateList(); len(got) != tt.wantDups {
+				t.Errorf("duplicates = %q, want %d", got, tt.wantDups)
+			}
+		})
+	}
+}
+
+// TestFakeClientWatchKeepsUpWithoutAConsumer writes many more objects than a fake watcher holds
+// while nobody reads its events; they all arrive, in order, once somebody does.
+func TestFakeClientWatchKeepsUpWithoutAConsumer(t *testing.T) {
+	client := newFakeClient()
+	ctx := t.Context()
+	w, err := client.CoreV1().Services("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const n = 1000
+	for i := range n {
+		svc := newService(fmt.Sprintf("s%04d", i), corev1.IPv4Protocol)
+		if _, err := client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", svc.Name, err)
+		}
+	}
+	for i := range n {
+		e := <-w.ResultChan()
+		svc, ok := e.Object.(*corev1.Service)
+		if want := fmt.Sprintf("s%04d", i); e.Type != watch.Added || !ok || svc.Name != want {
+			t.Fatalf("event %d = %v %T, want Added of Service %s", i, e.Type, e.Object, want)
+		}
 	}
 }
