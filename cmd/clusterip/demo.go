@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 
@@ -70,13 +71,13 @@ func newDemoCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			opts.Out = out
-			if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			if isTerminal(out) {
 				opts.Progress = out
 			}
 			if asJSON {
 				opts.Out, opts.Progress = nil, nil // the summary alone, as JSON
-				if f, ok := cmd.ErrOrStderr().(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-					opts.Progress = f
+				if isTerminal(cmd.ErrOrStderr()) {
+					opts.Progress = cmd.ErrOrStderr()
 				}
 			}
 			if !klog.V(1).Enabled() {
@@ -108,4 +109,14 @@ func newDemoCommand() *cobra.Command {
 	f.BoolVar(&opts.FakeAPI, "fake-api", false, "use client-go's fake clientset even if a kube-apiserver binary is there")
 	f.BoolVar(&asJSON, "json", false, "print what the demo saw as one JSON document instead of lines of text and a table")
 	return cmd
+}
+
+// isTerminal reports whether w is a terminal with a width, where progress bars can be drawn.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false
+	}
+	width, _, err := term.GetSize(int(f.Fd()))
+	return err == nil && width > 0
 }

@@ -33,7 +33,9 @@ func (b bars) start(name string, d time.Duration, status func() string) func() {
 	total := d.Milliseconds()
 	bar := p.AddBar(total,
 		mpb.PrependDecorators(decor.Name(name, decor.WC{C: decor.DindentRight | decor.DextraSpace})),
-		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return status() })),
+		mpb.AppendDecorators(decor.Any(func(st decor.Statistics) string {
+			return fmt.Sprintf("%v/%v  %s", time.Duration(st.Current)*time.Millisecond/time.Second*time.Second, d, status())
+		})),
 	)
 	began := time.Now()
 	stop := make(chan struct{})
