@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -155,5 +157,54 @@ func TestFakeClientWatchKeepsUpWithoutAConsumer(t *testing.T) {
 		if want := fmt.Sprintf("s%04d", i); e.Type != watch.Added || !ok || svc.Name != want {
 			t.Fatalf("event %d = %v %T, want Added of Service %s", i, e.Type, e.Object, want)
 		}
+	}
+}
+
+// TestCountingKVCountsFailedComparesPerFamily checks how the conflicts column is counted: a
+// transaction on a bitmap key whose comparison fails is one conflict of that key's family; one
+// that succeeds, or one on another key, is none.
+func TestCountingKVCountsFailedComparesPerFamily(t *testing.T) {
+	etcd := testenv.NewEtcd(t)
+	client := etcd.TestClient(t)
+	ctx := t.Context()
+	v4Key, v6Key := etcdstore.ServiceIPsKey(""), etcdstore.SecondaryServiceIPsKey("")
+	if _, err := client.Put(ctx, v4Key, "x"); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		key     string
+		modRev  int64 // compared with the key's ModRevision
+		want4   uint64
+		want6   uint64
+		succeed bool
+	}{
+		{"a compare-and-swap that wins", v4Key, -1, 0, 0, true},
+		{"one that loses on the IPv4 key", v4Key, 1, 1, 0, false},
+		{"one that loses on the IPv6 key", v6Key, 1, 0, 1, false},
+		{"one that loses on another key", "/registry/other", 1, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conflicts := map[corev1.IPFamily]*atomic.Uint64{corev1.IPv4Protocol: new(atomic.Uint64), corev1.IPv6Protocol: new(atomic.Uint64)}
+			kv := &countingKV{KV: client.KV, conflicts: conflicts,
+				keys: map[string]corev1.IPFamily{v4Key: corev1.IPv4Protocol, v6Key: corev1.IPv6Protocol}}
+			rev := tt.modRev
+			if rev < 0 {
+				got, err := client.Get(ctx, tt.key)
+				if err != nil || len(got.Kvs) != 1 {
+					t.Fatalf("Get(%s) = %v, %v", tt.key, got, err)
+				}
+				rev = got.Kvs[0].ModRevision
+			}
+			resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(tt.key), "=", rev)).
+				Then(clientv3.OpPut(tt.key, "y")).Commit()
+			if err != nil || resp.Succeeded != tt.succeed {
+				t.Fatalf("Txn on %s: succeeded %v, %v; want succeeded %v", tt.key, resp != nil && resp.Succeeded, err, tt.succeed)
+			}
+			if got4, got6 := conflicts[corev1.IPv4Protocol].Load(), conflicts[corev1.IPv6Protocol].Load(); got4 != tt.want4 || got6 != tt.want6 {
+				t.Errorf("conflicts IPv4 %d, IPv6 %d; want %d, %d", got4, got6, tt.want4, tt.want6)
+			}
+		})
 	}
 }
