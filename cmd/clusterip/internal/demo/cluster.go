@@ -33,7 +33,10 @@ type cluster struct {
 	apiDesc   string
 	client    kubernetes.Interface
 	// real is true when client talks to a real kube-apiserver.
-	real    bool
+	real bool
+	// forget, if not nil, drops what the client keeps of the calls made so far: client-go's fake
+	// clientset records every action, which would grow by gigabytes in a long run.
+	forget  func()
 	closers []func()
 }
 
@@ -76,7 +79,8 @@ func startCluster(ctx context.Context, opts *Options) (_ *cluster, err error) {
 		bin = cachedKubeAPIServer()
 	}
 	if bin == "" || opts.FakeAPI {
-		c.client = newFakeClient()
+		fc := newFakeClient()
+		c.client, c.forget = fc, fc.ClearActions
 		c.apiDesc = "client-go's fake clientset (in memory; no kube-apiserver: pass --kube-apiserver PATH for a real one)"
 		return c, nil
 	}

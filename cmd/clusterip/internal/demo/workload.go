@@ -148,6 +148,8 @@ type workload struct {
 	members []*member
 	// stats is indexed by member, then by family.
 	stats []map[corev1.IPFamily]*counters
+	// creates counts the Services created, to forget the fake client's record now and then.
+	creates atomic.Uint64
 }
 
 func newWorkload(c *cluster, l *ledger, hold int, members []*member) *workload {
@@ -230,6 +232,9 @@ func (w *workload) create(ctx context.Context, m *member, st *counters, f corev1
 	txn.Commit()
 	st.allocated.Add(1)
 	w.ledger.add(svc)
+	if w.c.forget != nil && w.creates.Add(1)%1024 == 0 {
+		w.c.forget()
+	}
 }
 
 // delete deletes a random Service and releases its ClusterIPs through m.
