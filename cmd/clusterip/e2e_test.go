@@ -144,24 +144,6 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 	}
 }
 
-func TestDemoAllocatesThroughTwoAllocatorsSharingEmbeddedEtcd(t *testing.T) {
-	r := clusterip(t, "demo", "--cidr", "10.96.0.0/24", "-n", "200", "--workers", "2")
-	if r.code != 0 {
-		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
-	for _, want := range []string{
-		"range 10.96.0.0/24: 254 addresses, static band of 16",
-		"key /registry/ranges/serviceips",
-		"allocated 200 addresses",
-		"duplicates 0",
-		"B released 100 addresses; A reads the stored bitmap back: 100 used, 154 free",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
-		}
-	}
-}
-
 func TestBenchPrintsOneResultPerAllocatorRangeAndFillAndDrawsCharts(t *testing.T) {
 	dir := t.TempDir()
 	svg, png := filepath.Join(dir, "bench.svg"), filepath.Join(dir, "bench.png")
@@ -259,36 +241,6 @@ func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
-	}
-}
-
-func TestDemoJSONSummarisesEveryRangeInFlagOrder(t *testing.T) {
-	r := clusterip(t, "demo", "--service-cluster-ip-range", "fd00:10:96::/112,10.96.0.0/24", "-n", "100", "--workers", "2", "--json")
-	if r.code != 0 {
-		t.Fatalf("demo --json: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
-	var sum struct {
-		Ranges []struct {
-			Range, Key                         string
-			Allocated, Duplicates, ReleasedByB int
-			AllocatedByA, AllocatedByB         int
-			UsedAfter                          uint64
-		}
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
-		t.Fatalf("decode %q: %v", r.stdout, err)
-	}
-	var got []string
-	for _, rs := range sum.Ranges {
-		got = append(got, fmt.Sprintf("%s at %s: %d allocated (%d), %d duplicates, %d released, %d used after",
-			rs.Range, rs.Key, rs.Allocated, rs.AllocatedByA+rs.AllocatedByB, rs.Duplicates, rs.ReleasedByB, rs.UsedAfter))
-	}
-	want := []string{
-		"fd00:10:96::/112 at /registry/ranges/serviceips: 100 allocated (100), 0 duplicates, 50 released, 50 used after",
-		"10.96.0.0/24 at /registry/ranges/secondaryserviceips: 100 allocated (100), 0 duplicates, 50 released, 50 used after",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("demo --json ranges (-want +got):\n%s", diff)
 	}
 }
 

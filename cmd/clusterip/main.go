@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	clusterip demo [flags]        allocate through two allocators sharing an (embedded) etcd
+//	clusterip demo [flags]        walk a cluster through the allocator upgrade on an (embedded) etcd
 //	clusterip bench [flags]       measure the allocators over range sizes and fill levels
 //	clusterip version             print the module, Go and kube-apiserver versions
 //	clusterip completion SHELL    print a shell completion script
@@ -88,7 +88,7 @@ storage formats. This command shows the library at work on real components it st
 Exit codes: 0 the command did its job; 1 it ran and found a problem; 2 it could not run (bad flags
 included), with one line on stderr saying why.`
 
-const rootExample = `  # Allocate through two bitmap allocators that share one key of an embedded etcd
+const rootExample = `  # Walk a cluster through the allocator upgrade (Legacy, DualWrite, IPAddressOnly)
   clusterip demo
 
   # Measure the in-memory bitmap at three fill levels and draw the chart
