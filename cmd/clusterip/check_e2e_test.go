@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
@@ -45,10 +46,10 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 	kubeconfig := writeKubeconfigWithToken(t, api.Config.Host, api.Config.BearerToken)
 	etcdFlags := []string{"check", "--kubeconfig", kubeconfig, "--etcd-endpoints", strings.Join(e.Endpoints(), ",")}
 
-	// The cluster kube-apiserver sets up: the kubernetes Service with its IPAddress, and the
-	// default ServiceCIDR, ready.
-	testenv.WaitFor(t, "the kubernetes Service's IPAddress", func() bool {
-		_, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.1", metav1.GetOptions{})
+	// The cluster kube-apiserver sets up: the kubernetes Service (allocated after its bit and its
+	// IPAddress), and the default ServiceCIDR, ready.
+	testenv.WaitFor(t, "the kubernetes Service", func() bool {
+		_, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 		return err == nil
 	})
 	testenv.WaitFor(t, `the ServiceCIDR "kubernetes" to be ready`, func() bool {
@@ -74,6 +75,14 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 		if rep.Mode != featuregate.DualWrite.String() || rep.Counts[repair.CountServices] != 3 {
 			t.Errorf("check of the new cluster: mode %s, %d Services; want DualWrite (the default of v1.33) and 3 (kubernetes, s1, s2)",
 				rep.Mode, rep.Counts[repair.CountServices])
+		}
+		r := clusterip(t, slices.Concat(etcdFlags, []string{"-o", "yaml"})...)
+		var fromYAML repair.Report
+		if err := yaml.UnmarshalStrict([]byte(r.stdout), &fromYAML); r.code != exitOK || err != nil {
+			t.Fatalf("check -o yaml: exit %d, %v decoding\n%s", r.code, err, r.stdout)
+		}
+		if diff := cmp.Diff(rep, fromYAML); diff != "" {
+			t.Errorf("check -o yaml and -o json print different reports (-json +yaml):\n%s", diff)
 		}
 	})
 
