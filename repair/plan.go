@@ -44,7 +44,7 @@ func (c Class) Plan(mode featuregate.Mode) string {
 		case featuregate.Legacy:
 			return "clear the bit once seen leaked on 3 passes and for the hold-off"
 		case featuregate.DualWrite:
-			return "delete the IPAddress, and clear its bit, once it is older than the hold-off"
+			return "delete the IPAddress, and clear its bit if set, once it is older than the hold-off"
 		}
 		return "delete the IPAddress once it is older than the hold-off"
 	case BitmapOnly:

@@ -22,7 +22,7 @@ func TestPlanSaysWhatTheControllerDoesPerClassAndMode(t *testing.T) {
 		{Missing, featuregate.DualWrite, "create the IPAddress; set the bit if clear"},
 		{Missing, featuregate.IPAddressOnly, "create the IPAddress"},
 		{Leaked, featuregate.Legacy, "on 3 passes and for the hold-off"},
-		{Leaked, featuregate.DualWrite, "delete the IPAddress, and clear its bit"},
+		{Leaked, featuregate.DualWrite, "delete the IPAddress, and clear its bit if set"},
 		{Leaked, featuregate.IPAddressOnly, "delete the IPAddress once it is older than the hold-off"},
 		{BitmapOnly, featuregate.DualWrite, "clear the bit once seen stale for the hold-off"},
 		{IPAddressOnly, featuregate.DualWrite, "set the bit"},

@@ -155,6 +155,26 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("repair waits out the hold-off", func(t *testing.T) {
+		// A stale bit is held off from the pass that first sees it until --leak-grace has passed.
+		setBit(t, etcdstore.New(e.TestClient(t), etcdstore.ServiceIPsKey("")), "10.96.0.202")
+		r := clusterip(t, slices.Concat(etcdFlags, []string{"--repair", "--leak-grace", "2s"})...)
+		if r.code != exitOK {
+			t.Fatalf("check --repair --leak-grace 2s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitOK, r.stdout, r.stderr)
+		}
+		for _, want := range []string{
+			"clusterip: repair pass 1: 1 finding, 1 leak held off (--leak-grace 2s); next pass in 1s",
+			"none held off; auditing again",
+		} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("check --repair --leak-grace 2s: stderr lacks %q:\n%s", want, r.stderr)
+			}
+		}
+		if !strings.Contains(r.stdout, "Mode DualWrite: consistent") {
+			t.Errorf("check --repair printed %q, want the table of a consistent audit", r.stdout)
+		}
+	})
+
 	t.Run("could not run", func(t *testing.T) {
 		tests := []struct {
 			name string

@@ -37,12 +37,12 @@ func (o *checkOptions) repairUntilDone(ctx context.Context, cfg cip.Config, stde
 			}
 			fmt.Fprintf(stderr, "clusterip: repair pass %d failed, trying again in %v: %s\n", pass, wait, oneLine(err.Error()))
 		case c.HeldOff() == 0:
-			fmt.Fprintf(stderr, "clusterip: repair pass %d: %d findings, none held off; auditing again\n", pass, len(rep.Findings))
+			fmt.Fprintf(stderr, "clusterip: repair pass %d: %s, none held off; auditing again\n", pass, count(len(rep.Findings), "finding"))
 			return nil
 		default:
 			failed = 0
-			fmt.Fprintf(stderr, "clusterip: repair pass %d: %d findings, %d leaks held off (--leak-grace %v); next pass in %v\n",
-				pass, len(rep.Findings), c.HeldOff(), o.leakGrace, wait)
+			fmt.Fprintf(stderr, "clusterip: repair pass %d: %s, %s held off (--leak-grace %v); next pass in %v\n",
+				pass, count(len(rep.Findings), "finding"), count(c.HeldOff(), "leak"), o.leakGrace, wait)
 		}
 		select {
 		case <-ctx.Done():
@@ -66,4 +66,12 @@ func leakGraceOption(d time.Duration) time.Duration {
 // hold-off).
 func passInterval(leakGrace time.Duration) time.Duration {
 	return min(max(leakGrace/10, time.Second), 10*time.Second)
+}
+
+// count returns "1 thing" or "n things".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
