@@ -145,18 +145,18 @@ func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 		return err
 	}
 	cfg := cip.Config{Mode: mode, Etcd: etcd, EtcdPrefix: o.etcdPrefix, Client: client}
-	if cfg.Ranges, err = o.flagRanges(ctx, client, etcd, host); err != nil {
-		return err
-	}
 	var note string
 	if etcd == nil {
 		switch mode {
 		case featuregate.Legacy:
-			return fmt.Errorf("kube-apiserver %s runs in Legacy mode, which keeps its allocations only in the bitmaps: give --etcd-endpoints to read them", info.GitVersion)
+			return fmt.Errorf("in Legacy mode (kube-apiserver %s, --mode %s) the allocations are only in the bitmaps: give --etcd-endpoints to read them", info.GitVersion, o.mode)
 		case featuregate.DualWrite:
 			cfg.Mode = featuregate.IPAddressOnly
-			note = fmt.Sprintf("the bitmaps were not read (no --etcd-endpoints): kube-apiserver %s runs in DualWrite mode, audited as IPAddressOnly, its IPAddress objects only", info.GitVersion)
+			note = fmt.Sprintf("the bitmaps were not read (no --etcd-endpoints): DualWrite mode (kube-apiserver %s, --mode %s) audited as IPAddressOnly, the IPAddress objects only", info.GitVersion, o.mode)
 		}
+	}
+	if cfg.Ranges, err = o.flagRanges(ctx, client, etcd, host); err != nil {
+		return err
 	}
 	if o.repair {
 		if err := o.repairUntilDone(ctx, cfg, stderr); err != nil {
