@@ -183,6 +183,9 @@ func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
 	rules.ExplicitPath = o.kubeconfig
 	kubeConfig := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
 	restConfig, err := kubeConfig.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, "", errors.New("kubeconfig: none found ($KUBECONFIG is unset and ~/.kube/config is absent or empty): give --kubeconfig")
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}

@@ -229,6 +229,12 @@ func TestCheckSaysWhatTheAPIServerRefused(t *testing.T) {
 	}
 }
 
+func TestCheckWithoutAnyKubeconfigExitsTwoWithOneLine(t *testing.T) {
+	t.Setenv("HOME", t.TempDir()) // no ~/.kube/config
+	t.Setenv("KUBECONFIG", "")
+	checkCouldNotRun(t, []string{"check"}, "kubeconfig: none found")
+}
+
 // checkJSON runs the command with args, fails t unless it exits with code, and returns the
 // report it printed.
 func checkJSON(t *testing.T, code int, args ...string) repair.Report {
