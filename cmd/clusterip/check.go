@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -12,22 +15,35 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	// Named cip: the tests of this package have a helper named clusterip.
+	cip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/repair"
 )
 
 const checkLong = `Audit a live cluster's Service IP allocation, read-only unless --repair: Services, ServiceCIDRs,
 IPAddress objects and, with --etcd-endpoints, the legacy bitmaps kube-apiserver keeps in etcd.
+Without --etcd-endpoints the bitmaps are not read, and the output says so.
+
+The Service CIDRs are found in the cluster: the ranges of the bitmaps' RangeAllocation objects
+under --etcd-prefix, or without etcd the "kubernetes" ServiceCIDR. --mode auto judges by the mode
+kube-apiserver runs in by default at its version (Legacy up to 1.32, DualWrite in 1.33,
+IPAddressOnly from 1.34); give --mode if its feature gates differ.
+
+-o json and -o yaml print the report alone; -o table adds the repair plan: what --repair does
+about each finding. --repair repairs with compare-and-swap writes and preconditioned deletes,
+passing again (a progress line on stderr) until no leak is held off by --leak-grace, then audits
+again; that audit is printed and decides the exit code.
 
 Exit codes: 0 consistent; 1 inconsistencies found; 2 could not run (bad flags, no kubeconfig,
-an unreachable API server or etcd, no RangeAllocation under --etcd-prefix), with one line on
-stderr saying why.
-
-Not finished: the flags, the connections and the mode are checked, but the audit itself waits
-for the repair package; until it lands, check exits 2 after its connection checks, saying so.`
+an unreachable API server or etcd, no RangeAllocation under --etcd-prefix, missing RBAC
+permissions), with one line on stderr saying why.`
 
 const checkExample = `  # Audit the cluster of the current kubeconfig context; the bitmaps are not read
   clusterip check
@@ -63,7 +79,7 @@ func newCheckCommand() *cobra.Command {
 		Example: checkExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context())
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -102,42 +118,147 @@ func (o *checkOptions) validate() error {
 	return nil
 }
 
-func (o *checkOptions) run(ctx context.Context) error {
+// run audits the cluster, repairs it first with --repair, prints the report to stdout and
+// returns nil if it is consistent, an *exitError with exitProblem if not, and any other error
+// (exitCouldNotRun) if the audit could not run. Progress and notes go to stderr.
+func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	// kubectl's loading rules: --kubeconfig, else $KUBECONFIG, else ~/.kube/config.
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	kubeConfig := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
-	restConfig, err := kubeConfig.ClientConfig()
+	client, host, err := o.kubeClient()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return err
 	}
-	restConfig.Timeout = 10 * time.Second
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
+	var etcd *clientv3.Client
 	if len(o.etcdEndpoints) > 0 {
-		etcd, err := o.etcdClient(ctx)
-		if err != nil {
+		if etcd, err = o.etcdClient(ctx); err != nil {
 			return err
 		}
 		defer etcd.Close()
 	}
 	info, err := client.Discovery().ServerVersion()
 	if err != nil {
-		return fmt.Errorf("API server at %s: %w", restConfig.Host, err)
+		return apiError(host, err)
 	}
 	mode, err := o.modeFor(info.GitVersion)
 	if err != nil {
 		return err
 	}
-	// TODO(issue 12): audit with repair.Audit (and, with --repair, repair.NewController and
-	// RunOnce until nothing is held off) once the repair package lands; print the report as
-	// -o asks and exit 0 or 1 by Report.Consistent.
-	return fmt.Errorf("check: connected to kube-apiserver %s (mode %s) but cannot audit yet: the audit waits for the repair package", info.GitVersion, mode)
+	cfg := cip.Config{Mode: mode, Etcd: etcd, EtcdPrefix: o.etcdPrefix, Client: client}
+	var note string
+	if etcd == nil {
+		switch mode {
+		case featuregate.Legacy:
+			return fmt.Errorf("in Legacy mode (kube-apiserver %s, --mode %s) the allocations are only in the bitmaps: give --etcd-endpoints to read them", info.GitVersion, o.mode)
+		case featuregate.DualWrite:
+			cfg.Mode = featuregate.IPAddressOnly
+			note = fmt.Sprintf("the bitmaps were not read (no --etcd-endpoints): DualWrite mode (kube-apiserver %s, --mode %s) audited as IPAddressOnly, the IPAddress objects only", info.GitVersion, o.mode)
+		}
+	}
+	if cfg.Ranges, err = o.flagRanges(ctx, client, etcd, host); err != nil {
+		return err
+	}
+	if o.repair {
+		if err := o.repairUntilDone(ctx, cfg, stderr); err != nil {
+			return apiError(host, err)
+		}
+	}
+	rep, err := repair.Audit(ctx, cfg)
+	if err != nil {
+		return apiError(host, err)
+	}
+	if err := o.print(stdout, stderr, rep, cfg.Mode, note); err != nil {
+		return fmt.Errorf("print the report: %w", err)
+	}
+	if !rep.Consistent {
+		return &exitError{code: exitProblem}
+	}
+	return nil
+}
+
+// kubeClient builds a client from the kubeconfig by kubectl's loading rules: --kubeconfig, else
+// $KUBECONFIG, else ~/.kube/config, with --context. It returns the API server's address too.
+func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	kubeConfig := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
+	restConfig, err := kubeConfig.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, "", errors.New("kubeconfig: none found ($KUBECONFIG is unset and ~/.kube/config is absent or empty): give --kubeconfig")
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	restConfig.Timeout = requestTimeout
+	restConfig.QPS, restConfig.Burst = 50, 100 // kubectl's QPS; repair makes a few calls per finding
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	return client, restConfig.Host, nil
+}
+
+// requestTimeout bounds each call to the API server and etcd.
+const requestTimeout = 10 * time.Second
+
+// defaultServiceCIDR is the name of the ServiceCIDR kube-apiserver creates from its
+// --service-cluster-ip-range flag.
+const defaultServiceCIDR = "kubernetes"
+
+// flagRanges finds kube-apiserver's --service-cluster-ip-range: the ranges of the bitmaps'
+// RangeAllocation objects in etcd, primary first, or without etcd the CIDRs of the "kubernetes"
+// ServiceCIDR.
+func (o *checkOptions) flagRanges(ctx context.Context, client kubernetes.Interface, etcd *clientv3.Client, host string) ([]netip.Prefix, error) {
+	var cidrs []string
+	var from string
+	if etcd != nil {
+		for _, key := range []string{etcdstore.ServiceIPsKey(o.etcdPrefix), etcdstore.SecondaryServiceIPsKey(o.etcdPrefix)} {
+			tctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			snap, rev, err := etcdstore.New(etcd, key).Get(tctx)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("etcd: read the RangeAllocation at %s: %w", key, err)
+			}
+			if rev != 0 {
+				cidrs = append(cidrs, snap.Range)
+			}
+		}
+		from = "the RangeAllocation objects under --etcd-prefix " + o.etcdPrefix
+	} else {
+		sc, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, defaultServiceCIDR, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("API server at %s has no ServiceCIDR %q to read the Service CIDRs from: give --etcd-endpoints to read them from the bitmaps", host, defaultServiceCIDR)
+		}
+		if err != nil {
+			return nil, apiError(host, err)
+		}
+		cidrs = sc.Spec.CIDRs
+		from = fmt.Sprintf("ServiceCIDR %q", defaultServiceCIDR)
+	}
+	ranges, err := cip.ParseRanges(strings.Join(cidrs, ","))
+	if err != nil {
+		return nil, fmt.Errorf("the Service CIDRs %q of %s: %w", cidrs, from, err)
+	}
+	return ranges, nil
+}
+
+// apiError says what an error of the API server means for check, in one line: credentials the
+// server rejects, permissions RBAC lacks, or the error as it is.
+func apiError(host string, err error) error {
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("API server at %s rejects the kubeconfig's credentials: %w", host, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("missing RBAC permission at API server %s: %w; check needs get and list on services and on servicecidrs and ipaddresses of networking.k8s.io, and --repair also create and delete on ipaddresses", host, err)
+	case errors.Is(err, context.Canceled):
+		return err
+	}
+	var status apierrors.APIStatus
+	var urlErr *url.Error
+	if errors.As(err, &status) || errors.As(err, &urlErr) {
+		return fmt.Errorf("API server at %s: %w", host, err)
+	}
+	return err
 }
 
 // modeFor returns the --mode asked for, or with auto the default mode of kube-apiserver at

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/repair"
+)
+
+// print writes rep to stdout as -o asks: json and yaml exactly as repair.Report marshals, table
+// as repair.Report.WriteTable writes it followed by note (if any) and the repair plan. With json
+// and yaml, note goes to stderr so that stdout holds the report alone.
+func (o *checkOptions) print(stdout, stderr io.Writer, rep *repair.Report, mode featuregate.Mode, note string) error {
+	switch o.output {
+	case "json", "yaml":
+		if note != "" {
+			fmt.Fprintf(stderr, "clusterip: note: %s\n", note)
+		}
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if o.output == "yaml" {
+			if b, err = yaml.JSONToYAML(b); err != nil {
+				return err
+			}
+		} else {
+			b = append(b, '\n')
+		}
+		_, err = stdout.Write(b)
+		return err
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintf(stdout, "Note: %s.\n", note)
+	}
+	return o.writePlan(stdout, rep, mode)
+}
+
+// writePlan writes what --repair does (or, after --repair, would still do) about each finding.
+func (o *checkOptions) writePlan(w io.Writer, rep *repair.Report, mode featuregate.Mode) error {
+	if len(rep.Findings) == 0 {
+		return nil
+	}
+	hold := fmt.Sprintf("the hold-off is --leak-grace %v", o.leakGrace)
+	if o.leakGrace == 0 {
+		hold = "no hold-off (--leak-grace 0)"
+	}
+	fmt.Fprintf(w, "\nRepair plan (what check --repair does, in %s mode; %s):\n", mode, hold)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IP\tCLASS\tACTION")
+	for _, f := range rep.Findings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.IP, f.Class, f.Class.Plan(mode))
+	}
+	return tw.Flush()
+}

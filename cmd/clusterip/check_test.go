@@ -1,0 +1,25 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLeakGraceFlagMapsToRepairOptions(t *testing.T) {
+	tests := []struct {
+		flag, wantOption, wantInterval time.Duration
+	}{
+		{0, -1, time.Second},                                      // no hold-off: repair.Options' negative value; Legacy's 3 passes 1 s apart
+		{time.Minute, time.Minute, 6 * time.Second},               // the default: a tenth of the hold-off between passes
+		{5 * time.Millisecond, 5 * time.Millisecond, time.Second}, // never faster than a pass a second
+		{time.Hour, time.Hour, 10 * time.Second},                  // never slower than a pass every 10 s
+	}
+	for _, tt := range tests {
+		if got := leakGraceOption(tt.flag); got != tt.wantOption {
+			t.Errorf("leakGraceOption(%v) = %v, want %v", tt.flag, got, tt.wantOption)
+		}
+		if got := passInterval(tt.flag); got != tt.wantInterval {
+			t.Errorf("passInterval(%v) = %v, want %v", tt.flag, got, tt.wantInterval)
+		}
+	}
+}
