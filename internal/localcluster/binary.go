@@ -82,7 +82,7 @@ func CachedKubeAPIServerBinary() (string, error) {
 	}
 	bin := cachedBinary(filepath.Join(root, ".cache"))
 	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("localcluster: no cached kube-apiserver %s (built by the first test run, or by go run ./internal/localcluster/cmd/build-kube-apiserver): %w",
+		return "", fmt.Errorf("localcluster: kube-apiserver %s is not built yet (the first test run builds it, as does go run ./internal/localcluster/cmd/build-kube-apiserver): %w",
 			KubeAPIServerVersion, err)
 	}
 	return bin, nil

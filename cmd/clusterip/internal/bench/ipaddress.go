@@ -39,5 +39,5 @@ func benchIPAddress(ctx context.Context, cidr netip.Prefix, fill float64, d time
 			return Result{}, fmt.Errorf("bench: fill %v: %w", cidr, err)
 		}
 	}
-	return measure(ctx, IPAddress, a, fill, d, 16)
+	return measure(ctx, IPAddress, cidr, a, fill, d, 16)
 }
