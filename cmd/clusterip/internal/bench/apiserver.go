@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
@@ -48,8 +49,10 @@ const (
 // kube-apiserver opts.KubeAPIServer on etcd and, for each range of opts.APIServer, creates a
 // ServiceCIDR for it, then for each fill level in ascending order tops the range up with
 // IPAddress objects and measures both allocators, each built afresh so that it starts from the
-// objects as they are. It returns the Results in Run's order.
-func runAPIServer(ctx context.Context, etcd *localcluster.Etcd, etcdClient *clientv3.Client, opts Options) ([]Result, error) {
+// objects as they are. It passes each Result to say as it is measured, and returns them in Run's
+// order. The allocators' own logs are demoted to -v=1: they would drown the progress lines.
+func runAPIServer(ctx context.Context, etcd *localcluster.Etcd, etcdClient *clientv3.Client, opts Options, say func(Result)) ([]Result, error) {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).V(1))
 	fmt.Fprintf(opts.Progress, "starting kube-apiserver %s (%s) on the embedded etcd\n", localcluster.KubeAPIServerVersion, opts.KubeAPIServer)
 	start := time.Now()
 	srv, err := localcluster.StartKubeAPIServer(ctx, etcd, localcluster.KubeAPIServerOptions{
@@ -91,11 +94,13 @@ func runAPIServer(ctx context.Context, etcd *localcluster.Etcd, etcdClient *clie
 			if err != nil {
 				return nil, err
 			}
+			say(r)
 			ipas = append(ipas, r)
 			r, err = benchDualWriteAPIServer(ctx, etcdClient, srv.Client, cidr, len(ipas), fill, opts.Duration)
 			if err != nil {
 				return nil, err
 			}
+			say(r)
 			dws = append(dws, r)
 		}
 	}

@@ -49,9 +49,9 @@ type Options struct {
 	Persistent []netip.Prefix
 	// IPAddress lists the ranges of the IPAddress-object allocator over the fake clientset.
 	IPAddress []netip.Prefix
-	// APIServer lists the ranges measured through a real kube-apiserver, with the IPAddress
-	// allocator and the DualWrite allocators: Run starts an embedded etcd and a kube-apiserver on
-	// it when it is not empty. Filling them creates one IPAddress object per address through the
+	// APIServer lists the ranges on which the IPAddress allocator and the DualWrite allocator
+	// are measured through a real kube-apiserver: Run starts an embedded etcd and a kube-apiserver
+	// on it when it is not empty and a binary is at hand. Filling them creates one IPAddress object per address through the
 	// server, so keep them small (a /20 holds 4094 addresses).
 	APIServer []netip.Prefix
 	// KubeAPIServer is the kube-apiserver binary for the APIServer ranges. Defaults to the one
@@ -110,9 +110,12 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		}
 	}
 	var results []Result
+	say := func(r Result) {
+		fmt.Fprintf(opts.Progress, "%-20s %-18s %6.1f%%  %12.0f ns/op\n", r.Allocator, r.Range, r.Fill, r.NsPerOp)
+	}
 	add := func(r Result) {
 		if r.Skipped == "" {
-			fmt.Fprintf(opts.Progress, "%-20s %-18s %6.1f%%  %12.0f ns/op\n", r.Allocator, r.Range, r.Fill, r.NsPerOp)
+			say(r)
 		}
 		results = append(results, r)
 	}
@@ -174,13 +177,11 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	switch {
 	case apiServer:
-		rs, err := runAPIServer(ctx, etcd, client, opts)
+		rs, err := runAPIServer(ctx, etcd, client, opts, say)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rs {
-			add(r)
-		}
+		results = append(results, rs...)
 	case len(opts.APIServer) > 0:
 		for _, name := range []string{IPAddressAPIServer, DualWriteAPIServer} {
 			for _, cidr := range opts.APIServer {
