@@ -21,7 +21,6 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
-	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // The kube-apiserver rows run against one server whose own Service range is IPv6, so that the
@@ -49,8 +48,11 @@ const (
 // kube-apiserver opts.KubeAPIServer on etcd and, for each range of opts.APIServer, creates a
 // ServiceCIDR for it, then for each fill level in ascending order tops the range up with
 // IPAddress objects and measures both allocators, each built afresh so that it starts from the
-// objects as they are. It passes each Result to say as it is measured, and returns them in Run's
-// order. The allocators' own logs are demoted to -v=1: they would drown the progress lines.
+// objects as they are. The server's IPAddress repair leaves the filling objects alone (see
+// fillManagedBy); it would delete the measured allocators' own a minute after they were created,
+// but each operation has deleted its object long before. It passes each Result to say as it is
+// measured and returns them in Run's order. The allocators' own logs are demoted to -v=1: they
+// would drown the progress lines.
 func runAPIServer(ctx context.Context, etcd *localcluster.Etcd, etcdClient *clientv3.Client, opts Options, say func(Result)) ([]Result, error) {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).V(1))
 	fmt.Fprintf(opts.Progress, "starting kube-apiserver %s (%s) on the embedded etcd\n", localcluster.KubeAPIServerVersion, opts.KubeAPIServer)
@@ -66,10 +68,8 @@ func runAPIServer(ctx context.Context, etcd *localcluster.Etcd, etcdClient *clie
 	fmt.Fprintf(opts.Progress, "kube-apiserver ready in %v; filling a range creates one IPAddress object per address through it, so these ranges are small\n",
 		time.Since(start).Round(time.Millisecond))
 
-	fills := slices.Clone(opts.Fills)
-	slices.Sort(fills)
-	fills = slices.Compact(fills)
 	var ipas, dws []Result
+	n := 0
 	for i, cidr := range opts.APIServer {
 		if i > 0 {
 			// A later range may overlap an earlier one: start it from an empty cluster.
@@ -80,41 +80,32 @@ func runAPIServer(ctx context.Context, etcd *localcluster.Etcd, etcdClient *clie
 		if err := createServiceCIDR(ctx, srv.Client, cidr); err != nil {
 			return nil, err
 		}
-		filled := uint64(0)
-		for _, fill := range fills {
-			want := target(usable(cidr), fill)
-			if want > filled {
-				fmt.Fprintf(opts.Progress, "filling %v to %g%%: %d IPAddress objects\n", cidr, fill, want-filled)
-				if err := fillRange(ctx, srv.Client, cidr, filled, want); err != nil {
-					return nil, err
-				}
-				filled = want
-			}
-			r, err := benchIPAddressAPIServer(ctx, srv.Client, cidr, fill, opts.Duration)
+		filling := func(fill float64, objects uint64) {
+			fmt.Fprintf(opts.Progress, "filling %v to %g%%: %d more IPAddress objects\n", cidr, fill, objects)
+		}
+		rs, err := atEachFill(ctx, srv.Client, cidr, opts.Fills, filling, func(fill float64) ([]Result, error) {
+			ipa, err := benchIPAddressOn(ctx, IPAddressAPIServer, srv.Client, cidr, fill, opts.Duration, apiServerBatch)
 			if err != nil {
 				return nil, err
 			}
-			say(r)
-			ipas = append(ipas, r)
-			r, err = benchDualWriteAPIServer(ctx, etcdClient, srv.Client, cidr, len(ipas), fill, opts.Duration)
+			say(ipa)
+			n++
+			dw, err := benchDualWriteAPIServer(ctx, etcdClient, srv.Client, cidr, n, fill, opts.Duration)
 			if err != nil {
 				return nil, err
 			}
-			say(r)
-			dws = append(dws, r)
+			say(dw)
+			return []Result{ipa, dw}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for j := 0; j+1 < len(rs); j += 2 {
+			ipas, dws = append(ipas, rs[j]), append(dws, rs[j+1])
 		}
 	}
-	// Run's order: allocator, range, then fill level as given.
-	var results []Result
-	for _, rs := range [][]Result{ipas, dws} {
-		for _, cidr := range opts.APIServer {
-			for _, fill := range opts.Fills {
-				i := slices.IndexFunc(rs, func(r Result) bool { return r.Range == cidr.String() && r.Fill == fill })
-				results = append(results, rs[i])
-			}
-		}
-	}
-	return results, nil
+	// Run's order: allocator, then range, then fill level.
+	return append(ipas, dws...), nil
 }
 
 // usable returns the number of addresses of cidr that allocators hand out: all but the network
@@ -213,25 +204,6 @@ send:
 		return err
 	}
 	return nil
-}
-
-// benchIPAddressAPIServer measures ipaddress.New through the server, as kube-apiserver's own
-// allocator writes IPAddress objects: with its managed-by label.
-func benchIPAddressAPIServer(ctx context.Context, client kubernetes.Interface, cidr netip.Prefix, fill float64, d time.Duration) (Result, error) {
-	factory := informers.NewSharedInformerFactory(client, 0)
-	a, err := ipaddress.New(cidr, client, factory.Networking().V1().IPAddresses())
-	if err != nil {
-		return Result{}, err
-	}
-	defer a.Close()
-	stop := make(chan struct{})
-	factory.Start(stop)
-	defer factory.Shutdown()
-	defer close(stop)
-	if err := waitReady(ctx, fmt.Sprintf("the IPAddress allocator of %v", cidr), a.Ready); err != nil {
-		return Result{}, err
-	}
-	return measure(ctx, IPAddressAPIServer, cidr, a, fill, d, apiServerBatch)
 }
 
 // benchDualWriteAPIServer measures clusterip.New in DualWrite mode for the one range cidr: its

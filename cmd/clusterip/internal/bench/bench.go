@@ -167,11 +167,11 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		}
 	}
 	for _, cidr := range opts.IPAddress {
-		for _, fill := range opts.Fills {
-			r, err := benchIPAddress(ctx, cidr, fill, opts.Duration)
-			if err != nil {
-				return nil, err
-			}
+		rs, err := benchIPAddressFake(ctx, cidr, opts.Fills, opts.Duration)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
 			add(r)
 		}
 	}
