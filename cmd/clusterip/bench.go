@@ -22,7 +22,8 @@ B/op. Five allocators:
   bitmap+etcd          the bitmap persisted in an embedded etcd (bitmap.NewPersistent over
                        etcdstore), one compare-and-swap per operation
   ipaddress+fake       the IPAddress-object allocator (ipaddress.New) over client-go's fake
-                       clientset: the allocator's own cost, without an API server
+                       clientset: the allocator and the fake's object tracker, without a
+                       network or an API server
   ipaddress+apiserver  the IPAddress-object allocator through a real kube-apiserver v1.33 on the
                        embedded etcd: one IPAddress create and one delete per operation
   dualwrite+apiserver  clusterip.New in DualWrite mode through that kube-apiserver: the
