@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -15,13 +16,23 @@ import (
 
 const benchLong = `Measure the library's allocators over range sizes and fill levels: one AllocateNext+Release pair
 at steady fill (at 100% fill, one AllocateNext that fails with ErrFull), as ns/op, allocs/op and
-B/op. Three allocators:
+B/op. Five allocators:
 
-  bitmap          the legacy bitmap in memory (bitmap.New)
-  bitmap+etcd     the bitmap persisted in an embedded etcd (bitmap.NewPersistent over etcdstore),
-                  one compare-and-swap per operation
-  ipaddress+fake  the IPAddress-object allocator (ipaddress.New) over client-go's fake clientset:
-                  the allocator's own cost, without an API server
+  bitmap               the legacy bitmap in memory (bitmap.New)
+  bitmap+etcd          the bitmap persisted in an embedded etcd (bitmap.NewPersistent over
+                       etcdstore), one compare-and-swap per operation
+  ipaddress+fake       the IPAddress-object allocator (ipaddress.New) over client-go's fake
+                       clientset: the allocator and the fake's object tracker, without a
+                       network or an API server
+  ipaddress+apiserver  the IPAddress-object allocator through a real kube-apiserver v1.33 on the
+                       embedded etcd: one IPAddress create and one delete per operation
+  dualwrite+apiserver  clusterip.New in DualWrite mode through that kube-apiserver: the
+                       servicecidr allocator's IPAddress objects and a bitmap mirror in etcd
+
+The two +apiserver allocators run when a kube-apiserver binary is at hand: --kube-apiserver,
+else $CLUSTERIP_KUBE_APISERVER, else the one the tests built into .cache/ (never built here);
+without one the table says they were skipped and why. Each of their fill levels is made of
+IPAddress objects created one per address through the server, so their ranges are small.
 
 Pass an empty list to leave an allocator out. IPv6 bitmaps hold at most 65535 addresses, as in
 kube-apiserver. The table goes to stdout (or JSON with --json); --svg and --png draw ns/op by
@@ -32,7 +43,10 @@ const benchExample = `  # Everything, with a chart
 
   # A quick run: the in-memory bitmap only, three fills, 50ms per measurement
   clusterip bench --ranges 10.0.0.0/12 --persistent-ranges "" --ipaddress-ranges "" \
-      --fills 0,99.9,100 --duration 50ms
+      --apiserver-ranges "" --fills 0,99.9,100 --duration 50ms
+
+  # Through a kube-apiserver binary of your own
+  clusterip bench --kube-apiserver ./kube-apiserver --png bench.png
 
   # JSON for a script
   clusterip bench --json > bench.json`
@@ -42,6 +56,8 @@ func newBenchCommand() *cobra.Command {
 		bitmapRanges     = []string{"10.0.0.0/24", "10.0.0.0/16", "10.0.0.0/12", "fd00::/108", "fd00::/64"}
 		persistentRanges = []string{"10.0.0.0/24", "10.0.0.0/16"}
 		ipaddressRanges  = []string{"10.0.0.0/24", "10.0.0.0/20"}
+		apiServerRanges  = []string{"10.0.0.0/24", "10.0.0.0/20"}
+		kubeAPIServer    string
 		fills            = []float64{0, 50, 99, 99.9, 100}
 		duration         = 200 * time.Millisecond
 		svg, png         string
@@ -65,8 +81,17 @@ func newBenchCommand() *cobra.Command {
 			if opts.IPAddress, err = parsePrefixes("--ipaddress-ranges", ipaddressRanges); err != nil {
 				return err
 			}
-			if len(opts.Bitmap)+len(opts.Persistent)+len(opts.IPAddress) == 0 {
-				return fmt.Errorf("no range to measure: --ranges, --persistent-ranges and --ipaddress-ranges are all empty")
+			if opts.APIServer, err = parsePrefixes("--apiserver-ranges", apiServerRanges); err != nil {
+				return err
+			}
+			if len(opts.Bitmap)+len(opts.Persistent)+len(opts.IPAddress)+len(opts.APIServer) == 0 {
+				return fmt.Errorf("no range to measure: --ranges, --persistent-ranges, --ipaddress-ranges and --apiserver-ranges are all empty")
+			}
+			if kubeAPIServer != "" {
+				if _, err := os.Stat(kubeAPIServer); err != nil {
+					return fmt.Errorf("--kube-apiserver: %w", err)
+				}
+				opts.KubeAPIServer = kubeAPIServer
 			}
 			if len(fills) == 0 {
 				return fmt.Errorf("no fill level to measure: --fills is empty")
@@ -103,6 +128,8 @@ func newBenchCommand() *cobra.Command {
 	f.StringSliceVar(&bitmapRanges, "ranges", bitmapRanges, "ranges of the in-memory bitmap allocator")
 	f.StringSliceVar(&persistentRanges, "persistent-ranges", persistentRanges, "ranges of the etcd-backed bitmap allocator (starts an embedded etcd)")
 	f.StringSliceVar(&ipaddressRanges, "ipaddress-ranges", ipaddressRanges, "ranges of the IPAddress allocator over the fake clientset")
+	f.StringSliceVar(&apiServerRanges, "apiserver-ranges", apiServerRanges, "ranges of the IPAddress and DualWrite allocators through a real kube-apiserver (at most 65536 addresses each)")
+	f.StringVar(&kubeAPIServer, "kube-apiserver", "", "kube-apiserver v1.33 binary for the --apiserver-ranges (default: $CLUSTERIP_KUBE_APISERVER, else the cached test build; never built)")
 	f.Float64SliceVar(&fills, "fills", fills, "fill levels in percent of each range's usable addresses")
 	f.DurationVar(&duration, "duration", duration, "how long each measurement runs, after filling")
 	f.StringVar(&svg, "svg", "", "draw ns/op by fill level into this SVG file")

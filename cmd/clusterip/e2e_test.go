@@ -133,68 +133,10 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		{"two IPv4 ranges", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,10.97.0.0/24"}, "same IP family"},
 		{"a bad second range", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,fd00::/200"}, "fd00::/200"},
 		{"unreachable etcd", []string{"demo", "--etcd", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"}, "127.0.0.1:1"},
-		{"bench fill above 100", []string{"bench", "--fills", "101"}, "101% is not between 0 and 100"},
-		{"bench bad range", []string{"bench", "--ranges", "10.0.0.0/33"}, "--ranges"},
-		{"bench nothing to measure", []string{"bench", "--ranges", "", "--persistent-ranges", "", "--ipaddress-ranges", ""}, "no range to measure"},
-		{"bench chart without extension", []string{"bench", "--ranges", "10.0.0.0/28", "--persistent-ranges", "", "--ipaddress-ranges", "", "--fills", "0", "--duration", "1ms", "--svg", filepath.Join(t.TempDir(), "chart")}, "no extension"},
 		{"version takes no arguments", []string{"version", "now"}, `unknown command "now"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
-	}
-}
-
-func TestBenchPrintsOneResultPerAllocatorRangeAndFillAndDrawsCharts(t *testing.T) {
-	dir := t.TempDir()
-	svg, png := filepath.Join(dir, "bench.svg"), filepath.Join(dir, "bench.png")
-	r := clusterip(t, "bench", "--ranges", "10.0.0.0/24,fd00::/64", "--persistent-ranges", "10.0.0.0/28",
-		"--ipaddress-ranges", "10.0.0.0/28", "--fills", "0,50,100", "--duration", "5ms", "--json", "--svg", svg, "--png", png)
-	if r.code != 0 {
-		t.Fatalf("bench: exit %d, stderr:\n%s", r.code, r.stderr)
-	}
-	var results []struct {
-		Allocator, Range, Op string
-		Fill                 float64
-		Ops                  int
-		NsPerOp              float64
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &results); err != nil {
-		t.Fatalf("decode %q: %v", r.stdout, err)
-	}
-	var got []string
-	for _, res := range results {
-		got = append(got, fmt.Sprintf("%s %s %g%% %s", res.Allocator, res.Range, res.Fill, res.Op))
-		if res.Ops <= 0 || res.NsPerOp <= 0 {
-			t.Errorf("%s %s at %g%%: %d ops at %v ns/op, want a measurement", res.Allocator, res.Range, res.Fill, res.Ops, res.NsPerOp)
-		}
-	}
-	var want []string
-	for _, ar := range []string{"bitmap 10.0.0.0/24", "bitmap fd00::/64", "bitmap+etcd 10.0.0.0/28", "ipaddress+fake 10.0.0.0/28"} {
-		want = append(want, ar+" 0% AllocateNext+Release", ar+" 50% AllocateNext+Release", ar+" 100% AllocateNext (full)")
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("bench results (-want +got):\n%s", diff)
-	}
-	for file, magic := range map[string]string{svg: "<svg", png: "\x89PNG"} {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatalf("bench drew no chart: %v", err)
-		}
-		if !strings.Contains(string(b[:min(len(b), 512)]), magic) {
-			t.Errorf("%s starts %q, want %q near the start", file, b[:min(len(b), 16)], magic)
-		}
-	}
-}
-
-func TestBenchPrintsATable(t *testing.T) {
-	r := clusterip(t, "bench", "--ranges", "10.0.0.0/24", "--persistent-ranges", "", "--ipaddress-ranges", "", "--fills", "99.9", "--duration", "5ms")
-	if r.code != 0 {
-		t.Fatalf("bench: exit %d, stderr:\n%s", r.code, r.stderr)
-	}
-	for _, want := range []string{"NS/OP", "ALLOCS/OP", "bitmap", "10.0.0.0/24", "99.9%"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("bench table lacks %q:\n%s", want, r.stdout)
-		}
 	}
 }
 

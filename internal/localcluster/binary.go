@@ -52,11 +52,8 @@ const buildEstimate = "about 7 minutes and 2 GiB of RAM on 2 idle cores, longer 
 // or the build. It fails if the repository root cannot be found from the
 // source location or the working directory.
 func KubeAPIServerBinary(ctx context.Context) (string, error) {
-	if p := os.Getenv(KubeAPIServerEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("localcluster: $%s: %w", KubeAPIServerEnv, err)
-		}
-		return p, nil
+	if p, set, err := envBinary(); set {
+		return p, err
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -68,13 +65,54 @@ func KubeAPIServerBinary(ctx context.Context) (string, error) {
 	}, notify)
 }
 
+// CachedKubeAPIServerBinary returns the path of the kube-apiserver binary that
+// [KubeAPIServerBinary] would return, if it exists, without ever building it:
+// the value of $CLUSTERIP_KUBE_APISERVER if it is set, else the cached build
+// <repo root>/.cache/kube-apiserver-v1.33.13/kube-apiserver. When that file
+// does not exist the error matches [os.ErrNotExist] and names the path; it
+// also fails if the repository root cannot be found. It is for callers that
+// use a kube-apiserver only when one is at hand, such as "clusterip bench".
+func CachedKubeAPIServerBinary() (string, error) {
+	if p, set, err := envBinary(); set {
+		return p, err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := cachedBinary(filepath.Join(root, ".cache"))
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("localcluster: kube-apiserver %s is not built yet (the first test run builds it, as does go run ./internal/localcluster/cmd/build-kube-apiserver): %w",
+			KubeAPIServerVersion, err)
+	}
+	return bin, nil
+}
+
+// envBinary returns $CLUSTERIP_KUBE_APISERVER and whether it is set; if it
+// is set, err reports a missing file.
+func envBinary() (path string, set bool, err error) {
+	p := os.Getenv(KubeAPIServerEnv)
+	if p == "" {
+		return "", false, nil
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", true, fmt.Errorf("localcluster: $%s: %w", KubeAPIServerEnv, err)
+	}
+	return p, true, nil
+}
+
+// cachedBinary returns where the build of [KubeAPIServerVersion] is cached under cacheDir.
+func cachedBinary(cacheDir string) string {
+	return filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion, "kube-apiserver")
+}
+
 // cachedBuild returns <cacheDir>/kube-apiserver-<version>/kube-apiserver,
 // calling build to write it first if it is missing; see [KubeAPIServerBinary].
 // build writes the binary to out, a temporary file that cachedBuild renames
 // into place when build succeeds; say tells the user about long waits.
 func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
-	dir := filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion)
-	bin := filepath.Join(dir, "kube-apiserver")
+	bin := cachedBinary(cacheDir)
+	dir := filepath.Dir(bin)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}

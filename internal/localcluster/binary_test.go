@@ -217,3 +217,42 @@ func TestLockFileIsExclusive(t *testing.T) {
 		t.Errorf("lockFile() of a free lock called onWait %d times, want 0", waits)
 	}
 }
+
+func TestCachedKubeAPIServerBinaryNeverBuilds(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kube-apiserver")
+	if err := os.WriteFile(bin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(KubeAPIServerEnv, bin)
+	if got, err := CachedKubeAPIServerBinary(); err != nil || got != bin {
+		t.Errorf("CachedKubeAPIServerBinary() with $%s = %q: %q, %v, want %q, nil", KubeAPIServerEnv, bin, got, err, bin)
+	}
+
+	t.Setenv(KubeAPIServerEnv, bin+".missing")
+	if got, err := CachedKubeAPIServerBinary(); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("CachedKubeAPIServerBinary() with a missing $%s = %q, %v, want an error matching os.ErrNotExist", KubeAPIServerEnv, got, err)
+	}
+
+	// Without the variable it looks at the cache only: it returns the cached build if this clone
+	// has one, and otherwise an error naming the path, without building it.
+	t.Setenv(KubeAPIServerEnv, "")
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cachedBinary(filepath.Join(root, ".cache"))
+	_, statErr := os.Stat(want)
+	got, err := CachedKubeAPIServerBinary()
+	if statErr == nil {
+		if err != nil || got != want {
+			t.Errorf("CachedKubeAPIServerBinary() = %q, %v, want the cached %q, nil", got, err, want)
+		}
+		return
+	}
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("CachedKubeAPIServerBinary() without a cached build = %q, %v, want an error matching os.ErrNotExist that names %s", got, err, want)
+	}
+	if _, err := os.Stat(want); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after CachedKubeAPIServerBinary(), %s: %v, want it still missing (never built)", want, err)
+	}
+}

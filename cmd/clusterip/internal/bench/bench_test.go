@@ -2,12 +2,16 @@ package bench
 
 import (
 	"context"
+	"math"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 func TestTargetLeavesAFreeAddressBelowFullFill(t *testing.T) {
@@ -69,5 +73,61 @@ func TestRunRejectsFillOutsideZeroToHundred(t *testing.T) {
 		if _, err := Run(context.Background(), Options{Fills: []float64{fill}}); err == nil {
 			t.Errorf("Run with fill %g%% = nil error, want one", fill)
 		}
+	}
+}
+
+func TestUsableLeavesOutNetworkAndIPv4Broadcast(t *testing.T) {
+	tests := []struct {
+		cidr string
+		want uint64
+	}{
+		{"10.0.0.0/24", 254},
+		{"10.0.0.0/20", 4094},
+		{"10.0.0.0/30", 2},
+		{"fd00::/120", 255},
+		{"fd00::/64", math.MaxUint64},
+	}
+	for _, tt := range tests {
+		if got := usable(netip.MustParsePrefix(tt.cidr)); got != tt.want {
+			t.Errorf("usable(%s) = %d, want %d", tt.cidr, got, tt.want)
+		}
+	}
+}
+
+func TestRunSkipsKubeAPIServerRowsWithoutABinaryAndSaysWhy(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "kube-apiserver")
+	t.Setenv(localcluster.KubeAPIServerEnv, missing)
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.0.1.0/28")}
+	results, err := Run(context.Background(), Options{APIServer: cidrs, Fills: []float64{0, 50}})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var got []string
+	for _, r := range results {
+		got = append(got, r.Series())
+		if !strings.Contains(r.Skipped, missing) || r.Ops != 0 {
+			t.Errorf("%s: skipped %q after %d ops, want skipped with a reason naming %s", r.Series(), r.Skipped, r.Ops, missing)
+		}
+	}
+	want := []string{"ipaddress+apiserver 10.0.0.0/24", "ipaddress+apiserver 10.0.1.0/28", "dualwrite+apiserver 10.0.0.0/24", "dualwrite+apiserver 10.0.1.0/28"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Run results (-want +got):\n%s", diff)
+	}
+	var table strings.Builder
+	if err := WriteTable(&table, results); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "skipped ipaddress+apiserver and dualwrite+apiserver on 10.0.0.0/24, 10.0.1.0/28: ") {
+		t.Errorf("WriteTable does not say what it skipped:\n%s", table.String())
+	}
+	if err := SaveChart(filepath.Join(t.TempDir(), "chart.svg"), results); err == nil {
+		t.Errorf("SaveChart of skipped results only = nil error, want one: there is nothing to draw")
+	}
+}
+
+func TestRunRejectsKubeAPIServerRangesTooLargeToFill(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.0.0.0/15")
+	if _, err := Run(context.Background(), Options{APIServer: []netip.Prefix{cidr}, Fills: []float64{0}}); err == nil {
+		t.Errorf("Run with kube-apiserver range %v = nil error, want one", cidr)
 	}
 }

@@ -12,14 +12,15 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// SaveChart draws ns/op by fill level, one line per allocator and range, on a logarithmic
-// ns/op axis, into file; the file's extension (.svg, .png, .pdf, ...) picks the format. Fill
-// levels are spaced evenly, since the interesting ones (99%, 99.9%, 100%) are close together.
+// SaveChart draws ns/op by fill level, one line per allocator and range measured (skipped ones
+// are left out), on a logarithmic ns/op axis, into file; the file's extension (.svg, .png, .pdf,
+// ...) picks the format. Fill levels are spaced evenly, since the interesting ones (99%, 99.9%,
+// 100%) are close together.
 func SaveChart(file string, results []Result) error {
-	if len(results) == 0 {
+	fills := fillLevels(results)
+	if len(fills) == 0 {
 		return fmt.Errorf("bench: no results to draw")
 	}
-	fills := fillLevels(results)
 	x := make(map[float64]float64, len(fills))
 	ticks := make([]plot.Tick, len(fills))
 	for i, f := range fills {
@@ -72,7 +73,7 @@ func fillLevels(results []Result) []float64 {
 	seen := map[float64]bool{}
 	var fills []float64
 	for _, r := range results {
-		if !seen[r.Fill] {
+		if r.Skipped == "" && !seen[r.Fill] {
 			seen[r.Fill] = true
 			fills = append(fills, r.Fill)
 		}

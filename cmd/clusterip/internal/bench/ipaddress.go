@@ -4,22 +4,35 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 
-	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
-// benchIPAddress measures the IPAddress-object allocator over client-go's fake clientset: the
-// allocator's own cost (free-index pick, assume cache, informer events) without a network or
-// an API server's validation and storage. The fake clientset is client-go's public package and
-// imports no testing code.
-func benchIPAddress(ctx context.Context, cidr netip.Prefix, fill float64, d time.Duration) (Result, error) {
+// benchIPAddressFake measures the IPAddress-object allocator over client-go's fake clientset at
+// each fill level: the allocator's own cost (free-index pick, assume cache, informer events)
+// and the fake clientset's, without a network or an API server's validation and storage. The
+// fake clientset is client-go's public package and imports no testing code. One clientset holds
+// the range, topped up with IPAddress objects from one fill level to the next, and each level
+// gets a new allocator that starts from the objects as they are. The Results come in the order
+// of fills.
+func benchIPAddressFake(ctx context.Context, cidr netip.Prefix, fills []float64, d time.Duration) ([]Result, error) {
 	client := fake.NewClientset()
+	return atEachFill(ctx, client, cidr, fills, nil, func(fill float64) ([]Result, error) {
+		r, err := benchIPAddressOn(ctx, IPAddress, client, cidr, fill, d, 16)
+		return []Result{r}, err
+	})
+}
+
+// benchIPAddressOn measures ipaddress.New over client as the allocator name, with batches of
+// batch operations. The allocator writes IPAddress objects as kube-apiserver's own does: with
+// its managed-by label.
+func benchIPAddressOn(ctx context.Context, name string, client kubernetes.Interface, cidr netip.Prefix, fill float64, d time.Duration, batch int) (Result, error) {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	a, err := ipaddress.New(cidr, client, factory.Networking().V1().IPAddresses(), ipaddress.WithSeed(1))
 	if err != nil {
@@ -30,14 +43,41 @@ func benchIPAddress(ctx context.Context, cidr netip.Prefix, fill float64, d time
 	factory.Start(stop)
 	defer factory.Shutdown()
 	defer close(stop)
-	if !cache.WaitForCacheSync(stop, a.Ready) {
-		return Result{}, fmt.Errorf("bench: the IPAddress informer of %v did not sync", cidr)
+	if err := waitReady(ctx, fmt.Sprintf("the IPAddress allocator of %v", cidr), a.Ready); err != nil {
+		return Result{}, err
 	}
-	owner := allocator.Owner{Resource: "services", Namespace: "bench", Name: "fill"}
-	for range target(a.Used()+a.Free(), fill) {
-		if _, err := a.AllocateNext(ctx, owner); err != nil {
-			return Result{}, fmt.Errorf("bench: fill %v: %w", cidr, err)
+	return measure(ctx, name, cidr, a, fill, d, batch)
+}
+
+// atEachFill fills cidr with IPAddress objects through client to each level of fills in
+// ascending order, calling measure at each level, and returns what measure returned in the
+// order of fills (a level given twice is measured once). With progress not nil it says how many
+// objects each level takes.
+func atEachFill(ctx context.Context, client kubernetes.Interface, cidr netip.Prefix, fills []float64, progress func(fill float64, objects uint64), measure func(fill float64) ([]Result, error)) ([]Result, error) {
+	ascending := slices.Clone(fills)
+	slices.Sort(ascending)
+	ascending = slices.Compact(ascending)
+	at := make(map[float64][]Result, len(ascending))
+	filled := uint64(0)
+	for _, fill := range ascending {
+		if want := target(usable(cidr), fill); want > filled {
+			if progress != nil {
+				progress(fill, want-filled)
+			}
+			if err := fillRange(ctx, client, cidr, filled, want); err != nil {
+				return nil, err
+			}
+			filled = want
 		}
+		rs, err := measure(fill)
+		if err != nil {
+			return nil, err
+		}
+		at[fill] = rs
 	}
-	return measure(ctx, IPAddress, a, fill, d, 16)
+	var results []Result
+	for _, fill := range fills {
+		results = append(results, at[fill]...)
+	}
+	return results, nil
 }
