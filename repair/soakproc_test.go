@@ -126,6 +126,8 @@ type soakProcess struct {
 	live []*corev1.Service
 }
 
+// runSoakProcess builds the Allocators of spec, waits for the parent's start and runs spec.Ops
+// operations, spec.Workers at a time.
 func runSoakProcess(spec soakSpec) error {
 	mode, err := featuregate.ParseMode(spec.Mode)
 	if err != nil {
@@ -296,7 +298,7 @@ func (p *soakProcess) create(r *rand.Rand, i int) {
 		p.mu.Lock()
 		p.live = append(p.live, svc)
 		p.mu.Unlock()
-	case err != nil && errors.Is(err, errOutcomeUnknown):
+	case errors.Is(err, errOutcomeUnknown):
 		// The Service may exist: keep the allocation, at worst a leak for repair.
 		p.fail("unknown", err)
 	default:
@@ -318,15 +320,18 @@ func (p *soakProcess) delete(svc *corev1.Service) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	gone, err := p.store.delete(ctx, svc)
-	if !gone {
+	switch {
+	case !gone && errors.Is(err, errOutcomeUnknown):
+		// The Service may be gone: keep its allocation, at worst a leak for repair.
+		p.fail("unknown", err)
+		return
+	case !gone:
 		if err != nil {
 			p.fail("delete", err)
 		}
-		if err == nil || !errors.Is(err, errOutcomeUnknown) {
-			p.mu.Lock()
-			p.live = append(p.live, svc)
-			p.mu.Unlock()
-		}
+		p.mu.Lock()
+		p.live = append(p.live, svc)
+		p.mu.Unlock()
 		return
 	}
 	p.emitIP(soakFree, svc, svc.Spec.ClusterIP)
