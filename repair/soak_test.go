@@ -207,7 +207,7 @@ func TestSoakMixedModes(t *testing.T) {
 	}
 	for _, c := range []Class{DuplicateOwner, Invalid, OutOfRange} {
 		if n := first.Counts[string(c)]; n != 0 {
-			t.Errorf("first audit: %d %s findings, want 0: %+v", n, c, findingsOf(first, c))
+			t.Errorf("first audit: %d %s findings, want 0: %+v", n, c, soakFindingsOf(first, c))
 		}
 	}
 	if i := slices.IndexFunc(first.Findings, func(f Finding) bool { return f.IP == killedIP.String() }); i < 0 {
@@ -243,7 +243,7 @@ func TestSoakMixedModes(t *testing.T) {
 	if !second.Consistent {
 		t.Errorf("second audit after repair: %d findings, want none: %+v", len(second.Findings), second.Findings)
 	}
-	if dups := duplicateClusterIPs(t, ctx, api.Client); len(dups) != 0 {
+	if dups := soakDuplicateClusterIPs(t, ctx, api.Client); len(dups) != 0 {
 		t.Errorf("Services holding one ClusterIP: %v", dups)
 	}
 }
@@ -257,8 +257,8 @@ func soakCounts(rep *Report) string {
 	return s
 }
 
-// findingsOf returns the findings of class c in rep.
-func findingsOf(rep *Report, c Class) []Finding {
+// soakFindingsOf returns the findings of class c in rep.
+func soakFindingsOf(rep *Report, c Class) []Finding {
 	var out []Finding
 	for _, f := range rep.Findings {
 		if f.Class == c {
@@ -268,9 +268,9 @@ func findingsOf(rep *Report, c Class) []Finding {
 	return out
 }
 
-// duplicateClusterIPs lists the Services from the API server and returns, for each ClusterIP held
+// soakDuplicateClusterIPs lists the Services from the API server and returns, for each ClusterIP held
 // by more than one, a line naming them.
-func duplicateClusterIPs(t *testing.T, ctx context.Context, c kubernetes.Interface) []string {
+func soakDuplicateClusterIPs(t *testing.T, ctx context.Context, c kubernetes.Interface) []string {
 	t.Helper()
 	l, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
