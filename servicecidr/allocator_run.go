@@ -43,7 +43,7 @@ func (a *Allocator) Run(ctx context.Context) error {
 
 	logger.Info("Starting")
 	defer logger.Info("Stopped")
-	if !cache.WaitForNamedCacheSync("servicecidr-allocator", ctx.Done(), reg.HasSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, reg.HasSynced) {
 		return nil // ctx is done
 	}
 	a.queue.Add(syncAllKey)

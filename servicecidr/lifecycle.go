@@ -161,7 +161,7 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 
 	logger.Info("Starting", "workers", workers)
 	defer logger.Info("Stopped")
-	if !cache.WaitForNamedCacheSync("servicecidr-lifecycle", ctx.Done(), cidrReg.HasSynced, ipReg.HasSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, cidrReg.HasSynced, ipReg.HasSynced) {
 		return nil // ctx is done
 	}
 	informerutil.RunWorkers(ctx, workers, c.queue, c.processNext)
