@@ -3,7 +3,10 @@ package bitmap
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
+
+	"github.com/kube-ipam/clusterip/allocator"
 )
 
 var _ Store = (*MemStore)(nil)
@@ -38,9 +41,17 @@ type MemStore struct {
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore { return &MemStore{} }
 
+// errNilMemStore is what Get and Update of a nil *MemStore return: it matches allocator.ErrInvalid,
+// so NewPersistent over one fails instead of panicking.
+var errNilMemStore = fmt.Errorf("%w: bitmap: nil *MemStore", allocator.ErrInvalid)
+
 // Get returns a copy of the stored snapshot and its revision, or the zero Snapshot and 0 if
-// nothing is stored. If an OnGet hook returns an error, Get returns that error.
+// nothing is stored. If an OnGet hook returns an error, Get returns that error. Get of a nil
+// *MemStore returns an error matching allocator.ErrInvalid.
 func (m *MemStore) Get(ctx context.Context) (Snapshot, int64, error) {
+	if m == nil {
+		return Snapshot{}, 0, errNilMemStore
+	}
 	m.mu.Lock()
 	hook := m.onGet
 	m.mu.Unlock()
@@ -66,6 +77,9 @@ func (m *MemStore) Get(ctx context.Context) (Snapshot, int64, error) {
 // An OnUpdated hook runs after a successful store; if it returns an error, Update returns that
 // error although the snapshot stays stored, like a write whose response was lost.
 func (m *MemStore) Update(ctx context.Context, rev int64, s Snapshot) (int64, error) {
+	if m == nil {
+		return 0, errNilMemStore
+	}
 	m.mu.Lock()
 	hook := m.onUpdate
 	m.mu.Unlock()

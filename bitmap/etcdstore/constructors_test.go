@@ -42,6 +42,7 @@ func TestConstructorsRejectNilAndZeroArguments(t *testing.T) {
 			return err
 		}},
 		{name: "bitmap.NewPersistent nil Option", call: func() error { return newPersistent(bitmap.NewMemStore(), nil) }},
+		{name: "bitmap.NewPersistent nil *MemStore", call: func() error { return newPersistent((*bitmap.MemStore)(nil)) }},
 		{name: "bitmap.NewPersistent nil *etcdstore.Store", call: func() error { return newPersistent((*etcdstore.Store)(nil)) }},
 		{name: "bitmap.NewPersistent zero etcdstore.Store", call: func() error { return newPersistent(&etcdstore.Store{}) }},
 		{name: "bitmap.NewPersistent etcdstore.New nil client", call: func() error {
