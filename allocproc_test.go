@@ -59,6 +59,7 @@ type procSpec struct {
 	Ranges     []string      `json:"ranges"`
 	Etcd       []string      `json:"etcd"`
 	EtcdPrefix string        `json:"etcdPrefix,omitempty"`
+	ManagedBy  string        `json:"managedBy,omitempty"` // Config.ManagedBy
 	APIHost    string        `json:"apiHost,omitempty"`
 	APIToken   string        `json:"apiToken,omitempty"`
 	Op         string        `json:"op"`
@@ -123,7 +124,7 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 		return nil, err
 	}
 	defer ec.Close()
-	cfg := Config{Mode: mode, Ranges: ranges, Etcd: ec, EtcdPrefix: spec.EtcdPrefix}
+	cfg := Config{Mode: mode, Ranges: ranges, Etcd: ec, EtcdPrefix: spec.EtcdPrefix, ManagedBy: spec.ManagedBy}
 	if spec.APIHost != "" {
 		rc := &rest.Config{Host: spec.APIHost, BearerToken: spec.APIToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 2000}
 		if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {

@@ -83,7 +83,7 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 	if cfg.Mode != featuregate.Legacy {
 		var err error
 		nw := cfg.Informers.Networking().V1()
-		if sc, err = servicecidr.New(f, cfg.Client, nw.ServiceCIDRs(), nw.IPAddresses()); err != nil {
+		if sc, err = servicecidr.New(f, cfg.Client, nw.ServiceCIDRs(), nw.IPAddresses(), servicecidr.WithManagedBy(cfg.ManagedBy)); err != nil {
 			return fmt.Errorf("clusterip: %s allocator: %w", f, err)
 		}
 		a.cidrs[f] = sc

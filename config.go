@@ -44,6 +44,15 @@ type Config struct {
 	// after New.
 	Informers informers.SharedInformerFactory
 
+	// ManagedBy is the ipaddress.kubernetes.io/managed-by label of the IPAddress objects the
+	// allocators create in DualWrite and IPAddressOnly mode, and by which Release recognises them
+	// outside every ServiceCIDR. Defaults to ipaddress.DefaultManagedBy ("ipallocator.k8s.io"),
+	// kube-apiserver's own value, whose repair loop deletes such an object when no Service holds
+	// its IP (after 60 s): give another value for addresses this process holds for something that
+	// is not a Service the API server serves. Package repair treats objects with either value as
+	// a Service IP allocator's.
+	ManagedBy string
+
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
 	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets (one
 	// series per ServiceCIDR prefix where ServiceCIDRs are served), and clusterip_allocator_*

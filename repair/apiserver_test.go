@@ -16,6 +16,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // TestAuditOfARealDualWriteCluster lets a real kube-apiserver v1.33 (dual write, its default)
@@ -81,7 +82,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, ips[1], metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete IPAddress %s: %v", ips[1], err)
 	}
-	wrong := newIPAddress(netip.MustParseAddr(ips[1]), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}})
+	wrong := newIPAddress(netip.MustParseAddr(ips[1]), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}}, ipaddress.DefaultManagedBy)
 	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, wrong, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed wrong parent: %v", err)
 	}

@@ -80,7 +80,7 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 	if err := checkConfig(cfg); err != nil {
 		return nil, err
 	}
-	w := &world{mode: cfg.Mode}
+	w := &world{mode: cfg.Mode, managedBy: cfg.ManagedBy}
 	var err error
 	if cfg.Mode != featuregate.Legacy {
 		if w.cidrs, err = listServiceCIDRs(ctx, cfg.Client); err != nil {

@@ -19,7 +19,10 @@ import (
 
 // world is everything an audit judges, read at one moment: the pure input of classify.
 type world struct {
-	mode        featuregate.Mode
+	mode featuregate.Mode
+	// managedBy is Config.ManagedBy: besides ipaddress.DefaultManagedBy, the managed-by label
+	// of IPAddress objects a Service IP allocator made. Empty means the default alone.
+	managedBy   string
 	services    []*corev1.Service
 	cidrs       []*networkingv1.ServiceCIDR
 	ipAddresses []*networkingv1.IPAddress
@@ -210,7 +213,7 @@ func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bo
 			f.Detail = fmt.Sprintf("%s is set in the bitmap of %s but no Service holds it.", ip, w.bitmaps[f.bm].CIDR())
 			return f, true
 		}
-	case e.ipa != nil && !managedByAllocator(e.ipa):
+	case e.ipa != nil && !w.managedByAllocator(e.ipa):
 		// Another controller's object: kube-apiserver's repair leaves those alone, and so do we.
 		return finding{}, false
 	case e.ipa != nil:
@@ -228,19 +231,36 @@ func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bo
 	return finding{}, false
 }
 
-// managedByAllocator reports whether ipa was made by a Service IP allocator (the managed-by label
-// is [ipaddress.DefaultManagedBy], as kube-apiserver's and ours set it). Objects other controllers
-// manage are never reported leaked, so repair never deletes them.
-func managedByAllocator(ipa *networkingv1.IPAddress) bool {
-	return ipa.Labels[networkingv1.LabelManagedBy] == ipaddress.DefaultManagedBy
+// managedByAllocator reports whether ipa was made by a Service IP allocator: its managed-by label
+// is [ipaddress.DefaultManagedBy], as kube-apiserver's and ours set it by default, or the
+// Config.ManagedBy of the audit. Objects other controllers manage are never reported leaked, so
+// repair never deletes them.
+func (w *world) managedByAllocator(ipa *networkingv1.IPAddress) bool {
+	return isAllocatorManagedBy(ipa.Labels[networkingv1.LabelManagedBy], w.managedBy)
+}
+
+// isAllocatorManagedBy reports whether the managed-by label value v is a Service IP allocator's:
+// [ipaddress.DefaultManagedBy], or managedBy (Config.ManagedBy) when that is not empty.
+func isAllocatorManagedBy(v, managedBy string) bool {
+	return v == ipaddress.DefaultManagedBy || (managedBy != "" && v == managedBy)
 }
 
 // hasAllocatorLabels reports whether ipa carries the labels a Service IP allocator gives the
-// IPAddress of ip: its IP family and the managed-by of [ipaddress.DefaultManagedBy], as
-// kube-apiserver's repair checks them (verifyIPAddressLabels).
-func hasAllocatorLabels(ipa *networkingv1.IPAddress, ip netip.Addr) bool {
-	return ipa.Labels[networkingv1.LabelIPAddressFamily] == string(allocator.FamilyOf(ip)) && managedByAllocator(ipa)
+// IPAddress of ip: its IP family and a managed-by of a Service IP allocator, as kube-apiserver's
+// repair checks them (verifyIPAddressLabels).
+func (w *world) hasAllocatorLabels(ipa *networkingv1.IPAddress, ip netip.Addr) bool {
+	return ipa.Labels[networkingv1.LabelIPAddressFamily] == string(allocator.FamilyOf(ip)) && w.managedByAllocator(ipa)
 }
+
+// managedByOrDefault returns managedBy, or [ipaddress.DefaultManagedBy] when that is empty: the
+// managed-by label repair gives the objects it writes, and a finding asks for.
+func managedByOrDefault(managedBy string) string {
+	if managedBy != "" {
+		return managedBy
+	}
+	return ipaddress.DefaultManagedBy
+}
+
 
 // judgeHeld returns the finding of an IP held by exactly one Service, if it has a problem. It
 // decides the class before it formats anything: most IPs have none.
@@ -256,7 +276,7 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 		f.Class = OutOfRange
 	case e.ipa != nil && !isParent(e.ipa, e.owner):
 		f.Class = WrongParent
-	case e.ipa != nil && !hasAllocatorLabels(e.ipa, f.addr):
+	case e.ipa != nil && !w.hasAllocatorLabels(e.ipa, f.addr):
 		f.Class, f.labels = WrongParent, true
 	case e.ipa == nil:
 		f.Class = Missing
@@ -280,7 +300,7 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 		f.Detail = fmt.Sprintf("IPAddress %s of Service %s is labelled %s=%q, %s=%q; want %q and %q.", ip, f.Service,
 			networkingv1.LabelIPAddressFamily, e.ipa.Labels[networkingv1.LabelIPAddressFamily],
 			networkingv1.LabelManagedBy, e.ipa.Labels[networkingv1.LabelManagedBy],
-			allocator.FamilyOf(ip), ipaddress.DefaultManagedBy)
+			allocator.FamilyOf(ip), managedByOrDefault(w.managedBy))
 	case f.Class == WrongParent:
 		f.Detail = fmt.Sprintf("IPAddress %s names %s as its parent but Service %s holds it.", ip, parentString(e.ipa), f.Service)
 	case f.Class == IPAddressOnly:

@@ -26,14 +26,15 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 		return []*networkingv1.ServiceCIDR{serviceCIDR("kubernetes", flag4, flag6)}
 	}
 	tests := []struct {
-		name     string
-		mode     featuregate.Mode
-		services []*corev1.Service
-		ipas     []*networkingv1.IPAddress
-		cidrs    []*networkingv1.ServiceCIDR // defaults to kubernetes()
-		bits4    []string                    // bits set in flag4
-		bits6    []string                    // bits set in flag6
-		want     []Finding
+		name      string
+		mode      featuregate.Mode
+		services  []*corev1.Service
+		ipas      []*networkingv1.IPAddress
+		cidrs     []*networkingv1.ServiceCIDR // defaults to kubernetes()
+		bits4     []string                    // bits set in flag4
+		bits6     []string                    // bits set in flag6
+		managedBy string                      // Config.ManagedBy
+		want      []Finding
 	}{
 		// Legacy: bits against Services.
 		{name: "legacy/consistent", mode: featuregate.Legacy,
@@ -67,6 +68,16 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 		// IPAddressOnly: IPAddress objects against Services and ready ServiceCIDRs.
 		{name: "ipaddress/another controller's IPAddress held by no Service is not ours to judge", mode: featuregate.IPAddressOnly,
 			ipas: []*networkingv1.IPAddress{foreign(ipAddr("10.0.0.40", ""))}},
+		{name: "ipaddress/an IPAddress labelled with Config.ManagedBy held by no Service is leaked", mode: featuregate.IPAddressOnly,
+			managedBy: "clusterip-test", ipas: []*networkingv1.IPAddress{managedBy(ipAddr("10.0.0.41", "a/gone"), "clusterip-test")},
+			want: []Finding{f("10.0.0.41", Leaked, "")}},
+		{name: "ipaddress/an IPAddress labelled with Config.ManagedBy is well labelled", mode: featuregate.IPAddressOnly,
+			managedBy: "clusterip-test", services: []*corev1.Service{svc("a/x", "10.0.0.10")},
+			ipas: []*networkingv1.IPAddress{managedBy(ipAddr("10.0.0.10", "a/x"), "clusterip-test")}},
+		{name: "ipaddress/an IPAddress of its Service labelled with another managed-by than Config.ManagedBy gets its labels fixed", mode: featuregate.IPAddressOnly,
+			services: []*corev1.Service{svc("a/x", "10.0.0.10")},
+			ipas:     []*networkingv1.IPAddress{managedBy(ipAddr("10.0.0.10", "a/x"), "clusterip-test")},
+			want:     []Finding{f("10.0.0.10", WrongParent, "a/x")}},
 		{name: "dualwrite/another controller's IPAddress with its bit is left alone", mode: featuregate.DualWrite,
 			ipas: []*networkingv1.IPAddress{foreign(ipAddr("10.0.0.40", "gw/x"))}, bits4: []string{"10.0.0.40"}},
 		{name: "ipaddress/consistent", mode: featuregate.IPAddressOnly,
@@ -161,7 +172,7 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 			if cidrs == nil {
 				cidrs = kubernetes()
 			}
-			w := &world{mode: tt.mode, services: tt.services, cidrs: cidrs, ipAddresses: tt.ipas,
+			w := &world{mode: tt.mode, managedBy: tt.managedBy, services: tt.services, cidrs: cidrs, ipAddresses: tt.ipas,
 				bitmaps: []*bitmap.Allocator{bits(t, flag4, tt.bits4...), bits(t, flag6, tt.bits6...)}}
 			got := classify(w).report(tt.mode)
 			if diff := cmp.Diff(tt.want, got.Findings, ignoreDetail, cmpopts.EquateEmpty()); diff != "" {

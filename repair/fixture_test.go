@@ -44,6 +44,12 @@ func ipAddr(ip, parent string) *networkingv1.IPAddress {
 	return a
 }
 
+// managedBy sets the managed-by label of ipa to v.
+func managedBy(ipa *networkingv1.IPAddress, v string) *networkingv1.IPAddress {
+	ipa.Labels[networkingv1.LabelManagedBy] = v
+	return ipa
+}
+
 // foreign marks ipa as managed by another controller than the Service IP allocator.
 func foreign(ipa *networkingv1.IPAddress) *networkingv1.IPAddress {
 	ipa.Labels[networkingv1.LabelManagedBy] = "gateway.example.com"
