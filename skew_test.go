@@ -11,14 +11,15 @@ import (
 // in separate OS processes on one etcd and one bitmap key (kube-apiserver's own, at /registry,
 // beside a real kube-apiserver v1.33 in its default dual-write mode), as during an upgrade with
 // old and new apiservers side by side. Both Allocate the same 100 chosen addresses at once:
-// exactly 100 calls fail and each address is won once. Then both AllocateNext 5000 addresses
-// each at once from a /18 (16382 addresses): no address is handed out twice, every one is set in
+// exactly 100 calls fail and each address is won once. Then both AllocateNext 10000 addresses
+// each at once from a /17 (32766 addresses): no address is handed out twice, every one is set in
 // the bitmap, and the DualWrite process's have IPAddress objects.
 func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
-	const flag = "10.96.0.0/18"
+	const flag = "10.96.0.0/17"
+	const perProcess = 10000 // AllocateNext calls of each process
 	etcd, ec, api := startOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
 	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
@@ -30,7 +31,9 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 		reversed := slices.Clone(ips)
 		slices.Reverse(reversed)
 		l := startProc(t, procSpec{Name: "legacy", Mode: "Legacy", Ranges: []string{flag}, Op: op, IPs: ips, Count: count, Workers: 4}, etcd, nil)
-		d := startProc(t, procSpec{Name: "dualwrite", Mode: "DualWrite", Ranges: []string{flag}, Op: op, IPs: reversed, Count: count, Workers: 4}, etcd, api)
+		// The addresses are held for no Service: a managed-by of our own keeps the kube-apiserver's
+		// repair loop from deleting their IPAddress objects 60 s after they were created.
+		d := startProc(t, procSpec{Name: "dualwrite", Mode: "DualWrite", Ranges: []string{flag}, Op: op, IPs: reversed, Count: count, Workers: 4, ManagedBy: testManagedBy}, etcd, api)
 		l.start()
 		d.start()
 		return l.wait(), d.wait()
@@ -106,14 +109,14 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 		}
 		checkStores(t)
 	})
-	t.Run("AllocateNext 5000 each", func(t *testing.T) {
-		legacy, dual := run(t, opNext, nil, 5000)
+	t.Run("AllocateNext 10000 each", func(t *testing.T) {
+		legacy, dual := run(t, opNext, nil, perProcess)
 		collect("legacy", legacy)
 		collect("dualwrite", dual)
 		t.Logf("Legacy: %d allocated, failures %v, p50 %v, p99 %v; DualWrite: %d allocated, failures %v, p50 %v, p99 %v",
 			len(legacy.Allocated), legacy.Failures, legacy.P50, legacy.P99, len(dual.Allocated), dual.Failures, dual.P50, dual.P99)
-		if got := len(legacy.Allocated) + len(dual.Allocated); got != 10000 {
-			t.Errorf("%d AllocateNext calls succeeded, want 10000", got)
+		if got := len(legacy.Allocated) + len(dual.Allocated); got != 2*perProcess {
+			t.Errorf("%d AllocateNext calls succeeded, want %d", got, 2*perProcess)
 		}
 		checkStores(t)
 	})
