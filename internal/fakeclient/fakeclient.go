@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -81,7 +82,7 @@ func New(o Options) *Clientset {
 		}
 		c.watching[action.GetResource().Resource]++
 		c.mu.Unlock()
-		return true, newBufferedWatch(w), nil
+		return true, localcluster.RelayWatch(w), nil
 	})
 	// Like the API server, give every created IPAddress a UID and an increasing resourceVersion:
 	// the ipaddress allocator orders informer events against its own writes with it. A dry run
@@ -139,54 +140,4 @@ func (c *Clientset) WaitWatching(t testing.TB, resources ...string) {
 func IsDryRun(action k8stesting.Action) bool {
 	ca, ok := action.(k8stesting.CreateActionImpl)
 	return ok && len(ca.CreateOptions.DryRun) > 0
-}
-
-// bufferedWatch drains a watch.Interface into an unbounded queue.
-type bufferedWatch struct {
-	in   watch.Interface
-	out  chan watch.Event
-	stop chan struct{}
-	once sync.Once
-}
-
-func newBufferedWatch(in watch.Interface) *bufferedWatch {
-	w := &bufferedWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{})}
-	go w.run()
-	return w
-}
-
-func (w *bufferedWatch) run() {
-	defer close(w.out)
-	in := w.in.ResultChan()
-	var queue []watch.Event
-	for in != nil || len(queue) > 0 {
-		var (
-			out  chan watch.Event
-			next watch.Event
-		)
-		if len(queue) > 0 {
-			out, next = w.out, queue[0]
-		}
-		select {
-		case ev, ok := <-in:
-			if !ok {
-				in = nil
-				continue
-			}
-			queue = append(queue, ev)
-		case out <- next:
-			queue = queue[1:]
-		case <-w.stop:
-			return
-		}
-	}
-}
-
-func (w *bufferedWatch) ResultChan() <-chan watch.Event { return w.out }
-
-func (w *bufferedWatch) Stop() {
-	w.once.Do(func() {
-		close(w.stop)
-		w.in.Stop()
-	})
 }

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 // fakeWatchBuffer is how many events a watcher of the fake clientset holds before it panics.
@@ -38,59 +40,7 @@ func newFakeClient() *fake.Clientset {
 		if err != nil {
 			return false, nil, err
 		}
-		return true, newQueueWatcher(w), nil
+		return true, localcluster.RelayWatch(w), nil
 	})
 	return c
 }
-
-// queueWatcher relays the events of another watcher through a queue without bound, so that the
-// other never waits on its consumer. It is safe for concurrent use.
-type queueWatcher struct {
-	src  watch.Interface
-	out  chan watch.Event
-	stop chan struct{}
-	once sync.Once
-}
-
-func newQueueWatcher(src watch.Interface) *queueWatcher {
-	q := &queueWatcher{src: src, out: make(chan watch.Event), stop: make(chan struct{})}
-	go q.relay()
-	return q
-}
-
-func (q *queueWatcher) relay() {
-	defer close(q.out)
-	in := q.src.ResultChan()
-	var queue []watch.Event
-	for in != nil || len(queue) > 0 {
-		var out chan watch.Event
-		var next watch.Event
-		if len(queue) > 0 {
-			out, next = q.out, queue[0]
-		}
-		select {
-		case e, ok := <-in:
-			if !ok {
-				in = nil
-				continue
-			}
-			queue = append(queue, e)
-		case out <- next:
-			queue[0] = watch.Event{}
-			queue = queue[1:]
-		case <-q.stop:
-			return
-		}
-	}
-}
-
-// Stop stops the watcher it relays and the relay.
-func (q *queueWatcher) Stop() {
-	q.once.Do(func() {
-		close(q.stop)
-		q.src.Stop()
-	})
-}
-
-// ResultChan returns the relayed events.
-func (q *queueWatcher) ResultChan() <-chan watch.Event { return q.out }
