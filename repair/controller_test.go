@@ -2,6 +2,7 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -357,23 +358,8 @@ func TestRepairDualWriteKeepsABitWhoseIPAddressAppears(t *testing.T) {
 // retry (without waiting for the Interval), repair, and return nil once ctx is done.
 func TestRunRetriesAFailedPassAndStopsWithTheContext(t *testing.T) {
 	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/missing", "10.0.0.11"))
-	var mu sync.Mutex
-	failures := 2
-	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if failures > 0 {
-			failures--
-			return true, nil, fmt.Errorf("apiserver not up yet")
-		}
-		return false, nil, nil
-	})
-	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
-		Options{Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.retryBase = 10 * time.Millisecond
+	failFirst(client, "list", "services", 2, errors.New("apiserver not up yet"))
+	c := hourlyController(t, client)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

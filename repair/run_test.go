@@ -2,11 +2,11 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +24,33 @@ import (
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
+
+// failFirst makes the first n calls of verb on resource fail with err. It returns how many of
+// those failures are still to come.
+func failFirst(client *fake.Clientset, verb, resource string, n int, err error) (left func() int) {
+	var calls atomic.Int32
+	client.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		if int(calls.Add(1)) <= n {
+			return true, nil, err
+		}
+		return false, nil, nil
+	})
+	return func() int { return max(0, n-int(calls.Load())) }
+}
+
+// hourlyController returns an IPAddressOnly Controller of 10.0.0.0/24 on client whose passes are an
+// hour apart and whose retries start at 10 ms, so that whatever a test sees within seconds is a
+// retry, not a pass.
+func hourlyController(t *testing.T, client kubernetes.Interface) *Controller {
+	t.Helper()
+	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
+		Options{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.retryBase = 10 * time.Millisecond
+	return c
+}
 
 // runUntilCancelled starts c.Run and returns a function that cancels it and fails t unless Run
 // then returns nil.
@@ -62,24 +89,8 @@ func TestRunRetriesAFailedRepairOnItsOwn(t *testing.T) {
 	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/missing", "10.0.0.11"))
 	passes := countServiceLists(client)
-	var mu sync.Mutex
-	failures := 2
-	client.PrependReactor("create", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if failures > 0 {
-			failures--
-			return true, nil, fmt.Errorf("etcd leader lost")
-		}
-		return false, nil, nil
-	})
-	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
-		Options{Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.retryBase = 10 * time.Millisecond
-	stop := runUntilCancelled(t, c)
+	failuresLeft := failFirst(client, "create", "ipaddresses", 2, errors.New("etcd leader lost"))
+	stop := runUntilCancelled(t, hourlyController(t, client))
 	testenv.WaitFor(t, "the missing IPAddress", func() bool {
 		_, err := client.NetworkingV1().IPAddresses().Get(t.Context(), "10.0.0.11", metav1.GetOptions{})
 		return err == nil
@@ -88,10 +99,8 @@ func TestRunRetriesAFailedRepairOnItsOwn(t *testing.T) {
 	if got := passes.Load(); got != 1 {
 		t.Errorf("Run made %d passes, want 1: the failed create is retried on its own", got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if failures != 0 {
-		t.Errorf("%d injected failures left, want 0", failures)
+	if left := failuresLeft(); left != 0 {
+		t.Errorf("%d injected failures left, want 0", left)
 	}
 }
 
@@ -149,13 +158,7 @@ func TestRunNeverBlocksOnADownAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
-				Options{Interval: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.retryBase = 10 * time.Millisecond
-			stop := runUntilCancelled(t, c)
+			stop := runUntilCancelled(t, hourlyController(t, client))
 			testenv.WaitFor(t, fmt.Sprintf("%d requests", tt.requests), func() bool { return int(requests.Load()) >= tt.requests })
 			stop()
 		})

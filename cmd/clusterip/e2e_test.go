@@ -144,27 +144,10 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 	}
 }
 
-// writeKubeconfig writes a kubeconfig whose one context points at server.
+// writeKubeconfig writes a kubeconfig whose one context points at server, with a token of "t".
 func writeKubeconfig(t *testing.T, server string) string {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "kubeconfig")
-	config := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: %q, insecure-skip-tls-verify: true}
-users:
-- name: u
-  user: {token: t}
-contexts:
-- name: ctx
-  context: {cluster: c, user: u}
-current-context: ctx
-`, server)
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file
+	return writeKubeconfigWithToken(t, server, "t")
 }
 
 func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
