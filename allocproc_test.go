@@ -1,8 +1,6 @@
 package clusterip
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,12 +8,10 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,13 +85,9 @@ func (r procResult) failed() int {
 
 // TestAllocatorProcess is the body of an allocator process; it skips unless procSpecEnv is set.
 func TestAllocatorProcess(t *testing.T) {
-	raw := os.Getenv(procSpecEnv)
-	if raw == "" {
-		t.Skip("the allocator process of the skew, fault and fairness tests; runs only as their child")
-	}
 	var spec procSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		t.Fatalf("%s: %v", procSpecEnv, err)
+	if !testenv.ChildSpec(t, procSpecEnv, &spec) {
+		t.Skip("the allocator process of the skew, fault and fairness tests; runs only as their child")
 	}
 	res, err := runProc(t, spec)
 	if err != nil {
@@ -264,14 +256,10 @@ func (pausingMirror) pause(ip netip.Addr) {
 
 // proc is a running allocator process.
 type proc struct {
-	t      testing.TB
-	spec   procSpec
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string  // stdout lines with procMarker
-	stderr bytes.Buffer // written by exec until the process exits
-	stdout bytes.Buffer // stdout lines without procMarker; written until done closes
-	done   chan struct{}
+	t     testing.TB
+	spec  procSpec
+	child *testenv.Child
+	lines chan string // stdout lines with procMarker; closed when stdout closes
 }
 
 // startProc starts an allocator process for spec and waits until it is ready. The Etcd endpoints
@@ -283,46 +271,21 @@ func startProc(t testing.TB, spec procSpec, etcd *testenv.Etcd, api *testenv.Kub
 		spec.APIHost, spec.APIToken = api.Config.Host, api.Config.BearerToken
 	}
 	spec.Out = filepath.Join(t.TempDir(), spec.Name+".json")
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, spec: spec, lines: make(chan string, 16), done: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestAllocatorProcess$", "-test.count=1", "-test.timeout=10m")
-	p.cmd.Env = append(os.Environ(), procSpecEnv+"="+string(raw))
-	p.cmd.Stderr = &p.stderr
-	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", spec.Name, err)
-	}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, procMarker) {
-				p.lines <- line
-			} else {
-				p.stdout.WriteString(line + "\n")
-			}
+	p := &proc{t: t, spec: spec, lines: make(chan string, 16)}
+	p.child = testenv.StartChild(t, spec.Name, "TestAllocatorProcess", procSpecEnv, spec, func(line string) bool {
+		if !strings.HasPrefix(line, procMarker) {
+			return false
 		}
+		p.lines <- line
+		return true
+	})
+	go func() {
+		<-p.child.Done()
 		close(p.lines)
 	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		p.cmd.Wait()
-	})
 	if line := p.next(); line != procReady {
-		p.cmd.Process.Kill()
-		<-p.done
-		p.cmd.Wait()
-		t.Fatalf("%s: got %q, want %q; its output:\n%s", spec.Name, line, procReady, p.stderrTail())
+		_ = p.child.Kill()
+		t.Fatalf("%s: got %q, want %q; its output:\n%s", spec.Name, line, procReady, p.child.Output())
 	}
 	return p
 }
@@ -338,23 +301,20 @@ func (p *proc) next() string {
 }
 
 // start lets the process run its operation.
-func (p *proc) start() { p.stdin.Close() }
+func (p *proc) start() { p.child.Start() }
 
 // kill sends SIGKILL.
 func (p *proc) kill() {
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.child.Kill(); err != nil {
 		p.t.Fatalf("kill %s: %v", p.spec.Name, err)
 	}
-	<-p.done
-	p.cmd.Wait()
 }
 
 // wait waits for the process to finish and returns its result.
 func (p *proc) wait() procResult {
 	p.t.Helper()
-	<-p.done
-	if err := p.cmd.Wait(); err != nil {
-		p.t.Fatalf("%s: %v; its output:\n%s", p.spec.Name, err, p.stderrTail())
+	if err := p.child.Wait(); err != nil {
+		p.t.Fatalf("%s: %v; its output:\n%s", p.spec.Name, err, p.child.Output())
 	}
 	data, err := os.ReadFile(p.spec.Out)
 	if err != nil {
@@ -365,13 +325,4 @@ func (p *proc) wait() procResult {
 		p.t.Fatalf("%s: %v", p.spec.Name, err)
 	}
 	return r
-}
-
-// stderrTail returns the end of the process's output; call it only once the process has exited.
-func (p *proc) stderrTail() string {
-	s := p.stdout.String() + p.stderr.String()
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
-	}
-	return s
 }

@@ -261,7 +261,6 @@ func managedByOrDefault(managedBy string) string {
 	return ipaddress.DefaultManagedBy
 }
 
-
 // judgeHeld returns the finding of an IP held by exactly one Service, if it has a problem. It
 // decides the class before it formats anything: most IPs have none.
 func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap bool) (finding, bool) {

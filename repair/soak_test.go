@@ -1,22 +1,15 @@
 package repair
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/netip"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -124,7 +117,7 @@ func TestSoakMixedModes(t *testing.T) {
 	}
 	phase("processes ready")
 	for _, p := range procs {
-		p.stdin.Close()
+		p.child.Start()
 	}
 
 	// Restart etcd once a third of all operations are done.
@@ -147,8 +140,9 @@ func TestSoakMixedModes(t *testing.T) {
 		select {
 		case ip := <-p.paused:
 			killedIP = netip.MustParseAddr(ip)
-		case <-p.done:
-			t.Fatalf("%s finished without stopping mid-create; its output:\n%s", victim, p.tail())
+		case <-p.child.Done():
+			_ = p.child.Wait()
+			t.Fatalf("%s finished without stopping mid-create; its output:\n%s", victim, p.child.Output())
 		case <-ctx.Done():
 			t.Fatalf("%s did not stop mid-create: %v", victim, ctx.Err())
 		}
@@ -444,59 +438,29 @@ func (r *soakRun) overlaps() (holds int, overlaps, bad []string) {
 // soakChild is a running soak process.
 type soakChild struct {
 	spec   soakSpec
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
+	child  *testenv.Child
 	ready  chan struct{} // closed when it is ready
 	paused chan string   // receives the address the victim stopped holding
-	done   chan struct{} // closed when its stdout has closed
-	stderr bytes.Buffer  // written by exec until it exits
-	other  bytes.Buffer  // stdout lines without soakMarker; written until done closes
 }
 
 // startSoakChild starts a soak process for spec, whose lines go to run. It kills the process when
 // t ends, if it is still running.
 func startSoakChild(t *testing.T, spec soakSpec, run *soakRun) *soakChild {
 	t.Helper()
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &soakChild{spec: spec, ready: make(chan struct{}), paused: make(chan string, 1), done: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestSoakProcess$", "-test.count=1", "-test.timeout=5m")
-	p.cmd.Env = append(os.Environ(), soakSpecEnv+"="+string(raw))
-	p.cmd.Stderr = &p.stderr
-	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", spec.Name, err)
-	}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			line, ok := strings.CutPrefix(sc.Text(), soakMarker+" ")
-			switch {
-			case !ok:
-				p.other.WriteString(sc.Text() + "\n")
-			case line == "ready":
-				close(p.ready)
-			case strings.HasPrefix(line, soakPaused+" "):
-				p.paused <- strings.TrimPrefix(line, soakPaused+" ")
-			default:
-				run.line(spec.Name, line)
-			}
+	p := &soakChild{spec: spec, ready: make(chan struct{}), paused: make(chan string, 1)}
+	p.child = testenv.StartChild(t, spec.Name, "TestSoakProcess", soakSpecEnv, spec, func(text string) bool {
+		line, ok := strings.CutPrefix(text, soakMarker+" ")
+		switch {
+		case !ok:
+			return false
+		case line == "ready":
+			close(p.ready)
+		case strings.HasPrefix(line, soakPaused+" "):
+			p.paused <- strings.TrimPrefix(line, soakPaused+" ")
+		default:
+			run.line(spec.Name, line)
 		}
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		p.cmd.Wait()
+		return true
 	})
 	return p
 }
@@ -507,9 +471,9 @@ func (p *soakChild) waitReady(t *testing.T) {
 	t.Helper()
 	select {
 	case <-p.ready:
-	case <-p.done:
-		p.cmd.Wait()
-		t.Fatalf("%s exited before it was ready; its output:\n%s", p.spec.Name, p.tail())
+	case <-p.child.Done():
+		_ = p.child.Wait()
+		t.Fatalf("%s exited before it was ready; its output:\n%s", p.spec.Name, p.child.Output())
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("%s not ready after two minutes", p.spec.Name)
 	}
@@ -518,27 +482,15 @@ func (p *soakChild) waitReady(t *testing.T) {
 // kill sends SIGKILL and waits for the process to exit.
 func (p *soakChild) kill(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.child.Kill(); err != nil {
 		t.Fatalf("kill %s: %v", p.spec.Name, err)
 	}
-	<-p.done
-	p.cmd.Wait()
 }
 
 // wait waits for the process to exit and fails t unless it succeeded.
 func (p *soakChild) wait(t *testing.T) {
 	t.Helper()
-	<-p.done
-	if err := p.cmd.Wait(); err != nil {
-		t.Fatalf("%s: %v; its output:\n%s", p.spec.Name, err, p.tail())
+	if err := p.child.Wait(); err != nil {
+		t.Fatalf("%s: %v; its output:\n%s", p.spec.Name, err, p.child.Output())
 	}
-}
-
-// tail returns the end of the process's output; call it only once stdout has closed.
-func (p *soakChild) tail() string {
-	s := p.other.String() + p.stderr.String()
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
-	}
-	return s
 }

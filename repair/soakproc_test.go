@@ -3,7 +3,6 @@ package repair
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +31,7 @@ import (
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // The soak test (soak_test.go) runs each allocator in a process of its own: this test binary run
@@ -99,13 +99,9 @@ type soakSpec struct {
 
 // TestSoakProcess is the body of a soak process; it skips unless soakSpecEnv is set.
 func TestSoakProcess(t *testing.T) {
-	raw := os.Getenv(soakSpecEnv)
-	if raw == "" {
-		t.Skip("the allocator process of TestSoakMixedModes; runs only as its child")
-	}
 	var spec soakSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		t.Fatalf("%s: %v", soakSpecEnv, err)
+	if !testenv.ChildSpec(t, soakSpecEnv, &spec) {
+		t.Skip("the allocator process of TestSoakMixedModes; runs only as its child")
 	}
 	if err := runSoakProcess(spec); err != nil {
 		t.Fatalf("%s: %v", spec.Name, err)
