@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -293,9 +294,7 @@ kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="st
 kube_apiserver_clusterip_allocator_allocation_total{cidr="10.1.0.0/29",scope="static"} 1
 kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.1.0.0/29",scope="static"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated, metricAvailable, metricAllocations, metricErrors); err != nil {
-		t.Error(err)
-	}
+	compareEventually(t, reg, want, metricAllocated, metricAvailable, metricAllocations, metricErrors)
 
 	// A prefix's series go when its last ServiceCIDR does.
 	if err := f.client.NetworkingV1().ServiceCIDRs().Delete(f.ctx, "cidr-2", metav1.DeleteOptions{}); err != nil {
@@ -310,8 +309,26 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 4
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/29"} 3
 kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.1.0.0/29"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricAllocated); err != nil {
-		t.Error(err)
+	compareEventually(t, reg, want, metricAllocated)
+}
+
+// compareEventually compares the metrics names of reg with want (metricstest.Exposition adds
+// their headers) until they agree, and fails t with the last difference if they still do not after
+// testenv.WaitTimeout. The gauges of a prefix that did not serve an allocation count it once its
+// allocator's informer has seen the IPAddress object, as kube-apiserver's per-prefix allocators do.
+func compareEventually(t *testing.T, reg *prometheus.Registry, want string, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(testenv.WaitTimeout)
+	for {
+		err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), names...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Error(err)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
