@@ -1,9 +1,8 @@
 package servicecidr
 
 import (
-	"testing"
-
 	"slices"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 
