@@ -501,7 +501,7 @@ func describeRepair(a AuditSummary) string {
 	if n := a.Counts[string(repair.WrongParent)]; n > 0 {
 		parts = append(parts, fmt.Sprintf("%d IPAddress objects recreated with the right parent", n))
 	}
-	return strings.Join(parts, ", ") + "; audit: " + describeCounts(a.Counts)
+	return strings.Join(parts, ", ") + "; the audit it acted on: " + describeCounts(a.Counts)
 }
 
 // describeCounts lists an audit's counts, what was read first.
