@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
@@ -75,6 +76,23 @@ func ParseAddr(s string) (netip.Addr, error) {
 		return netip.Addr{}, e
 	}
 	return ip, nil
+}
+
+// ParseClusterIP parses a Service's ClusterIP (an element of spec.clusterIPs) as kube-apiserver
+// v1.33 reads it with its StrictIPCIDRValidation gate off, the default, and returns the unmapped
+// address that the API server allocates for it, names its IPAddress object after and sets the bit
+// of. Besides the canonical forms it accepts what Go's net.ParseIP accepted before Go 1.17: IPv4
+// octets with leading zeros, read as decimal ("10.96.0.010" is 10.96.0.10), an IPv4-mapped IPv6
+// spelling, which is the IPv4 address ("::ffff:10.96.0.11" is 10.96.0.11), and any IPv6 spelling
+// ("FD00:10:96::A", "fd00:10:96:0:0:0:0:b"). kube-apiserver stores such a ClusterIP as written,
+// so every comparison of a stored ClusterIP with an address goes through ParseClusterIP. A zone,
+// a CIDR or anything else that is not an address gives an *AddrError that keeps s.
+func ParseClusterIP(s string) (netip.Addr, error) {
+	ip, ok := netip.AddrFromSlice(netutils.ParseIPSloppy(s))
+	if !ok {
+		return netip.Addr{}, &AddrError{Input: s, Reason: "not an IP address"}
+	}
+	return ip.Unmap(), nil
 }
 
 // ParsePrefix parses s as a CIDR such as "10.96.0.0/12" or "fd00::/108" and checks it with

@@ -185,3 +185,35 @@ func TestCheckOwnerNeedsResourceAndName(t *testing.T) {
 		})
 	}
 }
+
+func TestParseClusterIP(t *testing.T) {
+	tests := []struct {
+		in   string
+		want netip.Addr // the zero Addr: an error
+	}{
+		{"10.96.0.10", netip.MustParseAddr("10.96.0.10")},
+		{"10.96.0.010", netip.MustParseAddr("10.96.0.10")}, // decimal, not octal
+		{"010.096.000.001", netip.MustParseAddr("10.96.0.1")},
+		{"::ffff:10.96.0.11", netip.MustParseAddr("10.96.0.11")},
+		{"FD00:10:96::A", netip.MustParseAddr("fd00:10:96::a")},
+		{"fd00:10:96:0:0:0:0:b", netip.MustParseAddr("fd00:10:96::b")},
+		{"fd00::1%eth0", netip.Addr{}},
+		{"10.96.0.0/24", netip.Addr{}},
+		{"None", netip.Addr{}},
+		{"", netip.Addr{}},
+		{" 10.96.0.1", netip.Addr{}},
+		{"10.96.0.256", netip.Addr{}},
+	}
+	for _, tt := range tests {
+		got, err := allocator.ParseClusterIP(tt.in)
+		if got != tt.want {
+			t.Errorf("ParseClusterIP(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+		if !tt.want.IsValid() {
+			var ae *allocator.AddrError
+			if !errors.As(err, &ae) || ae.Input != tt.in || !errors.Is(err, allocator.ErrInvalid) {
+				t.Errorf("ParseClusterIP(%q) error = %v, want an *AddrError keeping the input", tt.in, err)
+			}
+		}
+	}
+}
