@@ -101,13 +101,15 @@ func TestMemStoreConcurrentCASHasOneWinnerPerRevision(t *testing.T) {
 		wins int
 	)
 	for range 16 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			if _, err := m.Update(ctx, rev, bitmap.Snapshot{Range: "10.0.0.0/24", Data: []byte{1}}); err == nil {
 				mu.Lock()
 				wins++
 				mu.Unlock()
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	if wins != 1 {

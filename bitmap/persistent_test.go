@@ -194,7 +194,9 @@ func TestPersistentGroupCommit(t *testing.T) {
 		wg  sync.WaitGroup
 	)
 	for range callers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range each {
 				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
 				if err != nil {
@@ -205,7 +207,7 @@ func TestPersistentGroupCommit(t *testing.T) {
 				got = append(got, ip)
 				mu.Unlock()
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	cas := store.Stats().Updates - before

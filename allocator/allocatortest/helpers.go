@@ -64,10 +64,12 @@ func ExactlyOneWinner(t testing.TB, ctx context.Context, ip netip.Addr, owner al
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, a := range as {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			<-start
 			errs[i] = a.Allocate(ctx, ip, owner)
-		})
+		}()
 	}
 	close(start)
 	wg.Wait()

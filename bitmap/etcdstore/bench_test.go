@@ -33,7 +33,9 @@ func (s *countingStore) Update(ctx context.Context, rev int64, snap bitmap.Snaps
 func compactEvery(client *clientv3.Client, interval time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -48,7 +50,7 @@ func compactEvery(client *clientv3.Client, interval time.Duration) (stop func())
 			}
 			cancel()
 		}
-	})
+	}()
 	return func() { close(done); wg.Wait() }
 }
 
@@ -80,7 +82,9 @@ func BenchmarkPersistentEtcd(b *testing.B) {
 					var wg sync.WaitGroup
 					b.ResetTimer()
 					for range callers {
-						wg.Go(func() {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
 							ctx := context.Background()
 							for next.Add(1) <= int64(b.N) {
 								ip, err := p.AllocateNext(ctx, allocator.Owner{})
@@ -93,7 +97,7 @@ func BenchmarkPersistentEtcd(b *testing.B) {
 									return
 								}
 							}
-						})
+						}()
 					}
 					wg.Wait()
 					b.StopTimer()

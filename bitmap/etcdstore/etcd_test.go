@@ -232,7 +232,9 @@ func TestConcurrentAllocatorsFillRangeWithoutDuplicates(t *testing.T) {
 		ps[i] = newPersistent(t, e.TestClient(t), key, testCIDR)
 	}
 	for _, p := range ps {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			got, gaveUp, err := allocateUntilFull(ctx, p)
 			if err != nil {
 				t.Errorf("AllocateNext() = %v", err)
@@ -244,7 +246,7 @@ func TestConcurrentAllocatorsFillRangeWithoutDuplicates(t *testing.T) {
 			all = append(all, got...)
 			perProc = append(perProc, len(got))
 			mu.Unlock()
-		})
+		}()
 	}
 	wg.Wait()
 	t.Logf("addresses per allocator: %v", perProc)
@@ -544,7 +546,9 @@ func churnChild(p *bitmap.Persistent, _ string) {
 		wg        sync.WaitGroup
 	)
 	for range 4 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for time.Now().Before(deadline) {
 				start := time.Now()
 				ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
@@ -560,7 +564,7 @@ func churnChild(p *bitmap.Persistent, _ string) {
 				}
 				mu.Unlock()
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	slices.Sort(latencies)

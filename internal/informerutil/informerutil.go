@@ -27,10 +27,12 @@ func ObjectFrom[T any](obj any) (T, bool) {
 func RunWorkers(ctx context.Context, n int, queue interface{ ShutDown() }, next func(context.Context) bool) {
 	var wg sync.WaitGroup
 	for range max(n, 1) {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for next(ctx) {
 			}
-		})
+		}()
 	}
 	<-ctx.Done()
 	queue.ShutDown()

@@ -64,7 +64,11 @@ func Run(t testing.TB, as []allocator.Interface, cfg Config) *Result {
 	var wg sync.WaitGroup
 	for w := range len(as) * cfg.WorkersEach {
 		a := as[w%len(as)]
-		wg.Go(func() { r.work(t, a, w, cfg) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.work(t, a, w, cfg)
+		}()
 	}
 	wg.Wait()
 	return r
