@@ -111,7 +111,7 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 		a.allocs[f] = bm
 		return nil
 	}
-	dw, err := NewDualWrite(sc, bm)
+	dw, err := NewDualWrite(sc, bm, WithClient(cfg.Client))
 	if err != nil {
 		bm.Close()
 		return err

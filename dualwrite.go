@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/http"
 	"net/netip"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -23,6 +28,10 @@ const (
 	// undoTimeout bounds a write that undoes half of a dual write; it runs even when the caller's
 	// context is done, since the address would otherwise stay held in one store only.
 	undoTimeout = 30 * time.Second
+
+	// confirmTimeout bounds the read of an IPAddress object whose create had an ambiguous answer;
+	// like an undo, it runs even when the caller's context is done.
+	confirmTimeout = 10 * time.Second
 
 	// maxSkips is how many addresses AllocateNext takes from the bitmap and gives back, because
 	// the primary holds them already, before it lets the primary choose instead. Such addresses
@@ -48,28 +57,55 @@ const (
 //
 // Writes go in an order that never shows a Legacy peer a free bit for an address the primary
 // holds: AllocateNext and Allocate set the bit first and then create the IPAddress, Release
-// deletes the IPAddress first and then clears the bit; a failed second write undoes the first.
-// Only a crash between two writes leaves an address in one store alone (a leaked bit, never a
-// duplicate); repair heals it. A bit that is set without an IPAddress object belongs to a Legacy
-// peer (or is stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
+// deletes the IPAddress first and then clears the bit. A bit is cleared again only when the
+// create was definitely refused (the object exists already, the address is in no ready
+// ServiceCIDR, a 4xx answer): an answer that leaves the outcome unknown (a 5xx such as a 504, a
+// connection lost before the response, the caller's deadline) may come after the object was
+// stored, so the bit stays. The object is then read back (see WithClient): if it exists for the
+// owner, the allocation stands; otherwise the error is returned and the bit is left for repair,
+// which frees it once it has seen no object for the address for its hold-off. The other way
+// round, an IPAddress whose bit could not be set is always deleted again, since a bit that may
+// have been set without an object is a leak, never a duplicate. So only a crash between two
+// writes, an ambiguous answer or a failed undo leaves an address in one store alone, and always
+// as a bit without an object (a leak that repair frees), never the reverse. A bit that is set
+// without an IPAddress object belongs to a Legacy peer (or is stale): it is never taken over,
+// and Allocate reports allocator.ErrAllocated for it.
 //
 // A DualWriteAllocator is safe for concurrent use; the zero value is not usable (see
 // NewDualWrite). It holds no lock of its own.
 type DualWriteAllocator struct {
 	primary allocator.Interface
 	mirror  allocator.Interface
-	window  netip.Prefix // the mirror's range
-	slots   uint64       // the mirror's slots: offsets [0, slots) of window
+	window  netip.Prefix         // the mirror's range
+	slots   uint64               // the mirror's slots: offsets [0, slots) of window
+	client  kubernetes.Interface // reads back IPAddress objects after ambiguous creates; may be nil
 
 	skipped    atomic.Uint64
 	undone     atomic.Uint64
 	undoFailed atomic.Uint64
+	kept       atomic.Uint64
+	confirmed  atomic.Uint64
+}
+
+// DualWriteOption configures NewDualWrite.
+type DualWriteOption func(*DualWriteAllocator)
+
+// WithClient reads IPAddress objects through client when a create's answer does not say whether
+// the object was stored, so that an allocation the server did store is not reported as failed.
+// Default none: such an allocation fails and its bit stays set, a leak that repair frees. A nil
+// client keeps the default.
+func WithClient(client kubernetes.Interface) DualWriteOption {
+	return func(d *DualWriteAllocator) {
+		if client != nil {
+			d.client = client
+		}
+	}
 }
 
 // NewDualWrite returns the dual-write allocator of primary and mirror, which must serve the same
 // IP family; mirror must have a range (a non-zero CIDR), normally a *bitmap.Persistent of the
 // family's flag range. Close closes both.
-func NewDualWrite(primary, mirror allocator.Interface) (*DualWriteAllocator, error) {
+func NewDualWrite(primary, mirror allocator.Interface, opts ...DualWriteOption) (*DualWriteAllocator, error) {
 	if primary == nil || mirror == nil {
 		return nil, errors.New("clusterip: NewDualWrite: nil allocator")
 	}
@@ -84,7 +120,13 @@ func NewDualWrite(primary, mirror allocator.Interface) (*DualWriteAllocator, err
 	if w.Addr().Is6() {
 		slots = min(slots, bitmap.MaxIPv6Slots)
 	}
-	return &DualWriteAllocator{primary: primary, mirror: mirror, window: w, slots: slots}, nil
+	d := &DualWriteAllocator{primary: primary, mirror: mirror, window: w, slots: slots}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(d)
+		}
+	}
+	return d, nil
 }
 
 // Primary returns the allocator of IPAddress objects.
@@ -113,11 +155,102 @@ type DualWriteStats struct {
 	// UndoFailed counts undos that failed themselves, each leaving one address in one store only
 	// (a leak that repair frees).
 	UndoFailed uint64
+	// Kept counts bits left set after an IPAddress create whose outcome stayed unknown (each a
+	// possible leak that repair frees), and after one that found another owner's object.
+	Kept uint64
+	// Confirmed counts IPAddress creates with an ambiguous answer that a read showed stored for
+	// the owner: allocations that stood.
+	Confirmed uint64
 }
 
 // Stats returns the counts so far.
 func (d *DualWriteAllocator) Stats() DualWriteStats {
-	return DualWriteStats{Skipped: d.skipped.Load(), Undone: d.undone.Load(), UndoFailed: d.undoFailed.Load()}
+	return DualWriteStats{
+		Skipped: d.skipped.Load(), Undone: d.undone.Load(), UndoFailed: d.undoFailed.Load(),
+		Kept: d.kept.Load(), Confirmed: d.confirmed.Load(),
+	}
+}
+
+// refused reports whether err, from the primary's Allocate, says that no IPAddress object was
+// stored: the allocators' own refusals (taken, out of range, not ready, invalid input), and API
+// answers in the 4xx class, which the server gives before it writes (Conflict and AlreadyExists,
+// Invalid, Forbidden, TooManyRequests...) except 408. Anything else (a 5xx, among them 504
+// Timeout and 500 errors from storage, a transport error with no answer, the caller's context
+// ending while the request was out) leaves the outcome unknown.
+func refused(err error) bool {
+	var nir *allocator.NotInRangeError
+	var addrErr *allocator.AddrError
+	var ownerErr *allocator.OwnerError
+	switch {
+	case errors.Is(err, allocator.ErrAllocated), errors.Is(err, allocator.ErrNotReady),
+		errors.Is(err, allocator.ErrFull), errors.Is(err, allocator.ErrMismatchedNetwork),
+		errors.As(err, &nir), errors.As(err, &addrErr), errors.As(err, &ownerErr):
+		return true
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code >= 400 && code < 500 && code != http.StatusRequestTimeout
+	}
+	return false
+}
+
+// createOutcome is what a read of the IPAddress object of an ambiguous create showed.
+type createOutcome int
+
+const (
+	outcomeUnknown createOutcome = iota // no object, or the read failed: the create may yet land
+	outcomeOurs                         // the object exists for the owner: the allocation stands
+	outcomeOthers                       // the object exists for another owner
+)
+
+// confirm reads the IPAddress object of ip after a create whose answer was ambiguous (cause),
+// even when ctx is done. Finding no object proves nothing: a create answered by a timeout may
+// still be stored after the read, so only an object found decides.
+func (d *DualWriteAllocator) confirm(ctx context.Context, ip netip.Addr, owner allocator.Owner, cause error) createOutcome {
+	logger := klog.FromContext(ctx)
+	if d.client == nil {
+		logger.Info("IPAddress create had an ambiguous answer; keeping its bit for repair", "ip", ip, "err", cause)
+		return outcomeUnknown
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	obj, err := d.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
+	switch {
+	case err != nil:
+		logger.Info("IPAddress create had an ambiguous answer, and reading the object failed; keeping its bit for repair", "ip", ip, "err", cause, "readErr", err)
+		return outcomeUnknown
+	case parentIs(obj, owner):
+		return outcomeOurs
+	}
+	logger.Info("IPAddress create had an ambiguous answer, and the object has another parent; keeping its bit", "ip", ip, "err", cause, "parentRef", obj.Spec.ParentRef)
+	return outcomeOthers
+}
+
+// parentIs reports whether obj's parentRef names owner.
+func parentIs(obj *networkingv1.IPAddress, owner allocator.Owner) bool {
+	r := obj.Spec.ParentRef
+	return r != nil && r.Group == owner.Group && r.Resource == owner.Resource && r.Namespace == owner.Namespace && r.Name == owner.Name
+}
+
+// settle ends a dual write whose bit for ip is set and whose IPAddress create returned err: it
+// clears the bit again if the create was refused, and otherwise confirms the outcome, keeping the
+// bit unless the object is known absent. It returns nil if the allocation stands.
+func (d *DualWriteAllocator) settle(ctx context.Context, ip netip.Addr, owner allocator.Owner, err error) error {
+	if refused(err) {
+		d.undo(ctx, "bitmap", ip, d.mirror.Release)
+		return err
+	}
+	switch d.confirm(ctx, ip, owner, err) {
+	case outcomeOurs:
+		d.confirmed.Add(1)
+		return nil
+	case outcomeOthers:
+		d.kept.Add(1)
+		return fmt.Errorf("clusterip: %s: its IPAddress belongs to another owner (after %v): %w", ip, err, allocator.ErrAllocated)
+	}
+	d.kept.Add(1)
+	return fmt.Errorf("clusterip: %s: the IPAddress create's outcome is unknown, so its bit stays set for repair: %w", ip, err)
 }
 
 // undo runs release(ip) to take back the first half of a dual write, even when ctx is done.
@@ -132,7 +265,8 @@ func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Add
 }
 
 // Allocate reserves ip for owner. Inside the bitmap's window it sets the bit first and then creates
-// the IPAddress object, clearing the bit again if that fails; outside it asks the primary alone.
+// the IPAddress object, clearing the bit again if the create is refused (and keeping it if the
+// create's outcome is unknown, see DualWriteAllocator); outside it asks the primary alone.
 // A bit that is already set gives allocator.ErrAllocated, whether the address is ours or a Legacy
 // peer's; the errors are otherwise those of the two allocators (see allocator.Interface).
 func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
@@ -149,8 +283,7 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 		return fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
 	}
 	if err := d.primary.Allocate(ctx, ip, owner); err != nil {
-		d.undo(ctx, "bitmap", ip, d.mirror.Release)
-		return err
+		return d.settle(ctx, ip, owner, err)
 	}
 	return nil
 }
@@ -184,7 +317,9 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 		if err == nil {
 			return ip, nil
 		}
-		d.undo(ctx, "bitmap", ip, d.mirror.Release)
+		if err = d.settle(ctx, ip, owner, err); err == nil {
+			return ip, nil
+		}
 		if errors.Is(err, allocator.ErrAllocated) {
 			d.skipped.Add(1)
 			continue
