@@ -85,6 +85,7 @@ type DualWriteAllocator struct {
 	undoFailed atomic.Uint64
 	kept       atomic.Uint64
 	confirmed  atomic.Uint64
+	refused    atomic.Uint64
 }
 
 // DualWriteOption configures NewDualWrite.
@@ -161,13 +162,17 @@ type DualWriteStats struct {
 	// Confirmed counts IPAddress creates with an ambiguous answer that a read showed stored for
 	// the owner: allocations that stood.
 	Confirmed uint64
+	// Refused counts addresses the primary chose inside the window whose bits were held (a Legacy
+	// peer's or stale bits): each cost an IPAddress create and delete. They are among Skipped and
+	// Undone too.
+	Refused uint64
 }
 
 // Stats returns the counts so far.
 func (d *DualWriteAllocator) Stats() DualWriteStats {
 	return DualWriteStats{
 		Skipped: d.skipped.Load(), Undone: d.undone.Load(), UndoFailed: d.undoFailed.Load(),
-		Kept: d.kept.Load(), Confirmed: d.confirmed.Load(),
+		Kept: d.kept.Load(), Confirmed: d.confirmed.Load(), Refused: d.refused.Load(),
 	}
 }
 
@@ -292,9 +297,11 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // bitmap's window first and then creates that address's IPAddress object; an address whose
 // object still exists (a peer freed the bit before deleting the object) or that no ready
 // ServiceCIDR serves is given back and another taken, never reported as an error. Once the window
-// is full, or the primary cannot serve it, the primary chooses an address outside it; one it
-// chooses inside the window is kept only if its bit can be set. It returns allocator.ErrFull when
-// neither has a free address, and other errors of the two allocators at once.
+// has no free bit (even if its addresses have no IPAddress objects, as a Legacy peer's Services
+// leave them), or the primary cannot serve it, the primary chooses an address of a ServiceCIDR
+// outside the window; one it chooses inside the window is kept only if its bit can be set. It
+// returns allocator.ErrFull when neither has a free address, and other errors of the two
+// allocators at once.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
 		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
@@ -336,11 +343,28 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 	return d.allocateFromPrimary(ctx, owner)
 }
 
+// outsideAllocator is a primary that can choose an address outside a prefix, as
+// servicecidr.Allocator does.
+type outsideAllocator interface {
+	AllocateNextOutside(ctx context.Context, owner allocator.Owner, p netip.Prefix) (netip.Addr, error)
+}
+
 // allocateFromPrimary lets the primary choose an address, for when the bitmap's window is full or
-// not served. An address inside the window is kept only if its bit can be set too.
+// not served: from the ServiceCIDRs outside the window if the primary can tell them apart (so
+// that a window full of a Legacy peer's bits costs nothing while another ServiceCIDR has room),
+// else from any. An address inside the window (from a primary that cannot, or from a ServiceCIDR
+// that contains the window, such as an IPv6 flag range wider than the bitmap) is kept only if its
+// bit can be set too; otherwise its IPAddress is deleted again, which is safe whatever the bitmap's
+// answer was, since a bit without an object is a leak and never a duplicate.
 func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	next := d.primary.AllocateNext
+	if o, ok := d.primary.(outsideAllocator); ok {
+		next = func(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+			return o.AllocateNextOutside(ctx, owner, d.window)
+		}
+	}
 	for range maxFallbacks {
-		ip, err := d.primary.AllocateNext(ctx, owner)
+		ip, err := next(ctx, owner)
 		if err != nil {
 			return netip.Addr{}, err
 		}
@@ -357,6 +381,7 @@ func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allo
 		}
 		// A Legacy peer's bit (or a stale one): never taken over.
 		d.skipped.Add(1)
+		d.refused.Add(1)
 	}
 	return netip.Addr{}, fmt.Errorf("clusterip: every free address the ServiceCIDRs offered is held in the bitmap of %s: %w", d.window, allocator.ErrFull)
 }
@@ -461,8 +486,15 @@ func (v dualWriteDryRun) AllocateNext(ctx context.Context, owner allocator.Owner
 	if err == nil && v.d.primary.DryRun().Allocate(ctx, ip, owner) == nil {
 		return ip, nil
 	}
+	primary := v.d.primary.DryRun()
+	next := primary.AllocateNext
+	if o, ok := primary.(outsideAllocator); ok {
+		next = func(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+			return o.AllocateNextOutside(ctx, owner, v.d.window)
+		}
+	}
 	for range maxFallbacks {
-		ip, err := v.d.primary.DryRun().AllocateNext(ctx, owner)
+		ip, err := next(ctx, owner)
 		if err != nil || !v.d.InWindow(ip) || !v.d.mirror.Has(ip) {
 			return ip, err
 		}

@@ -491,3 +491,47 @@ func TestDualWriteKeepsBitWhenIPAddressCreateIsAmbiguous(t *testing.T) {
 		})
 	}
 }
+
+// The flag range's bits are all held by a Legacy peer's Services (no IPAddress objects), and an
+// extra ServiceCIDR has room: every AllocateNext is served from it until it is full, and none
+// costs an IPAddress create in the flag range.
+func TestDualWriteAllocateNextServesOtherServiceCIDRWhenLegacyHoldsFlagRange(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/24", "10.1.0.0/28")
+	var legacy []netip.Addr
+	for ip := netip.MustParseAddr("10.0.0.1"); ip != netip.MustParseAddr("10.0.0.255"); ip = ip.Next() {
+		legacy = append(legacy, ip)
+	}
+	f.setBits(legacy...)
+	extra := netip.MustParsePrefix("10.1.0.0/28")
+	var got []netip.Addr
+	for i := range 14 {
+		ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+		if err != nil {
+			t.Fatalf("AllocateNext() #%d = %v, want an address of %s (%+v)", i+1, err, extra, f.dw.Stats())
+		}
+		if !extra.Contains(ip) {
+			t.Errorf("AllocateNext() #%d = %v, want an address of %s", i+1, ip, extra)
+		}
+		got = append(got, ip)
+		if i == 0 { // the bitmap mirror has read the Legacy peer's bits by now
+			for j := range 20 {
+				if ip, err := f.dw.DryRun().AllocateNext(f.ctx, testOwner); err != nil || !extra.Contains(ip) {
+					t.Fatalf("DryRun().AllocateNext() #%d = %v, %v; want an address of %s", j+1, ip, err, extra)
+				}
+			}
+		}
+	}
+	if _, err := f.dw.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
+		t.Errorf("AllocateNext() with both full = %v, want ErrFull", err)
+	}
+	creates := 0
+	for _, e := range f.log.get() {
+		if strings.HasPrefix(e, "create 10.0.0.") {
+			creates++
+		}
+	}
+	if creates != 0 {
+		t.Errorf("%d IPAddress creates in the flag range, whose bits a Legacy peer holds; want 0", creates)
+	}
+	f.checkInvariant(legacy...)
+}
