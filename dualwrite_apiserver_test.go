@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // How an ambiguousProxy answers the next IPAddress create, after forwarding it to the API server.
@@ -196,5 +198,87 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Against the real kube-apiserver v1.33.13 in its default dual write: its bitmap key is deleted,
+// and while it creates Services at once (each allocated without a bit while the key is missing,
+// as v1.33 does), our New bootstraps the bitmap. Afterwards every Service's address has its bit.
+func TestDualWriteBootstrapBesideKubeAPIServerCreatingServices(t *testing.T) {
+	const flag = "10.96.0.0/22"
+	rg := netip.MustParsePrefix(flag)
+	_, ec, api := startOwnCluster(t, flag)
+	c := api.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	key := etcdstore.ServiceIPsKey("/registry")
+	if _, ok := etcdBits(t, ec, key, rg); !ok {
+		t.Fatalf("no bitmap at %s: kube-apiserver has not created it", key)
+	}
+	if _, err := ec.Delete(ctx, key); err != nil {
+		t.Fatalf("delete %s: %v", key, err)
+	}
+
+	const workers = 8
+	var (
+		mu       sync.Mutex
+		services = map[string]netip.Addr{}
+		failed   int
+		created  atomic.Int64
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("bootstrap-race-%d-%d", w, i)
+				svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
+				mu.Lock()
+				if err != nil {
+					failed++
+					mu.Unlock()
+					continue
+				}
+				services[name] = netip.MustParseAddr(svc.Spec.ClusterIP)
+				mu.Unlock()
+				created.Add(1)
+			}
+		}()
+	}
+	testenv.WaitFor(t, "Services created while the bitmap key is missing", func() bool { return created.Load() >= 20 })
+	before := created.Load()
+	start := time.Now()
+	startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
+	took := time.Since(start)
+	during := created.Load() - before
+	time.Sleep(500 * time.Millisecond) // the kube-apiserver keeps creating, now with bits
+	close(stop)
+	wg.Wait()
+
+	bits, ok := etcdBits(t, ec, key, rg)
+	if !ok {
+		t.Fatalf("no bitmap at %s after New", key)
+	}
+	missing := 0
+	for name, ip := range services {
+		if !bits[ip] {
+			missing++
+			t.Errorf("Service %s: %s has no bit", name, ip)
+		}
+	}
+	log, _ := os.ReadFile(api.LogPath)
+	fallbacks := strings.Count(string(log), "no IP address available on the old ClusterIP allocator")
+	t.Logf("%d Services (%d before New, %d while New ran for %v, %d failed creates); %d without a bit; "+
+		"the kube-apiserver logged %d allocations without a bit (\"no IP address available on the old ClusterIP allocator\")",
+		len(services), before, during, took.Round(time.Millisecond), failed, missing, fallbacks)
+	if fallbacks == 0 {
+		t.Errorf("the kube-apiserver logged no allocation without a bit: the key was not missing while it allocated")
 	}
 }
