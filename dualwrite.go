@@ -41,7 +41,8 @@ const (
 
 	// maxFallbacks is how many addresses the primary may choose inside the bitmap's window, only to
 	// find their bits held by a Legacy peer, before AllocateNext reports the range full. Each costs
-	// an IPAddress create and delete; the primary only offers such addresses once the window is full.
+	// an IPAddress create and delete. A servicecidr primary offers such addresses only from a
+	// ServiceCIDR that contains the window (see allocateFromPrimary).
 	maxFallbacks = 16
 )
 
@@ -65,11 +66,14 @@ const (
 // owner, the allocation stands; otherwise the error is returned and the bit is left for repair,
 // which frees it once it has seen no object for the address for its hold-off. The other way
 // round, an IPAddress whose bit could not be set is always deleted again, since a bit that may
-// have been set without an object is a leak, never a duplicate. So only a crash between two
-// writes, an ambiguous answer or a failed undo leaves an address in one store alone, and always
-// as a bit without an object (a leak that repair frees), never the reverse. A bit that is set
-// without an IPAddress object belongs to a Legacy peer (or is stale): it is never taken over,
-// and Allocate reports allocator.ErrAllocated for it.
+// have been set without an object is a leak, never a duplicate. So a crash between two writes,
+// an ambiguous answer or a failed undo leaves an address in one store alone, as a bit without an
+// object (a leak that repair frees). The one exception is an address inside the window that the
+// primary chose itself (from a ServiceCIDR that contains the window, such as an IPv6 flag range
+// wider than the bitmap): its object comes first, so a crash before its bit, or a failed delete
+// after its bit was refused, leaves an object without a bit, which repair's ipaddress-only
+// finding heals. A bit that is set without an IPAddress object belongs to a Legacy peer (or is
+// stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
 //
 // A DualWriteAllocator is safe for concurrent use; the zero value is not usable (see
 // NewDualWrite). It holds no lock of its own.
