@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -37,6 +38,7 @@ const (
 	answer504                   // a 504 Timeout Status, as kube-apiserver's request timeout writes it
 	answerDrop                  // the connection closed with no response
 	answerDeadline              // no answer until the client gives up (its deadline)
+	answerLost504               // a 504 without forwarding the create: nothing is stored
 )
 
 // ambiguousProxy is a loopback HTTP proxy in front of a kube-apiserver whose next IPAddress create
@@ -99,6 +101,17 @@ func (p *ambiguousProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
+	if answer == answerLost504 {
+		if obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(mustRead(r), nil, nil); err == nil {
+			if ipa, ok := obj.(*networkingv1.IPAddress); ok {
+				p.mu.Lock()
+				p.hit = ipa.Name
+				p.mu.Unlock()
+			}
+		}
+		write504(w)
+		return
+	}
 	// Forward the create whatever becomes of the client's request, and keep the server's answer.
 	rec := httptest.NewRecorder()
 	out := r.Clone(context.WithoutCancel(r.Context()))
@@ -115,9 +128,7 @@ func (p *ambiguousProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch answer {
 	case answer504:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusGatewayTimeout)
-		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within requested timeout - context deadline exceeded","reason":"Timeout","details":{},"code":504}`)
+		write504(w)
 	case answerDrop:
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
@@ -128,10 +139,24 @@ func (p *ambiguousProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// write504 answers as kube-apiserver's request timeout does.
+func write504(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusGatewayTimeout)
+	fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within requested timeout - context deadline exceeded","reason":"Timeout","details":{},"code":504}`)
+}
+
+// mustRead returns the body of r, or nil if it cannot be read.
+func mustRead(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
+}
+
 // Against the real kube-apiserver v1.33.13: an IPAddress create that the server stores but whose
 // answer is a 504, a dropped connection or the caller's deadline never leaves the address without
 // its bit. The allocation is confirmed by reading the object back; a Legacy allocator on the same
-// bitmap and the kube-apiserver itself (in dual write) both refuse the address.
+// bitmap and the kube-apiserver itself (in dual write) both refuse the address. A 504 for a create
+// that was never stored fails the allocation and keeps the bit all the same, for repair to free.
 func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	proxy, proxied := newAmbiguousProxy(t, api.Config)
@@ -149,6 +174,7 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 		{name: "AllocateNext: caller's deadline after storing", answer: answerDeadline},
 		{name: "Allocate: 504 after storing", answer: answer504, chosen: "10.96.0.9"},
 		{name: "Allocate: caller's deadline after storing", answer: answerDeadline, chosen: "10.96.0.10"},
+		{name: "AllocateNext: 504 without storing", answer: answerLost504},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,14 +198,19 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 				}
 			}()
 			t.Logf("answer %d for IPAddress %s: error %v; %+v", tt.answer, ip, err, dw.(*DualWriteAllocator).Stats())
-			if err != nil {
+			stored := tt.answer != answerLost504
+			switch {
+			case stored && err != nil:
 				t.Errorf("the server stored the IPAddress of %s for the owner, yet the allocation failed: %v", ip, err)
+			case !stored && err == nil:
+				t.Errorf("the server never stored the IPAddress of %s, yet the allocation succeeded", ip)
 			}
-			if _, gerr := api.Client.NetworkingV1().IPAddresses().Get(ctx, name, metav1.GetOptions{}); gerr != nil {
-				t.Fatalf("get IPAddress %s: %v", name, gerr)
+			_, gerr := api.Client.NetworkingV1().IPAddresses().Get(ctx, name, metav1.GetOptions{})
+			if stored && gerr != nil || !stored && !apierrors.IsNotFound(gerr) {
+				t.Fatalf("get IPAddress %s: %v, want it stored: %t", name, gerr, stored)
 			}
 			if bits := storedBits(t, etcd, etcdstore.DefaultServiceIPsKey); !slices.Contains(bits, ip) {
-				t.Errorf("the IPAddress %s exists, but its bit is clear", ip)
+				t.Errorf("the bit of %s is clear after an ambiguous create (stored: %t)", ip, stored)
 			}
 			// A Legacy peer cannot take the address...
 			if lerr := legacy.Allocate(ctx, ip, testOwner); !errors.Is(lerr, allocator.ErrAllocated) {
