@@ -47,7 +47,7 @@ func (l *latencies) quantile(q float64) time.Duration {
 // BenchmarkDualWriteBesideKubeAPIServer measures our DualWrite AllocateNext+Release pairs with 16
 // workers against real etcd and kube-apiserver v1.33.13, while 16 workers of the same
 // kube-apiserver create and delete ClusterIP Services in its own dual-write mode on the same
-// range, and reports both rates and latencies (DESIGN §9). Run it with -benchtime=960x.
+// range, and reports both rates and latencies. Run it with -benchtime=960x.
 func BenchmarkDualWriteBesideKubeAPIServer(b *testing.B) { benchmarkDualWrite(b, true, 0) }
 
 // BenchmarkDualWriteAlone measures the pairs of BenchmarkDualWriteBesideKubeAPIServer without the
