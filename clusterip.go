@@ -40,7 +40,9 @@ type Allocators struct {
 //     <prefix>/ranges/secondaryserviceips), created empty if missing.
 //   - DualWrite: a DualWriteAllocator over the family's servicecidr.Allocator (the primary) and a
 //     bitmap mirror of the family's own range at the same key as in Legacy mode. A missing mirror
-//     is created from the IPAddress objects already in its range (see bootstrap.go).
+//     is created from the IPAddress objects already in its range, and New then keeps catching up
+//     for about two seconds with objects that a kube-apiserver v1.33 created without bits while
+//     the key was missing (see bootstrap.go).
 //   - IPAddressOnly: the family's servicecidr.Allocator.
 //
 // A Config missing what its mode needs gives a *ConfigError naming the field. New reads etcd and
@@ -111,7 +113,7 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 		a.allocs[f] = bm
 		return nil
 	}
-	dw, err := NewDualWrite(sc, bm)
+	dw, err := NewDualWrite(sc, bm, WithClient(cfg.Client))
 	if err != nil {
 		bm.Close()
 		return err

@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/http"
 	"net/netip"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -24,6 +29,10 @@ const (
 	// context is done, since the address would otherwise stay held in one store only.
 	undoTimeout = 30 * time.Second
 
+	// confirmTimeout bounds the read of an IPAddress object whose create had an ambiguous answer;
+	// like an undo, it runs even when the caller's context is done.
+	confirmTimeout = 10 * time.Second
+
 	// maxSkips is how many addresses AllocateNext takes from the bitmap and gives back, because
 	// the primary holds them already, before it lets the primary choose instead. Such addresses
 	// are rare (a peer that frees the bit before its IPAddress object, or an IPAddress-only peer),
@@ -32,7 +41,8 @@ const (
 
 	// maxFallbacks is how many addresses the primary may choose inside the bitmap's window, only to
 	// find their bits held by a Legacy peer, before AllocateNext reports the range full. Each costs
-	// an IPAddress create and delete; the primary only offers such addresses once the window is full.
+	// an IPAddress create and delete. A servicecidr primary offers such addresses only from a
+	// ServiceCIDR that contains the window (see allocateFromPrimary).
 	maxFallbacks = 16
 )
 
@@ -48,28 +58,59 @@ const (
 //
 // Writes go in an order that never shows a Legacy peer a free bit for an address the primary
 // holds: AllocateNext and Allocate set the bit first and then create the IPAddress, Release
-// deletes the IPAddress first and then clears the bit; a failed second write undoes the first.
-// Only a crash between two writes leaves an address in one store alone (a leaked bit, never a
-// duplicate); repair heals it. A bit that is set without an IPAddress object belongs to a Legacy
-// peer (or is stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
+// deletes the IPAddress first and then clears the bit. A bit is cleared again only when the
+// create was definitely refused (the object exists already, the address is in no ready
+// ServiceCIDR, a 4xx answer): an answer that leaves the outcome unknown (a 5xx such as a 504, a
+// connection lost before the response, the caller's deadline) may come after the object was
+// stored, so the bit stays. The object is then read back (see WithClient): if it exists for the
+// owner, the allocation stands; otherwise the error is returned and the bit is left for repair,
+// which frees it once it has seen no object for the address for its hold-off. The other way
+// round, an IPAddress whose bit could not be set is always deleted again, since a bit that may
+// have been set without an object is a leak, never a duplicate. So a crash between two writes,
+// an ambiguous answer or a failed undo leaves an address in one store alone, as a bit without an
+// object (a leak that repair frees). The one exception is an address inside the window that the
+// primary chose itself (from a ServiceCIDR that contains the window, such as an IPv6 flag range
+// wider than the bitmap): its object comes first, so a crash before its bit, or a failed delete
+// after its bit was refused, leaves an object without a bit, which repair's ipaddress-only
+// finding heals. A bit that is set without an IPAddress object belongs to a Legacy peer (or is
+// stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
 //
 // A DualWriteAllocator is safe for concurrent use; the zero value is not usable (see
 // NewDualWrite). It holds no lock of its own.
 type DualWriteAllocator struct {
 	primary allocator.Interface
 	mirror  allocator.Interface
-	window  netip.Prefix // the mirror's range
-	slots   uint64       // the mirror's slots: offsets [0, slots) of window
+	window  netip.Prefix         // the mirror's range
+	slots   uint64               // the mirror's slots: offsets [0, slots) of window
+	client  kubernetes.Interface // reads back IPAddress objects after ambiguous creates; may be nil
 
 	skipped    atomic.Uint64
 	undone     atomic.Uint64
 	undoFailed atomic.Uint64
+	kept       atomic.Uint64
+	confirmed  atomic.Uint64
+	refused    atomic.Uint64
+}
+
+// DualWriteOption configures NewDualWrite.
+type DualWriteOption func(*DualWriteAllocator)
+
+// WithClient reads IPAddress objects through client when a create's answer does not say whether
+// the object was stored, so that an allocation the server did store is not reported as failed.
+// Default none: such an allocation fails and its bit stays set, a leak that repair frees. A nil
+// client keeps the default.
+func WithClient(client kubernetes.Interface) DualWriteOption {
+	return func(d *DualWriteAllocator) {
+		if client != nil {
+			d.client = client
+		}
+	}
 }
 
 // NewDualWrite returns the dual-write allocator of primary and mirror, which must serve the same
 // IP family; mirror must have a range (a non-zero CIDR), normally a *bitmap.Persistent of the
 // family's flag range. Close closes both.
-func NewDualWrite(primary, mirror allocator.Interface) (*DualWriteAllocator, error) {
+func NewDualWrite(primary, mirror allocator.Interface, opts ...DualWriteOption) (*DualWriteAllocator, error) {
 	if primary == nil || mirror == nil {
 		return nil, errors.New("clusterip: NewDualWrite: nil allocator")
 	}
@@ -84,7 +125,13 @@ func NewDualWrite(primary, mirror allocator.Interface) (*DualWriteAllocator, err
 	if w.Addr().Is6() {
 		slots = min(slots, bitmap.MaxIPv6Slots)
 	}
-	return &DualWriteAllocator{primary: primary, mirror: mirror, window: w, slots: slots}, nil
+	d := &DualWriteAllocator{primary: primary, mirror: mirror, window: w, slots: slots}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(d)
+		}
+	}
+	return d, nil
 }
 
 // Primary returns the allocator of IPAddress objects.
@@ -113,11 +160,106 @@ type DualWriteStats struct {
 	// UndoFailed counts undos that failed themselves, each leaving one address in one store only
 	// (a leak that repair frees).
 	UndoFailed uint64
+	// Kept counts bits left set after an IPAddress create whose outcome stayed unknown (each a
+	// possible leak that repair frees), and after one that found another owner's object.
+	Kept uint64
+	// Confirmed counts IPAddress creates with an ambiguous answer that a read showed stored for
+	// the owner: allocations that stood.
+	Confirmed uint64
+	// Refused counts addresses the primary chose inside the window whose bits were held (a Legacy
+	// peer's or stale bits): each cost an IPAddress create and delete. They are among Skipped and
+	// Undone too.
+	Refused uint64
 }
 
 // Stats returns the counts so far.
 func (d *DualWriteAllocator) Stats() DualWriteStats {
-	return DualWriteStats{Skipped: d.skipped.Load(), Undone: d.undone.Load(), UndoFailed: d.undoFailed.Load()}
+	return DualWriteStats{
+		Skipped: d.skipped.Load(), Undone: d.undone.Load(), UndoFailed: d.undoFailed.Load(),
+		Kept: d.kept.Load(), Confirmed: d.confirmed.Load(), Refused: d.refused.Load(),
+	}
+}
+
+// refused reports whether err, from the primary's Allocate, says that no IPAddress object was
+// stored: the allocators' own refusals (taken, out of range, not ready, invalid input), and API
+// answers in the 4xx class, which the server gives before it writes (Conflict and AlreadyExists,
+// Invalid, Forbidden, TooManyRequests...) except 408. Anything else (a 5xx, among them 504
+// Timeout and 500 errors from storage, a transport error with no answer, the caller's context
+// ending while the request was out) leaves the outcome unknown.
+func refused(err error) bool {
+	var nir *allocator.NotInRangeError
+	var addrErr *allocator.AddrError
+	var ownerErr *allocator.OwnerError
+	switch {
+	case errors.Is(err, allocator.ErrAllocated), errors.Is(err, allocator.ErrNotReady),
+		errors.Is(err, allocator.ErrFull), errors.Is(err, allocator.ErrMismatchedNetwork),
+		errors.As(err, &nir), errors.As(err, &addrErr), errors.As(err, &ownerErr):
+		return true
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code >= 400 && code < 500 && code != http.StatusRequestTimeout
+	}
+	return false
+}
+
+// createOutcome is what a read of the IPAddress object of an ambiguous create showed.
+type createOutcome int
+
+const (
+	outcomeUnknown createOutcome = iota // no object, or the read failed: the create may yet land
+	outcomeOurs                         // the object exists for the owner: the allocation stands
+	outcomeOthers                       // the object exists for another owner
+)
+
+// confirm reads the IPAddress object of ip after a create whose answer was ambiguous (cause),
+// even when ctx is done. Finding no object proves nothing: a create answered by a timeout may
+// still be stored after the read, so only an object found decides.
+func (d *DualWriteAllocator) confirm(ctx context.Context, ip netip.Addr, owner allocator.Owner, cause error) createOutcome {
+	logger := klog.FromContext(ctx)
+	if d.client == nil {
+		logger.Info("IPAddress create had an ambiguous answer; keeping its bit for repair", "ip", ip, "err", cause)
+		return outcomeUnknown
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	obj, err := d.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
+	switch {
+	case err != nil:
+		logger.Info("IPAddress create had an ambiguous answer, and reading the object failed; keeping its bit for repair", "ip", ip, "err", cause, "readErr", err)
+		return outcomeUnknown
+	case parentIs(obj, owner):
+		return outcomeOurs
+	}
+	logger.Info("IPAddress create had an ambiguous answer, and the object has another parent; keeping its bit", "ip", ip, "err", cause, "parentRef", obj.Spec.ParentRef)
+	return outcomeOthers
+}
+
+// parentIs reports whether obj's parentRef names owner.
+func parentIs(obj *networkingv1.IPAddress, owner allocator.Owner) bool {
+	r := obj.Spec.ParentRef
+	return r != nil && r.Group == owner.Group && r.Resource == owner.Resource && r.Namespace == owner.Namespace && r.Name == owner.Name
+}
+
+// settle ends a dual write whose bit for ip is set and whose IPAddress create returned err: it
+// clears the bit again if the create was refused, and otherwise confirms the outcome, keeping the
+// bit unless the object is known absent. It returns nil if the allocation stands.
+func (d *DualWriteAllocator) settle(ctx context.Context, ip netip.Addr, owner allocator.Owner, err error) error {
+	if refused(err) {
+		d.undo(ctx, "bitmap", ip, d.mirror.Release)
+		return err
+	}
+	switch d.confirm(ctx, ip, owner, err) {
+	case outcomeOurs:
+		d.confirmed.Add(1)
+		return nil
+	case outcomeOthers:
+		d.kept.Add(1)
+		return fmt.Errorf("clusterip: %s: its IPAddress belongs to another owner (after %v): %w", ip, err, allocator.ErrAllocated)
+	}
+	d.kept.Add(1)
+	return fmt.Errorf("clusterip: %s: the IPAddress create's outcome is unknown, so its bit stays set for repair: %w", ip, err)
 }
 
 // undo runs release(ip) to take back the first half of a dual write, even when ctx is done.
@@ -132,7 +274,8 @@ func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Add
 }
 
 // Allocate reserves ip for owner. Inside the bitmap's window it sets the bit first and then creates
-// the IPAddress object, clearing the bit again if that fails; outside it asks the primary alone.
+// the IPAddress object, clearing the bit again if the create is refused (and keeping it if the
+// create's outcome is unknown, see DualWriteAllocator); outside it asks the primary alone.
 // A bit that is already set gives allocator.ErrAllocated, whether the address is ours or a Legacy
 // peer's; the errors are otherwise those of the two allocators (see allocator.Interface).
 func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
@@ -149,8 +292,7 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 		return fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
 	}
 	if err := d.primary.Allocate(ctx, ip, owner); err != nil {
-		d.undo(ctx, "bitmap", ip, d.mirror.Release)
-		return err
+		return d.settle(ctx, ip, owner, err)
 	}
 	return nil
 }
@@ -159,9 +301,11 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // bitmap's window first and then creates that address's IPAddress object; an address whose
 // object still exists (a peer freed the bit before deleting the object) or that no ready
 // ServiceCIDR serves is given back and another taken, never reported as an error. Once the window
-// is full, or the primary cannot serve it, the primary chooses an address outside it; one it
-// chooses inside the window is kept only if its bit can be set. It returns allocator.ErrFull when
-// neither has a free address, and other errors of the two allocators at once.
+// has no free bit (even if its addresses have no IPAddress objects, as a Legacy peer's Services
+// leave them), or the primary cannot serve it, the primary chooses an address of a ServiceCIDR
+// outside the window; one it chooses inside the window is kept only if its bit can be set. It
+// returns allocator.ErrFull when neither has a free address, and other errors of the two
+// allocators at once.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
 		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
@@ -184,7 +328,9 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 		if err == nil {
 			return ip, nil
 		}
-		d.undo(ctx, "bitmap", ip, d.mirror.Release)
+		if err = d.settle(ctx, ip, owner, err); err == nil {
+			return ip, nil
+		}
 		if errors.Is(err, allocator.ErrAllocated) {
 			d.skipped.Add(1)
 			continue
@@ -201,11 +347,28 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 	return d.allocateFromPrimary(ctx, owner)
 }
 
+// outsideAllocator is a primary that can choose an address outside a prefix, as
+// servicecidr.Allocator does.
+type outsideAllocator interface {
+	AllocateNextOutside(ctx context.Context, owner allocator.Owner, p netip.Prefix) (netip.Addr, error)
+}
+
 // allocateFromPrimary lets the primary choose an address, for when the bitmap's window is full or
-// not served. An address inside the window is kept only if its bit can be set too.
+// not served: from the ServiceCIDRs outside the window if the primary can tell them apart (so
+// that a window full of a Legacy peer's bits costs nothing while another ServiceCIDR has room),
+// else from any. An address inside the window (from a primary that cannot, or from a ServiceCIDR
+// that contains the window, such as an IPv6 flag range wider than the bitmap) is kept only if its
+// bit can be set too; otherwise its IPAddress is deleted again, which is safe whatever the bitmap's
+// answer was, since a bit without an object is a leak and never a duplicate.
 func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	next := d.primary.AllocateNext
+	if o, ok := d.primary.(outsideAllocator); ok {
+		next = func(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+			return o.AllocateNextOutside(ctx, owner, d.window)
+		}
+	}
 	for range maxFallbacks {
-		ip, err := d.primary.AllocateNext(ctx, owner)
+		ip, err := next(ctx, owner)
 		if err != nil {
 			return netip.Addr{}, err
 		}
@@ -222,6 +385,7 @@ func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allo
 		}
 		// A Legacy peer's bit (or a stale one): never taken over.
 		d.skipped.Add(1)
+		d.refused.Add(1)
 	}
 	return netip.Addr{}, fmt.Errorf("clusterip: every free address the ServiceCIDRs offered is held in the bitmap of %s: %w", d.window, allocator.ErrFull)
 }
@@ -326,8 +490,15 @@ func (v dualWriteDryRun) AllocateNext(ctx context.Context, owner allocator.Owner
 	if err == nil && v.d.primary.DryRun().Allocate(ctx, ip, owner) == nil {
 		return ip, nil
 	}
+	primary := v.d.primary.DryRun()
+	next := primary.AllocateNext
+	if o, ok := primary.(outsideAllocator); ok {
+		next = func(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+			return o.AllocateNextOutside(ctx, owner, v.d.window)
+		}
+	}
 	for range maxFallbacks {
-		ip, err := v.d.primary.DryRun().AllocateNext(ctx, owner)
+		ip, err := next(ctx, owner)
 		if err != nil || !v.d.InWindow(ip) || !v.d.mirror.Has(ip) {
 			return ip, err
 		}

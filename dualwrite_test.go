@@ -1,14 +1,20 @@
 package clusterip
 
 import (
+	"context"
 	"errors"
+	"io"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
@@ -76,7 +82,14 @@ func TestDualWriteReleaseDeletesIPAddressBeforeBit(t *testing.T) {
 	}
 }
 
-// Each write of a dual write fails in turn; whatever fails, the two stores agree afterwards.
+// forbidden is a definite refusal of an IPAddress create: the server stored nothing.
+func forbidden(ip string) error {
+	return apierrors.NewForbidden(networkingv1.Resource("ipaddresses"), ip, errInjected)
+}
+
+// Each write of a dual write fails in turn (an IPAddress create with a definite refusal; see
+// TestDualWriteKeepsBitWhenIPAddressCreateIsAmbiguous for the others); whatever fails, the two
+// stores agree afterwards.
 func TestDualWriteUndoesHalfDoneWrites(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.20")
 	tests := []struct {
@@ -88,9 +101,9 @@ func TestDualWriteUndoesHalfDoneWrites(t *testing.T) {
 		wantHeld   bool // whether ip (for allocate and release) is held in both stores afterwards
 	}{
 		{name: "Allocate: bitmap write fails", op: "allocate", failBitmap: true},
-		{name: "Allocate: IPAddress create fails", op: "allocate", failCreate: true},
+		{name: "Allocate: IPAddress create refused", op: "allocate", failCreate: true},
 		{name: "AllocateNext: bitmap write fails", op: "allocateNext", failBitmap: true},
-		{name: "AllocateNext: IPAddress create fails", op: "allocateNext", failCreate: true},
+		{name: "AllocateNext: IPAddress create refused", op: "allocateNext", failCreate: true},
 		{name: "Release: IPAddress delete fails", op: "release", failDelete: true, wantHeld: true},
 	}
 	for _, tt := range tests {
@@ -102,7 +115,7 @@ func TestDualWriteUndoesHalfDoneWrites(t *testing.T) {
 				}
 			}
 			if tt.failCreate {
-				f.setFailCreate(func(string) error { return apierrors.NewInternalError(errInjected) })
+				f.setFailCreate(func(ip string) error { return forbidden(ip) })
 			}
 			if tt.failDelete {
 				f.setFailDelete(func(string) error { return apierrors.NewInternalError(errInjected) })
@@ -367,4 +380,158 @@ func TestMergeSortedYieldsUnionOnce(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("mergeSorted() = %v, want %v", got, want)
 	}
+}
+
+// ambiguousCreate makes the fake API server answer the first create of an IPAddress ambiguously:
+// it stores the object first when stored is set, then returns what answer returns. It returns the
+// name of the object whose create was answered so once it has happened.
+func ambiguousCreate(f *dualFixture, stored bool, answer func() error) func() string {
+	var mu sync.Mutex
+	var name string
+	f.client.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if name != "" {
+			return false, nil, nil
+		}
+		obj := action.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress)
+		name = obj.Name
+		if stored {
+			if err := f.client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), obj.DeepCopy(), ""); err != nil {
+				return true, nil, err
+			}
+		}
+		return true, nil, answer()
+	})
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return name
+	}
+}
+
+// An IPAddress create whose answer does not say whether the object was stored (a 504, a 500, a
+// response lost on the way, the caller's deadline) never has its bit undone: the object may exist,
+// and a bit cleared under it would let a Legacy peer hand its address out again. When a read of
+// the object shows it stored for the owner, the allocation stands.
+func TestDualWriteKeepsBitWhenIPAddressCreateIsAmbiguous(t *testing.T) {
+	timeout504 := func(context.CancelFunc) error {
+		return apierrors.NewTimeoutError("request did not complete within requested timeout", 0)
+	}
+	internal500 := func(context.CancelFunc) error { return apierrors.NewInternalError(errInjected) }
+	lost := func(context.CancelFunc) error {
+		return &url.Error{Op: "Post", URL: "https://127.0.0.1/apis/networking.k8s.io/v1/ipaddresses", Err: io.ErrUnexpectedEOF}
+	}
+	deadline := func(cancel context.CancelFunc) error {
+		cancel() // the caller's deadline passes while the create is on its way
+		return &url.Error{Op: "Post", URL: "https://127.0.0.1/apis/networking.k8s.io/v1/ipaddresses", Err: context.DeadlineExceeded}
+	}
+	tests := []struct {
+		name   string
+		next   bool // AllocateNext, else Allocate of 10.0.0.20
+		stored bool // whether the server stored the object before answering
+		answer func(cancel context.CancelFunc) error
+	}{
+		{name: "Allocate: 504 after storing", stored: true, answer: timeout504},
+		{name: "Allocate: 500 after storing", stored: true, answer: internal500},
+		{name: "Allocate: response lost after storing", stored: true, answer: lost},
+		{name: "Allocate: caller's deadline after storing", stored: true, answer: deadline},
+		{name: "Allocate: 504 without storing", answer: timeout504},
+		{name: "AllocateNext: 504 after storing", next: true, stored: true, answer: timeout504},
+		{name: "AllocateNext: response lost after storing", next: true, stored: true, answer: lost},
+		{name: "AllocateNext: caller's deadline after storing", next: true, stored: true, answer: deadline},
+		{name: "AllocateNext: caller's deadline without storing", next: true, answer: deadline},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newDualFixture(t, "10.0.0.0/24")
+			ctx, cancel := context.WithCancel(f.ctx)
+			defer cancel()
+			answered := ambiguousCreate(f, tt.stored, func() error { return tt.answer(cancel) })
+			var err error
+			ip := netip.MustParseAddr("10.0.0.20")
+			if tt.next {
+				var got netip.Addr
+				got, err = f.dw.AllocateNext(ctx, testOwner)
+				if err == nil && got.String() != answered() {
+					t.Errorf("AllocateNext() = %v, want the address whose create was answered ambiguously, %s", got, answered())
+				}
+			} else {
+				err = f.dw.Allocate(ctx, ip, testOwner)
+			}
+			if answered() == "" {
+				t.Fatalf("no IPAddress create reached the API server (err %v)", err)
+			}
+			ip = netip.MustParseAddr(answered())
+			t.Logf("error: %v; %+v", err, f.dw.Stats())
+			if tt.stored && err != nil {
+				t.Errorf("the object was stored for the owner, yet the allocation failed: %v", err)
+			}
+			if !tt.stored && err == nil {
+				t.Errorf("the object was never stored, yet the allocation succeeded")
+			}
+			if !slices.Contains(f.bits(), ip) {
+				t.Errorf("bits = %v: the bit of %s was cleared although its IPAddress create was ambiguous", f.bits(), ip)
+			}
+			if got := slices.Contains(f.objects(), ip); got != tt.stored {
+				t.Errorf("IPAddress %s exists = %t, want %t", ip, got, tt.stored)
+			}
+			// A Legacy peer, which reads only the bitmap, cannot take the address.
+			legacy, lerr := bitmap.NewPersistent(f.ctx, f.flag, f.store)
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			defer legacy.Close()
+			if err := legacy.Allocate(f.ctx, ip, allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+				t.Errorf("a Legacy peer's Allocate(%s) = %v, want ErrAllocated", ip, err)
+			}
+			if tt.stored {
+				f.checkInvariant()
+			}
+		})
+	}
+}
+
+// The flag range's bits are all held by a Legacy peer's Services (no IPAddress objects), and an
+// extra ServiceCIDR has room: every AllocateNext is served from it until it is full, and none
+// costs an IPAddress create in the flag range.
+func TestDualWriteAllocateNextServesOtherServiceCIDRWhenLegacyHoldsFlagRange(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/24", "10.1.0.0/28")
+	var legacy []netip.Addr
+	for ip := netip.MustParseAddr("10.0.0.1"); ip != netip.MustParseAddr("10.0.0.255"); ip = ip.Next() {
+		legacy = append(legacy, ip)
+	}
+	f.setBits(legacy...)
+	extra := netip.MustParsePrefix("10.1.0.0/28")
+	var got []netip.Addr
+	for i := range 14 {
+		ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+		if err != nil {
+			t.Fatalf("AllocateNext() #%d = %v, want an address of %s (%+v)", i+1, err, extra, f.dw.Stats())
+		}
+		if !extra.Contains(ip) {
+			t.Errorf("AllocateNext() #%d = %v, want an address of %s", i+1, ip, extra)
+		}
+		got = append(got, ip)
+		if i == 0 { // the bitmap mirror has read the Legacy peer's bits by now
+			for j := range 20 {
+				if ip, err := f.dw.DryRun().AllocateNext(f.ctx, testOwner); err != nil || !extra.Contains(ip) {
+					t.Fatalf("DryRun().AllocateNext() #%d = %v, %v; want an address of %s", j+1, ip, err, extra)
+				}
+			}
+		}
+	}
+	if _, err := f.dw.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
+		t.Errorf("AllocateNext() with both full = %v, want ErrFull", err)
+	}
+	creates := 0
+	for _, e := range f.log.get() {
+		if strings.HasPrefix(e, "create 10.0.0.") {
+			creates++
+		}
+	}
+	if creates != 0 {
+		t.Errorf("%d IPAddress creates in the flag range, whose bits a Legacy peer holds; want 0", creates)
+	}
+	f.checkInvariant(legacy...)
 }

@@ -156,7 +156,7 @@ func newDualFixtureServing(t *testing.T, flag string, cidrs ...string) *dualFixt
 	if err != nil {
 		t.Fatalf("NewPersistent() = %v", err)
 	}
-	f.dw, err = NewDualWrite(sc, f.bm)
+	f.dw, err = NewDualWrite(sc, f.bm, WithClient(f.client))
 	if err != nil {
 		t.Fatalf("NewDualWrite() = %v", err)
 	}

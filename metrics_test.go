@@ -99,7 +99,7 @@ func value(t *testing.T, reg prometheus.Gatherer, name, cidr string, labels ...s
 func TestMetricsCountDualWriteUndos(t *testing.T) {
 	f := newDualFixture(t, "10.0.0.0/28")
 	a, reg := instrumented(t, f)
-	f.setFailCreate(func(string) error { return errors.New("injected") })
+	f.setFailCreate(func(ip string) error { return forbidden(ip) }) // refused: the bit is undone
 	if _, err := a.AllocateNext(f.ctx, testOwner); err == nil {
 		t.Fatal("AllocateNext() with every create failing = nil error, want one")
 	}

@@ -262,15 +262,23 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 // ServiceCIDR is full and allocator.ErrNotReady if none is ready. No lock is held while a
 // per-CIDR allocator works, so concurrent callers proceed in parallel.
 func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
-	return a.allocateNext(ctx, owner, false)
+	return a.allocateNext(ctx, owner, false, netip.Prefix{})
 }
 
-func (a *Allocator) allocateNext(ctx context.Context, owner allocator.Owner, dryRun bool) (netip.Addr, error) {
+// allocateNext is AllocateNext, as a dry run if dryRun is set, from the ready prefixes that are
+// not inside skip (the zero Prefix skips none). Ready prefixes that are all inside skip count as
+// full.
+func (a *Allocator) allocateNext(ctx context.Context, owner allocator.Owner, dryRun bool, skip netip.Prefix) (netip.Addr, error) {
 	if err := a.readyErr(); err != nil {
 		return netip.Addr{}, err
 	}
 	cands := topLevel(a.views(func(e *entry) bool { return e.ready && e.alloc.Ready() }))
 	full := false
+	if skip.IsValid() {
+		n := len(cands)
+		cands = slices.DeleteFunc(cands, func(v view) bool { return prefixWithin(v.prefix, skip) })
+		full = n > 0 && len(cands) == 0
+	}
 	for len(cands) > 0 {
 		i := pick(cands)
 		v := cands[i]

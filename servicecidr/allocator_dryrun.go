@@ -44,7 +44,13 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Own
 
 // AllocateNext returns an address Allocator.AllocateNext could return now, without reserving it.
 func (d dryRun) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
-	return d.a.allocateNext(ctx, owner, true)
+	return d.a.allocateNext(ctx, owner, true, netip.Prefix{})
+}
+
+// AllocateNextOutside returns an address Allocator.AllocateNextOutside could return now, without
+// reserving it.
+func (d dryRun) AllocateNextOutside(ctx context.Context, owner allocator.Owner, p netip.Prefix) (netip.Addr, error) {
+	return d.a.allocateNext(ctx, owner, true, p.Masked())
 }
 
 func (d dryRun) DryRun() allocator.Interface { return d }
