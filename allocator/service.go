@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -113,11 +112,20 @@ func (t *Txn) Released() []netip.Addr {
 // which is being created, and allocates its ClusterIPs, changing svc in place.
 //
 // An ExternalName Service gets nothing; a headless Service ("None") gets families and a policy but
-// no address. A request kube-apiserver rejects returns a 422 Invalid *errors.StatusError built from
-// a field.ErrorList; a chosen address that is taken or outside the range returns the same error at
-// spec.clusterIPs; a family with no free address returns a 500 InternalError. On any error nothing
-// stays allocated. With dryRun the allocators' DryRun views validate and pick addresses, and
-// nothing is taken; the returned Txn then does nothing.
+// no address.
+//
+// Errors are kube-apiserver v1.33's, with its status codes, field paths and texts, so that a
+// registry passes them to clients as they are. A request kube-apiserver rejects returns a 422
+// Invalid *errors.StatusError built from a field.ErrorList. Any failure to allocate a chosen
+// address is a 422 at spec.clusterIPs, "failed to allocate IP <ip>: <reason>", whose reason is
+// v1.33's text for the allocator's error: "provided IP is already allocated" (ErrAllocated), "the
+// provided IP (<ip>) is not in the valid range. The range of valid IPs is <range>" (a
+// *NotInRangeError with a Range), "the provided network does not match the current range" (a
+// range-less *NotInRangeError, ErrMismatchedNetwork, or ErrNotReady: the address is in no ready
+// ServiceCIDR), or the error's own text. A failure to allocate a fresh address is a 500
+// InternalError, "failed to allocate a serviceIP: <reason>", where ErrFull and ErrNotReady read
+// "range is full". On any error nothing stays allocated. With dryRun the allocators' DryRun views
+// validate and pick addresses, and nothing is taken; the returned Txn then does nothing.
 func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Txn, error) {
 	if svc == nil {
 		return nil, errors.New("allocator: nil Service")
@@ -132,7 +140,7 @@ func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dr
 	}
 	if el := validateCreate(svc); len(el) > 0 {
 		_ = txn.Revert(ctx)
-		return nil, apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return nil, newInvalid(svc.Name, el)
 	}
 	return txn, nil
 }
@@ -159,7 +167,7 @@ func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service,
 	dropTypeDependentFields(svc, old)
 	if el := validateUpdate(svc, old); len(el) > 0 {
 		_ = txn.Revert(ctx)
-		return nil, apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return nil, newInvalid(svc.Name, el)
 	}
 	return txn, nil
 }
@@ -175,13 +183,7 @@ func (s *ServiceAllocator) Release(ctx context.Context, svc *corev1.Service) err
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
-	var addrs []netip.Addr
-	for _, v := range ips {
-		if ip, err := netip.ParseAddr(v); err == nil {
-			addrs = append(addrs, ip.Unmap())
-		}
-	}
-	return s.release(ctx, addrs)
+	return s.release(ctx, parseAll(ips))
 }
 
 // release frees each address in the allocator of its family and returns the first error.
@@ -208,8 +210,9 @@ func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Serv
 	for i := len(svc.Spec.ClusterIPs); i < len(svc.Spec.IPFamilies); i++ {
 		svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, "")
 	}
+	requested := slices.Clone(svc.Spec.ClusterIPs)
 	for i := range svc.Spec.IPFamilies {
-		if err := s.allocIndex(ctx, svc, i, txn); err != nil {
+		if err := s.allocIndex(ctx, svc, i, requested, txn); err != nil {
 			_ = txn.Revert(ctx)
 			return err
 		}
@@ -221,12 +224,13 @@ func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Serv
 }
 
 // allocIndex allocates svc.Spec.ClusterIPs[i] (any free address when empty) from the allocator
-// of svc.Spec.IPFamilies[i] and records it in txn.
-func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, txn *Txn) error {
+// of svc.Spec.IPFamilies[i] and records it in txn. requested is clusterIPs as the client asked for
+// them (fresh ones ""), which kube-apiserver shows in the error of a chosen address.
+func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, requested []string, txn *Txn) error {
 	family := svc.Spec.IPFamilies[i]
 	a := s.families[family]
 	if a == nil { // initIPFamilyFields has checked this; keep it from panicking anyway
-		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
+		return newInvalid(svc.Name, field.ErrorList{
 			field.Invalid(pathIPFamilies.Index(i), family, "not configured on this cluster")})
 	}
 	if txn.dryRun {
@@ -236,7 +240,7 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 	if svc.Spec.ClusterIPs[i] == "" {
 		ip, err := a.AllocateNext(ctx, owner)
 		if err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+			return nextError(err)
 		}
 		svc.Spec.ClusterIPs[i] = ip.String()
 		if !txn.dryRun {
@@ -244,30 +248,18 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 		}
 		return nil
 	}
-	requested := svc.Spec.ClusterIPs[i]
-	ip, err := netip.ParseAddr(requested)
+	written := svc.Spec.ClusterIPs[i]
+	ip, err := netip.ParseAddr(written)
 	if err == nil {
 		err = a.Allocate(ctx, ip, owner)
 	}
 	if err != nil {
-		if isRequestError(err) {
-			return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(pathClusterIPs,
-				svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", requested, err))})
-		}
-		return apierrors.NewInternalError(fmt.Errorf("failed to allocate IP %s: %w", requested, err))
+		return chosenError(svc.Name, requested, written, err)
 	}
 	if !txn.dryRun {
 		txn.allocated = append(txn.allocated, ip)
 	}
 	return nil
-}
-
-// isRequestError reports whether err blames the requested address (taken, outside the range,
-// invalid) rather than the allocator or its storage.
-func isRequestError(err error) bool {
-	var nir *NotInRangeError
-	return errors.Is(err, ErrAllocated) || errors.Is(err, ErrInvalid) ||
-		errors.Is(err, ErrMismatchedNetwork) || errors.As(err, &nir)
 }
 
 // updateClusterIPs allocates or drops addresses for an update, as kube-apiserver does: every
@@ -292,7 +284,7 @@ func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev
 		if len(svc.Spec.ClusterIPs) < 2 {
 			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, "")
 		}
-		if err := s.allocIndex(ctx, svc, 1, txn); err != nil {
+		if err := s.allocIndex(ctx, svc, 1, slices.Clone(svc.Spec.ClusterIPs), txn); err != nil {
 			if len(svc.Spec.ClusterIPs) == 2 && svc.Spec.ClusterIPs[1] == "" {
 				svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:1]
 			}
@@ -379,7 +371,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		svc.Spec.IPFamilies = []corev1.IPFamily{}
 	}
 	if el := validateClusterIPsRelatedFields(svc, old); len(el) > 0 {
-		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return newInvalid(svc.Name, el)
 	}
 
 	var el field.ErrorList
@@ -432,7 +424,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		}
 	}
 	if len(el) > 0 {
-		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return newInvalid(svc.Name, el)
 	}
 
 	// Headless and selectorless: no addresses, so any family goes, even on a single-stack
@@ -457,7 +449,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		}
 	}
 	if len(el) > 0 {
-		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return newInvalid(svc.Name, el)
 	}
 	if len(svc.Spec.IPFamilies) == 0 {
 		svc.Spec.IPFamilies = []corev1.IPFamily{s.primary}
