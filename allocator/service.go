@@ -112,7 +112,8 @@ func (t *Txn) Released() []netip.Addr {
 // which is being created, and allocates its ClusterIPs, changing svc in place.
 //
 // An ExternalName Service gets nothing; a headless Service ("None") gets families and a policy but
-// no address.
+// no address. A chosen ClusterIP may be written in any spelling kube-apiserver v1.33 accepts (see
+// ParseClusterIP): the Service keeps it as written and the allocator takes the parsed address.
 //
 // Errors are kube-apiserver v1.33's, with its status codes, field paths and texts, so that a
 // registry passes them to clients as they are. A request kube-apiserver rejects returns a 422
@@ -172,9 +173,9 @@ func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service,
 	return txn, nil
 }
 
-// Release frees every ClusterIP svc holds, in the allocator of its family. Addresses that do not
-// parse, "None", and families the cluster does not serve are skipped. It returns the first error,
-// having tried every address.
+// Release frees every ClusterIP svc holds, read with ParseClusterIP, in the allocator of its
+// family. Addresses that do not parse, "None", and families the cluster does not serve are
+// skipped. It returns the first error, having tried every address.
 func (s *ServiceAllocator) Release(ctx context.Context, svc *corev1.Service) error {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
@@ -224,7 +225,8 @@ func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Serv
 }
 
 // allocIndex allocates svc.Spec.ClusterIPs[i] (any free address when empty) from the allocator
-// of svc.Spec.IPFamilies[i] and records it in txn. requested is clusterIPs as the client asked for
+// of svc.Spec.IPFamilies[i] and records it in txn. A chosen address, kept as written, is read with
+// ParseClusterIP and the parsed address allocated. requested is clusterIPs as the client asked for
 // them (fresh ones ""), which kube-apiserver shows in the error of a chosen address.
 func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, requested []string, txn *Txn) error {
 	family := svc.Spec.IPFamilies[i]
@@ -249,7 +251,7 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 		return nil
 	}
 	written := svc.Spec.ClusterIPs[i]
-	ip, err := netip.ParseAddr(written)
+	ip, err := ParseClusterIP(written)
 	if err == nil {
 		err = a.Allocate(ctx, ip, owner)
 	}
@@ -298,12 +300,12 @@ func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev
 	return nil
 }
 
-// parseAll returns the addresses among ips that parse.
+// parseAll returns the addresses among ips that parse, read with ParseClusterIP.
 func parseAll(ips []string) []netip.Addr {
 	var out []netip.Addr
 	for _, v := range ips {
-		if ip, err := netip.ParseAddr(v); err == nil {
-			out = append(out, ip.Unmap())
+		if ip, err := ParseClusterIP(v); err == nil {
+			out = append(out, ip)
 		}
 	}
 	return out
@@ -338,9 +340,10 @@ func otherFamily(f corev1.IPFamily) corev1.IPFamily {
 	return corev1.IPv4Protocol
 }
 
-// familyOfString returns the family of an address in text form, IPv4 when it does not parse.
+// familyOfString returns the family of a ClusterIP as kube-apiserver v1.33 judges it (an
+// IPv4-mapped IPv6 spelling is IPv4), IPv4 when it does not parse.
 func familyOfString(s string) corev1.IPFamily {
-	if ip, err := netip.ParseAddr(s); err == nil && ip.Unmap().Is6() {
+	if ip, err := ParseClusterIP(s); err == nil && ip.Is6() {
 		return corev1.IPv6Protocol
 	}
 	return corev1.IPv4Protocol

@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -100,10 +99,11 @@ func holdsBothFamilies(ips []string) bool {
 	return v4 && v6
 }
 
-// validIPText reports whether s is an address kube-apiserver accepts in clusterIPs: one that
-// parses, or one the Service already had.
+// validIPText reports whether s is an address kube-apiserver v1.33 accepts in clusterIPs (with
+// its StrictIPCIDRValidation gate off, the default): one that ParseClusterIP reads, or one the
+// Service already had.
 func validIPText(s string, old *corev1.Service) bool {
-	if ip, err := netip.ParseAddr(s); err == nil && ip.Zone() == "" {
+	if _, err := ParseClusterIP(s); err == nil {
 		return true
 	}
 	if old != nil {
