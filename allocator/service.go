@@ -64,32 +64,38 @@ type Txn struct {
 }
 
 // Commit finalizes the transaction: it releases the addresses an update dropped (the secondary IP
-// of a dual-stack to single-stack downgrade, or every IP of a change to ExternalName). A release
-// that fails leaves the address to the repair loop, as kube-apiserver does. Commit after Commit or
-// Revert does nothing.
+// of a dual-stack to single-stack downgrade, or every IP of a change to ExternalName), bounded by
+// UndoTimeout. A release that fails leaves the address to the repair loop, as kube-apiserver
+// does. Commit after Commit or Revert does nothing.
 func (t *Txn) Commit() {
 	if t == nil || t.done {
 		return
 	}
 	t.done = true
-	if t.dryRun {
+	if t.dryRun || len(t.released) == 0 {
 		return
 	}
-	_ = t.s.release(context.Background(), t.released)
+	ctx, cancel := context.WithTimeout(context.Background(), UndoTimeout)
+	defer cancel()
+	_ = t.s.release(ctx, t.released)
 }
 
 // Revert undoes the transaction: it releases the addresses the call allocated and keeps those an
-// update would have dropped. It returns the first release error, having tried every address.
-// Revert after Commit or Revert does nothing.
+// update would have dropped. The releases run on a context of their own, bounded by UndoTimeout,
+// which keeps ctx's values but not its cancellation or deadline: a caller whose deadline has
+// passed still gets its addresses back. It returns the first release error, having tried every
+// address. Revert after Commit or Revert does nothing.
 func (t *Txn) Revert(ctx context.Context) error {
 	if t == nil || t.done {
 		return nil
 	}
 	t.done = true
-	if t.dryRun {
+	if t.dryRun || len(t.allocated) == 0 {
 		return nil
 	}
-	return t.s.release(ctx, t.allocated)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), UndoTimeout)
+	defer cancel()
+	return t.s.release(uctx, t.allocated)
 }
 
 // Allocated returns the addresses the call took, in family order.

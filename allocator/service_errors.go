@@ -6,12 +6,21 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
+
+// UndoTimeout bounds each release that undoes or completes a transaction after the call that
+// began it: Txn.Revert, the revert of a failed Allocate or Update, and the releases of
+// Txn.Commit. Those releases run on a context of their own (context.WithoutCancel of the
+// caller's, with this timeout), so that a caller whose deadline ran out during the call does not
+// leave an address held for no Service. Implementations that undo half of a write of their own
+// should use the same bound.
+const UndoTimeout = 30 * time.Second
 
 // The texts of kube-apiserver v1.33's ipallocator errors (pkg/registry/core/service/ipallocator),
 // which its Service registry puts in the errors a client sees and which tools parse. Our
