@@ -289,6 +289,13 @@ func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev
 	}
 	switch {
 	case len(old.Spec.IPFamilies) == 1 && len(svc.Spec.IPFamilies) == 2: // upgrade
+		if len(svc.Spec.ClusterIPs) == 0 {
+			// A stored Service with a family but no address (kube-apiserver v1.33 indexes past
+			// the end of clusterIPs here and answers with a panic): it has no primary to add a
+			// secondary to.
+			return newInvalid(svc.Name, field.ErrorList{field.Invalid(pathClusterIPs.Index(0),
+				svc.Spec.ClusterIPs, "primary clusterIP can not be unset")})
+		}
 		if len(svc.Spec.ClusterIPs) < 2 {
 			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, "")
 		}

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
 )
@@ -126,4 +128,39 @@ func TestServiceAllocatorUndoOutlivesCallersContext(t *testing.T) {
 	if allocator.UndoTimeout <= 0 {
 		t.Errorf("UndoTimeout = %v, want > 0", allocator.UndoTimeout)
 	}
+}
+
+// TestServiceAllocatorUpdateOfServiceWithoutClusterIPs checks that an update of a stored Service
+// that has ipFamilies but no clusterIPs (written by an older or foreign writer) is answered with
+// a 422 and takes nothing, where it used to index past the end of clusterIPs. kube-apiserver
+// v1.33 indexes past the end too and answers with a panic, no Status
+// (TestServiceUpdateWithoutClusterIPsKubeAPIServer), so the 422 uses its words for an update that
+// leaves a Service without its primary address.
+func TestServiceAllocatorUpdateOfServiceWithoutClusterIPs(t *testing.T) {
+	ctx := context.Background()
+	single := corev1.IPFamilyPolicySingleStack
+	require := corev1.IPFamilyPolicyRequireDualStack
+	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}})
+	old := matrixService("bare", matrixSpec{})
+	old.Spec.IPFamilyPolicy = &single
+	old.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	upd := old.DeepCopy()
+	upd.Spec.IPFamilyPolicy = &require
+	upd.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("Update() panicked: %v", p)
+			}
+		}()
+		_, err = mc.sa.Update(ctx, old, upd, false)
+	}()
+	want := statusOf{Code: 422, Reason: metav1.StatusReasonInvalid,
+		Message: `Service "bare" is invalid: spec.clusterIPs[0]: Invalid value: []string(nil): primary clusterIP can not be unset`,
+		Causes:  []metav1.StatusCause{invalid("spec.clusterIPs[0]", `Invalid value: []string(nil): primary clusterIP can not be unset`)}}
+	if diff := cmp.Diff(want, statusOfErr(t, err)); diff != "" {
+		t.Errorf("Update() status (-want +got):\n%s", diff)
+	}
+	mc.checkHeld(t, "after the failed Update", nil)
 }
