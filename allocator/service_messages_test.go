@@ -258,6 +258,9 @@ func TestServiceAllocatorErrorsAreKubeAPIServers(t *testing.T) {
 			if diff := cmp.Diff(tt.want, statusOfErr(t, err)); diff != "" {
 				t.Errorf("Allocate() status (-want +got):\n%s", diff)
 			}
+			if _, ok := err.(*apierrors.StatusError); !ok {
+				t.Errorf("Allocate() = %T, want a *errors.StatusError, which a registry passes on as it is", err)
+			}
 		})
 	}
 }
