@@ -128,10 +128,11 @@ func (t *Txn) Released() []netip.Addr {
 // v1.33's text for the allocator's error: "provided IP is already allocated" (ErrAllocated), "the
 // provided IP (<ip>) is not in the valid range. The range of valid IPs is <range>" (a
 // *NotInRangeError with a Range), "the provided network does not match the current range" (a
-// range-less *NotInRangeError, ErrMismatchedNetwork, or ErrNotReady: the address is in no ready
-// ServiceCIDR), or the error's own text. A failure to allocate a fresh address is a 500
+// range-less *NotInRangeError or ErrNotReady: the address is in no ready ServiceCIDR), "the
+// provided range does not match the current range" (another ErrMismatchedNetwork: a stored bitmap
+// of another range), or the error's own text. A failure to allocate a fresh address is a 500
 // InternalError, "failed to allocate a serviceIP: <reason>", where ErrFull and ErrNotReady read
-// "range is full". On any error nothing stays allocated. With dryRun the allocators' DryRun views
+// "range is full" and the others as for a chosen address. On any error nothing stays allocated. With dryRun the allocators' DryRun views
 // validate and pick addresses, and nothing is taken; the returned Txn then does nothing.
 func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Txn, error) {
 	if svc == nil {

@@ -29,22 +29,31 @@ const (
 	textFull              = "range is full"
 	textAllocated         = "provided IP is already allocated"
 	textMismatchedNetwork = "the provided network does not match the current range"
+	// textMismatchedRange is the text of v1.33's bitmap (pkg/registry/core/service/allocator)
+	// when the snapshot it restores from etcd is of another range.
+	textMismatchedRange = "the provided range does not match the current range"
 )
 
 // chosenErrorText returns the text kube-apiserver v1.33 gives for err, the failure to allocate a
 // chosen address. An address outside the range of a single-range allocator is ipallocator's
-// ErrNotInRange, with the range; one outside every range of a multi-CIDR allocator, or only in
-// ServiceCIDRs that are not ready, is ErrMismatchedNetwork, as v1.33's MetaAllocator looks for the
-// address among ready ServiceCIDRs only. Any other error keeps its own text.
+// ErrNotInRange, with the range; one outside every range of a multi-CIDR allocator (a range-less
+// *NotInRangeError), or only in ServiceCIDRs that are not ready, is ErrMismatchedNetwork, as
+// v1.33's MetaAllocator looks for the address among ready ServiceCIDRs only; any other
+// ErrMismatchedNetwork is a stored bitmap of another range. Any other error keeps its own text.
 func chosenErrorText(err error) string {
 	var nir *NotInRangeError
 	switch {
 	case errors.Is(err, ErrAllocated):
 		return textAllocated
-	case errors.As(err, &nir) && nir.Range.IsValid():
-		return fmt.Sprintf("the provided IP (%s) is not in the valid range. The range of valid IPs is %s", nir.IP, nir.Range)
-	case errors.Is(err, ErrMismatchedNetwork), errors.Is(err, ErrNotReady):
+	case errors.As(err, &nir):
+		if nir.Range.IsValid() {
+			return fmt.Sprintf("the provided IP (%s) is not in the valid range. The range of valid IPs is %s", nir.IP, nir.Range)
+		}
 		return textMismatchedNetwork
+	case errors.Is(err, ErrNotReady):
+		return textMismatchedNetwork
+	case errors.Is(err, ErrMismatchedNetwork):
+		return textMismatchedRange
 	case errors.Is(err, ErrFull):
 		return textFull
 	}
@@ -53,14 +62,17 @@ func chosenErrorText(err error) string {
 
 // nextErrorText returns the text kube-apiserver v1.33 gives for err, the failure to allocate a
 // fresh address. v1.33's MetaAllocator skips ServiceCIDRs that are not ready and reports the
-// range full when none served, so ErrNotReady reads as ErrFull. Any other error keeps its own
-// text.
+// range full when none served, so ErrNotReady reads as ErrFull; ErrMismatchedNetwork is a stored
+// bitmap of another range. Any other error keeps its own text.
 func nextErrorText(err error) string {
+	var nir *NotInRangeError
 	switch {
 	case errors.Is(err, ErrFull), errors.Is(err, ErrNotReady):
 		return textFull
-	case errors.Is(err, ErrMismatchedNetwork):
+	case errors.As(err, &nir):
 		return textMismatchedNetwork
+	case errors.Is(err, ErrMismatchedNetwork):
+		return textMismatchedRange
 	case errors.Is(err, ErrAllocated):
 		return textAllocated
 	}

@@ -121,13 +121,23 @@ func TestServiceAllocatorErrorsAreKubeAPIServers(t *testing.T) {
 					`Invalid value: []string{"10.1.0.5"}: failed to allocate IP 10.1.0.5: the provided network does not match the current range`)}},
 		},
 		{
-			name:       "a chosen address whose stored range is another (ErrMismatchedNetwork)",
+			// v1.33's bitmap, restoring a stored snapshot of another range (the flag changed),
+			// says "range" where its MetaAllocator says "network".
+			name:       "a chosen address whose stored bitmap is of another range",
 			v4Err:      fmt.Errorf("bitmap: restore: %w", allocator.ErrMismatchedNetwork),
 			clusterIPs: []string{"10.0.0.9"},
 			want: statusOf{Code: 422, Reason: metav1.StatusReasonInvalid,
-				Message: `Service "s" is invalid: spec.clusterIPs: Invalid value: []string{"10.0.0.9"}: failed to allocate IP 10.0.0.9: the provided network does not match the current range`,
+				Message: `Service "s" is invalid: spec.clusterIPs: Invalid value: []string{"10.0.0.9"}: failed to allocate IP 10.0.0.9: the provided range does not match the current range`,
 				Causes: []metav1.StatusCause{invalid("spec.clusterIPs",
-					`Invalid value: []string{"10.0.0.9"}: failed to allocate IP 10.0.0.9: the provided network does not match the current range`)}},
+					`Invalid value: []string{"10.0.0.9"}: failed to allocate IP 10.0.0.9: the provided range does not match the current range`)}},
+		},
+		{
+			name:   "a fresh address whose stored bitmap is of another range",
+			v4Err:  fmt.Errorf("bitmap: restore: %w", allocator.ErrMismatchedNetwork),
+			policy: &single,
+			want: statusOf{Code: 500, Reason: metav1.StatusReasonInternalError,
+				Message: `Internal error occurred: failed to allocate a serviceIP: the provided range does not match the current range`,
+				Causes:  []metav1.StatusCause{{Message: `failed to allocate a serviceIP: the provided range does not match the current range`}}},
 		},
 		{
 			// v1.33's MetaAllocator looks only among ready ServiceCIDRs, so an address that only a
