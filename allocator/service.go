@@ -132,8 +132,9 @@ func (t *Txn) Released() []netip.Addr {
 // provided range does not match the current range" (another ErrMismatchedNetwork: a stored bitmap
 // of another range), or the error's own text. A failure to allocate a fresh address is a 500
 // InternalError, "failed to allocate a serviceIP: <reason>", where ErrFull and ErrNotReady read
-// "range is full" and the others as for a chosen address. On any error nothing stays allocated. With dryRun the allocators' DryRun views
-// validate and pick addresses, and nothing is taken; the returned Txn then does nothing.
+// "range is full" and the others as for a chosen address. On any error nothing stays allocated.
+// With dryRun the allocators' DryRun views validate and pick addresses, and nothing is taken; the
+// returned Txn then does nothing.
 func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Txn, error) {
 	if svc == nil {
 		return nil, errors.New("allocator: nil Service")
