@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -65,32 +64,38 @@ type Txn struct {
 }
 
 // Commit finalizes the transaction: it releases the addresses an update dropped (the secondary IP
-// of a dual-stack to single-stack downgrade, or every IP of a change to ExternalName). A release
-// that fails leaves the address to the repair loop, as kube-apiserver does. Commit after Commit or
-// Revert does nothing.
+// of a dual-stack to single-stack downgrade, or every IP of a change to ExternalName), bounded by
+// UndoTimeout. A release that fails leaves the address to the repair loop, as kube-apiserver
+// does. Commit after Commit or Revert does nothing.
 func (t *Txn) Commit() {
 	if t == nil || t.done {
 		return
 	}
 	t.done = true
-	if t.dryRun {
+	if t.dryRun || len(t.released) == 0 {
 		return
 	}
-	_ = t.s.release(context.Background(), t.released)
+	ctx, cancel := context.WithTimeout(context.Background(), UndoTimeout)
+	defer cancel()
+	_ = t.s.release(ctx, t.released)
 }
 
 // Revert undoes the transaction: it releases the addresses the call allocated and keeps those an
-// update would have dropped. It returns the first release error, having tried every address.
-// Revert after Commit or Revert does nothing.
+// update would have dropped. The releases run on a context of their own, bounded by UndoTimeout,
+// which keeps ctx's values but not its cancellation or deadline: a caller whose deadline has
+// passed still gets its addresses back. It returns the first release error, having tried every
+// address. Revert after Commit or Revert does nothing.
 func (t *Txn) Revert(ctx context.Context) error {
 	if t == nil || t.done {
 		return nil
 	}
 	t.done = true
-	if t.dryRun {
+	if t.dryRun || len(t.allocated) == 0 {
 		return nil
 	}
-	return t.s.release(ctx, t.allocated)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), UndoTimeout)
+	defer cancel()
+	return t.s.release(uctx, t.allocated)
 }
 
 // Allocated returns the addresses the call took, in family order.
@@ -113,11 +118,23 @@ func (t *Txn) Released() []netip.Addr {
 // which is being created, and allocates its ClusterIPs, changing svc in place.
 //
 // An ExternalName Service gets nothing; a headless Service ("None") gets families and a policy but
-// no address. A request kube-apiserver rejects returns a 422 Invalid *errors.StatusError built from
-// a field.ErrorList; a chosen address that is taken or outside the range returns the same error at
-// spec.clusterIPs; a family with no free address returns a 500 InternalError. On any error nothing
-// stays allocated. With dryRun the allocators' DryRun views validate and pick addresses, and
-// nothing is taken; the returned Txn then does nothing.
+// no address. A chosen ClusterIP may be written in any spelling kube-apiserver v1.33 accepts (see
+// ParseClusterIP): the Service keeps it as written and the allocator takes the parsed address.
+//
+// Errors are kube-apiserver v1.33's, with its status codes, field paths and texts, so that a
+// registry passes them to clients as they are. A request kube-apiserver rejects returns a 422
+// Invalid *errors.StatusError built from a field.ErrorList. Any failure to allocate a chosen
+// address is a 422 at spec.clusterIPs, "failed to allocate IP <ip>: <reason>", whose reason is
+// v1.33's text for the allocator's error: "provided IP is already allocated" (ErrAllocated), "the
+// provided IP (<ip>) is not in the valid range. The range of valid IPs is <range>" (a
+// *NotInRangeError with a Range), "the provided network does not match the current range" (a
+// range-less *NotInRangeError or ErrNotReady: the address is in no ready ServiceCIDR), "the
+// provided range does not match the current range" (another ErrMismatchedNetwork: a stored bitmap
+// of another range), or the error's own text. A failure to allocate a fresh address is a 500
+// InternalError, "failed to allocate a serviceIP: <reason>", where ErrFull and ErrNotReady read
+// "range is full" and the others as for a chosen address. On any error nothing stays allocated.
+// With dryRun the allocators' DryRun views validate and pick addresses, and nothing is taken; the
+// returned Txn then does nothing.
 func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Txn, error) {
 	if svc == nil {
 		return nil, errors.New("allocator: nil Service")
@@ -132,7 +149,7 @@ func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dr
 	}
 	if el := validateCreate(svc); len(el) > 0 {
 		_ = txn.Revert(ctx)
-		return nil, apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return nil, newInvalid(svc.Name, el)
 	}
 	return txn, nil
 }
@@ -159,14 +176,14 @@ func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service,
 	dropTypeDependentFields(svc, old)
 	if el := validateUpdate(svc, old); len(el) > 0 {
 		_ = txn.Revert(ctx)
-		return nil, apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return nil, newInvalid(svc.Name, el)
 	}
 	return txn, nil
 }
 
-// Release frees every ClusterIP svc holds, in the allocator of its family. Addresses that do not
-// parse, "None", and families the cluster does not serve are skipped. It returns the first error,
-// having tried every address.
+// Release frees every ClusterIP svc holds, read with ParseClusterIP, in the allocator of its
+// family. Addresses that do not parse, "None", and families the cluster does not serve are
+// skipped. It returns the first error, having tried every address.
 func (s *ServiceAllocator) Release(ctx context.Context, svc *corev1.Service) error {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
@@ -175,13 +192,7 @@ func (s *ServiceAllocator) Release(ctx context.Context, svc *corev1.Service) err
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
-	var addrs []netip.Addr
-	for _, v := range ips {
-		if ip, err := netip.ParseAddr(v); err == nil {
-			addrs = append(addrs, ip.Unmap())
-		}
-	}
-	return s.release(ctx, addrs)
+	return s.release(ctx, parseAll(ips))
 }
 
 // release frees each address in the allocator of its family and returns the first error.
@@ -208,8 +219,9 @@ func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Serv
 	for i := len(svc.Spec.ClusterIPs); i < len(svc.Spec.IPFamilies); i++ {
 		svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, "")
 	}
+	requested := slices.Clone(svc.Spec.ClusterIPs)
 	for i := range svc.Spec.IPFamilies {
-		if err := s.allocIndex(ctx, svc, i, txn); err != nil {
+		if err := s.allocIndex(ctx, svc, i, requested, txn); err != nil {
 			_ = txn.Revert(ctx)
 			return err
 		}
@@ -221,12 +233,14 @@ func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Serv
 }
 
 // allocIndex allocates svc.Spec.ClusterIPs[i] (any free address when empty) from the allocator
-// of svc.Spec.IPFamilies[i] and records it in txn.
-func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, txn *Txn) error {
+// of svc.Spec.IPFamilies[i] and records it in txn. A chosen address, kept as written, is read with
+// ParseClusterIP and the parsed address allocated. requested is clusterIPs as the client asked for
+// them (fresh ones ""), which kube-apiserver shows in the error of a chosen address.
+func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, requested []string, txn *Txn) error {
 	family := svc.Spec.IPFamilies[i]
 	a := s.families[family]
 	if a == nil { // initIPFamilyFields has checked this; keep it from panicking anyway
-		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
+		return newInvalid(svc.Name, field.ErrorList{
 			field.Invalid(pathIPFamilies.Index(i), family, "not configured on this cluster")})
 	}
 	if txn.dryRun {
@@ -236,7 +250,7 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 	if svc.Spec.ClusterIPs[i] == "" {
 		ip, err := a.AllocateNext(ctx, owner)
 		if err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+			return nextError(err)
 		}
 		svc.Spec.ClusterIPs[i] = ip.String()
 		if !txn.dryRun {
@@ -244,30 +258,18 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 		}
 		return nil
 	}
-	requested := svc.Spec.ClusterIPs[i]
-	ip, err := netip.ParseAddr(requested)
+	written := svc.Spec.ClusterIPs[i]
+	ip, err := ParseClusterIP(written)
 	if err == nil {
 		err = a.Allocate(ctx, ip, owner)
 	}
 	if err != nil {
-		if isRequestError(err) {
-			return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(pathClusterIPs,
-				svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", requested, err))})
-		}
-		return apierrors.NewInternalError(fmt.Errorf("failed to allocate IP %s: %w", requested, err))
+		return chosenError(svc.Name, requested, written, err)
 	}
 	if !txn.dryRun {
 		txn.allocated = append(txn.allocated, ip)
 	}
 	return nil
-}
-
-// isRequestError reports whether err blames the requested address (taken, outside the range,
-// invalid) rather than the allocator or its storage.
-func isRequestError(err error) bool {
-	var nir *NotInRangeError
-	return errors.Is(err, ErrAllocated) || errors.Is(err, ErrInvalid) ||
-		errors.Is(err, ErrMismatchedNetwork) || errors.As(err, &nir)
 }
 
 // updateClusterIPs allocates or drops addresses for an update, as kube-apiserver does: every
@@ -289,10 +291,17 @@ func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev
 	}
 	switch {
 	case len(old.Spec.IPFamilies) == 1 && len(svc.Spec.IPFamilies) == 2: // upgrade
+		if len(svc.Spec.ClusterIPs) == 0 {
+			// A stored Service with a family but no address (kube-apiserver v1.33 indexes past
+			// the end of clusterIPs here and answers with a panic): it has no primary to add a
+			// secondary to.
+			return newInvalid(svc.Name, field.ErrorList{field.Invalid(pathClusterIPs.Index(0),
+				svc.Spec.ClusterIPs, "primary clusterIP can not be unset")})
+		}
 		if len(svc.Spec.ClusterIPs) < 2 {
 			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, "")
 		}
-		if err := s.allocIndex(ctx, svc, 1, txn); err != nil {
+		if err := s.allocIndex(ctx, svc, 1, slices.Clone(svc.Spec.ClusterIPs), txn); err != nil {
 			if len(svc.Spec.ClusterIPs) == 2 && svc.Spec.ClusterIPs[1] == "" {
 				svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:1]
 			}
@@ -306,12 +315,12 @@ func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev
 	return nil
 }
 
-// parseAll returns the addresses among ips that parse.
+// parseAll returns the addresses among ips that parse, read with ParseClusterIP.
 func parseAll(ips []string) []netip.Addr {
 	var out []netip.Addr
 	for _, v := range ips {
-		if ip, err := netip.ParseAddr(v); err == nil {
-			out = append(out, ip.Unmap())
+		if ip, err := ParseClusterIP(v); err == nil {
+			out = append(out, ip)
 		}
 	}
 	return out
@@ -346,9 +355,10 @@ func otherFamily(f corev1.IPFamily) corev1.IPFamily {
 	return corev1.IPv4Protocol
 }
 
-// familyOfString returns the family of an address in text form, IPv4 when it does not parse.
+// familyOfString returns the family of a ClusterIP as kube-apiserver v1.33 judges it (an
+// IPv4-mapped IPv6 spelling is IPv4), IPv4 when it does not parse.
 func familyOfString(s string) corev1.IPFamily {
-	if ip, err := netip.ParseAddr(s); err == nil && ip.Unmap().Is6() {
+	if ip, err := ParseClusterIP(s); err == nil && ip.Is6() {
 		return corev1.IPv6Protocol
 	}
 	return corev1.IPv4Protocol
@@ -379,7 +389,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		svc.Spec.IPFamilies = []corev1.IPFamily{}
 	}
 	if el := validateClusterIPsRelatedFields(svc, old); len(el) > 0 {
-		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return newInvalid(svc.Name, el)
 	}
 
 	var el field.ErrorList
@@ -432,7 +442,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		}
 	}
 	if len(el) > 0 {
-		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return newInvalid(svc.Name, el)
 	}
 
 	// Headless and selectorless: no addresses, so any family goes, even on a single-stack
@@ -457,7 +467,7 @@ func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		}
 	}
 	if len(el) > 0 {
-		return apierrors.NewInvalid(serviceKind, svc.Name, el)
+		return newInvalid(svc.Name, el)
 	}
 	if len(svc.Spec.IPFamilies) == 0 {
 		svc.Spec.IPFamilies = []corev1.IPFamily{s.primary}

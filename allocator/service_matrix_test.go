@@ -23,6 +23,7 @@ type (
 	matrixCase    = servicematrix.Case
 	matrixExpect  = servicematrix.Expect
 	matrixResult  = servicematrix.Result
+	matrixText    = servicematrix.Text
 )
 
 func loadMatrix(t testing.TB) *matrixFile {
@@ -62,6 +63,16 @@ func resultOf(t testing.TB, tc matrixCase, ranges []netip.Prefix, svc, created *
 		t.Error(rerr)
 	}
 	return r
+}
+
+// textOf is servicematrix.TextOf, failing t on an error that is not a StatusError.
+func textOf(t testing.TB, tc matrixCase, ranges []netip.Prefix, created *corev1.Service, err error) *matrixText {
+	t.Helper()
+	txt, terr := servicematrix.TextOf(tc, ranges, created, err)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	return txt
 }
 
 func writeMatrix(m *matrixFile, source string) error {

@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -163,6 +164,39 @@ func matrixInputs() []matrixCase {
 		add("create/ClusterIP/clusterIPs="+out+"-not-allocatable", matrixCase{Create: matrixSpec{ClusterIP: strp(out), ClusterIPs: listp(out)}})
 	}
 
+	// Create: chosen addresses in the spellings kube-apiserver v1.33 accepts besides the canonical
+	// ones (StrictIPCIDRValidation off, its default). It keeps them as written, judges an
+	// IPv4-mapped address IPv4, and allocates the parsed address.
+	for _, sp := range []struct {
+		name string
+		ip   func() string
+	}{
+		{"v4-leading-zero", func() string { return leadingZero(seq.v4()) }},
+		{"v4-mapped-v6", func() string { return "::ffff:" + seq.v4() }},
+		{"v6-upper-case", func() string { return strings.ToUpper(seq.v6()) }},
+		{"v6-uncompressed", func() string { return uncompressed(seq.v6()) }},
+	} {
+		a = sp.ip()
+		add("create/ClusterIP/spelling="+sp.name, matrixCase{Create: matrixSpec{ClusterIP: strp(a), ClusterIPs: listp(a)}})
+	}
+	a = "::ffff:" + seq.v4()
+	add("create/ClusterIP/spelling=v4-mapped-v6/families=[IPv6]", matrixCase{Create: matrixSpec{
+		IPFamilies: listp("IPv6"), ClusterIP: strp(a), ClusterIPs: listp(a)}})
+	a, b = strings.ToUpper(seq.v6()), leadingZero(seq.v4())
+	add("create/ClusterIP/spelling/RequireDualStack/clusterIPs=v6-upper-case,v4-leading-zero", matrixCase{Create: matrixSpec{
+		IPFamilyPolicy: strp("RequireDualStack"), ClusterIP: strp(a), ClusterIPs: listp(a, b)}})
+	a, b = "::ffff:"+seq.v4(), seq.v6()
+	add("create/ClusterIP/spelling/RequireDualStack/clusterIPs=v4-mapped-v6,v6", matrixCase{Create: matrixSpec{
+		IPFamilyPolicy: strp("RequireDualStack"), ClusterIP: strp(a), ClusterIPs: listp(a, b)}})
+	a = seq.v4()
+	add("create/ClusterIP/spelling=v4-leading-zero/taken-as-canonical", matrixCase{Taken: []string{a},
+		Create: matrixSpec{ClusterIP: strp(leadingZero(a)), ClusterIPs: listp(leadingZero(a))}})
+	a = seq.v6()
+	add("create/ClusterIP/spelling=v6-upper-case/taken-as-canonical", matrixCase{Taken: []string{a},
+		Create: matrixSpec{ClusterIP: strp(strings.ToUpper(a)), ClusterIPs: listp(strings.ToUpper(a))}})
+	add("create/ClusterIP/spelling=v4-leading-zero/not-allocatable", matrixCase{Create: matrixSpec{
+		ClusterIP: strp("10.97.0.07"), ClusterIPs: listp("10.97.0.07")}})
+
 	// Update transitions.
 	single, prefer, require := strp("SingleStack"), strp("PreferDualStack"), strp("RequireDualStack")
 	add("update/upgrade/SingleStack->RequireDualStack", matrixCase{
@@ -229,9 +263,42 @@ func matrixInputs() []matrixCase {
 	a = seq.v4()
 	add("update/headless->ClusterIP", matrixCase{
 		Create: matrixSpec{ClusterIP: strp("None"), ClusterIPs: listp("None")}, Update: &matrixSpec{ClusterIP: strp(a), ClusterIPs: listp(a)}})
+	a = leadingZero(seq.v4())
+	add("update/spelling=v4-leading-zero/upgrade", matrixCase{
+		Create: matrixSpec{IPFamilyPolicy: single, ClusterIP: strp(a), ClusterIPs: listp(a)},
+		Update: &matrixSpec{IPFamilyPolicy: require}})
+	a6 = strings.ToUpper(seq.v6())
+	add("update/upgrade/chosen-secondary-v6-upper-case", matrixCase{
+		Create: matrixSpec{IPFamilyPolicy: single, IPFamilies: listp("IPv4")},
+		Update: &matrixSpec{IPFamilyPolicy: require, IPFamilies: listp("IPv4", "IPv6"), ClusterIPs: listp("$0", a6)}})
+	a = seq.v4()
+	add("update/spelling=v4-leading-zero/respelled-canonical", matrixCase{
+		Create: matrixSpec{IPFamilyPolicy: single, ClusterIP: strp(leadingZero(a)), ClusterIPs: listp(leadingZero(a))},
+		Update: &matrixSpec{ClusterIP: strp(a), ClusterIPs: listp(a)}})
+	a = "::ffff:" + seq.v4()
+	add("update/spelling=v4-mapped-v6/->ExternalName", matrixCase{
+		Create: matrixSpec{IPFamilyPolicy: single, ClusterIP: strp(a), ClusterIPs: listp(a)},
+		Update: &matrixSpec{Type: ext}})
 	add("update/headless-selectorless/SingleStack", matrixCase{
 		Create: matrixSpec{NoSelector: true, ClusterIP: strp("None"), ClusterIPs: listp("None")}, Update: &matrixSpec{IPFamilyPolicy: single}})
 	return cases
 }
 
 func corev1ServiceType(s string) corev1.ServiceType { return corev1.ServiceType(s) }
+
+// leadingZero writes the last octet of an IPv4 address with a leading zero: 10.96.1.7 is
+// 10.96.1.07, which kube-apiserver v1.33 reads as decimal.
+func leadingZero(ip string) string {
+	i := strings.LastIndexByte(ip, '.')
+	return ip[:i+1] + "0" + ip[i+1:]
+}
+
+// uncompressed writes an IPv6 address as eight groups, without "::".
+func uncompressed(ip string) string {
+	b := netip.MustParseAddr(ip).As16()
+	groups := make([]string, 8)
+	for i := range groups {
+		groups[i] = fmt.Sprintf("%x", uint16(b[2*i])<<8|uint16(b[2*i+1]))
+	}
+	return strings.Join(groups, ":")
+}

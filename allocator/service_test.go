@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/internal/servicematrix"
 )
 
 // matrixCluster builds in-memory bitmap allocators for a cluster shape and the ServiceAllocator
@@ -68,14 +69,12 @@ func (mc *memCluster) take(t testing.TB, ips []string) []string {
 	return out
 }
 
-// wantHeld is the sorted union of extra and the addresses svc holds.
+// wantHeld is the sorted union of extra and the addresses svc holds, in canonical form.
 func wantHeld(extra []string, svc *corev1.Service) []string {
 	out := slices.Clone(extra)
 	if svc != nil {
-		for _, ip := range svc.Spec.ClusterIPs {
-			if ip != corev1.ClusterIPNone {
-				out = append(out, ip)
-			}
+		for _, ip := range servicematrix.Addrs(svc) {
+			out = append(out, ip.String())
 		}
 	}
 	slices.Sort(out)
@@ -90,9 +89,11 @@ func (mc *memCluster) checkHeld(t *testing.T, when string, want []string) {
 }
 
 // TestServiceAllocatorMatrix runs every case of testdata/services.yaml against ServiceAllocator
-// over in-memory bitmaps, for every cluster shape, and checks the results and that the
-// allocators hold exactly what the Services hold, after Commit, Revert and Release.
+// over in-memory bitmaps, for every cluster shape, and checks the results, the error texts (those
+// of Legacy mode, whose allocators are bitmaps), and that the allocators hold exactly what the
+// Services hold, after Commit, Revert and Release.
 func TestServiceAllocatorMatrix(t *testing.T) {
+	const legacy = true
 	m := loadMatrix(t)
 	ctx := context.Background()
 	for _, cl := range m.Clusters {
@@ -118,6 +119,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if got := resultOf(t, tc, mc.ranges, svc, nil, err); !cmp.Equal(want.Create, got) {
 					t.Fatalf("Allocate: result (-want +got):\n%s", cmp.Diff(want.Create, got))
 				}
+				if got := textOf(t, tc, mc.ranges, nil, err); !cmp.Equal(want.CreateText.In(legacy), got) {
+					t.Fatalf("Allocate: error text (-want +got):\n%s", cmp.Diff(want.CreateText.In(legacy), got))
+				}
 				if err != nil {
 					mc.checkHeld(t, "after a failed Allocate", taken)
 					return
@@ -135,6 +139,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 					txn, err := mc.sa.Update(ctx, created, upd, false)
 					if got := resultOf(t, tc, mc.ranges, upd, created, err); !cmp.Equal(*want.Update, got) {
 						t.Fatalf("Update: result (-want +got):\n%s", cmp.Diff(*want.Update, got))
+					}
+					if got := textOf(t, tc, mc.ranges, created, err); !cmp.Equal(want.UpdateText.In(legacy), got) {
+						t.Fatalf("Update: error text (-want +got):\n%s", cmp.Diff(want.UpdateText.In(legacy), got))
 					}
 					if err != nil {
 						mc.checkHeld(t, "after a failed Update", wantHeld(taken, created))
@@ -179,6 +186,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if got := resultOf(t, tc, mc.ranges, svc, nil, err); !cmp.Equal(want.Create, got) {
 					t.Errorf("dry-run Allocate: result (-want +got):\n%s", cmp.Diff(want.Create, got))
 				}
+				if got := textOf(t, tc, mc.ranges, nil, err); !cmp.Equal(want.CreateText.In(legacy), got) {
+					t.Errorf("dry-run Allocate: error text (-want +got):\n%s", cmp.Diff(want.CreateText.In(legacy), got))
+				}
 				txn.Commit()
 				mc.checkHeld(t, "after a dry-run Allocate", taken)
 				if tc.Update == nil {
@@ -196,6 +206,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				utxn, err := mc.sa.Update(ctx, created, upd, true)
 				if got := resultOf(t, tc, mc.ranges, upd, created, err); !cmp.Equal(*want.Update, got) {
 					t.Errorf("dry-run Update: result (-want +got):\n%s", cmp.Diff(*want.Update, got))
+				}
+				if got := textOf(t, tc, mc.ranges, created, err); !cmp.Equal(want.UpdateText.In(legacy), got) {
+					t.Errorf("dry-run Update: error text (-want +got):\n%s", cmp.Diff(want.UpdateText.In(legacy), got))
 				}
 				utxn.Commit()
 				mc.checkHeld(t, "after a dry-run Update", wantHeld(taken, created))

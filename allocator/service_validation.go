@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -68,7 +67,7 @@ func validateClusterIPsRelatedFields(svc, old *corev1.Service) field.ErrorList {
 	if badIPs {
 		return el
 	}
-	if len(ips) > 1 && familyOfString(ips[0]) == familyOfString(ips[1]) {
+	if len(ips) > 1 && !holdsBothFamilies(ips) {
 		el = append(el, field.Invalid(pathClusterIPs, ips, "may specify no more than one IP for each IP family"))
 	}
 	if !isHeadless(svc) {
@@ -86,10 +85,25 @@ func validateClusterIPsRelatedFields(svc, old *corev1.Service) field.ErrorList {
 	return el
 }
 
-// validIPText reports whether s is an address kube-apiserver accepts in clusterIPs: one that
-// parses, or one the Service already had.
+// holdsBothFamilies reports whether ips, which all parse, hold an address of each family, as
+// kube-apiserver v1.33 asks of two or more clusterIPs (netutils.IsDualStackIPStrings).
+func holdsBothFamilies(ips []string) bool {
+	var v4, v6 bool
+	for _, ip := range ips {
+		if familyOfString(ip) == corev1.IPv6Protocol {
+			v6 = true
+		} else {
+			v4 = true
+		}
+	}
+	return v4 && v6
+}
+
+// validIPText reports whether s is an address kube-apiserver v1.33 accepts in clusterIPs (with
+// its StrictIPCIDRValidation gate off, the default): one that ParseClusterIP reads, or one the
+// Service already had.
 func validIPText(s string, old *corev1.Service) bool {
-	if ip, err := netip.ParseAddr(s); err == nil && ip.Zone() == "" {
+	if _, err := ParseClusterIP(s); err == nil {
 		return true
 	}
 	if old != nil {

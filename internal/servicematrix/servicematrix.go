@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kube-ipam/clusterip/allocator"
 )
 
 // File is the whole matrix. The zero File has no clusters and no cases.
@@ -57,6 +60,39 @@ type Case struct {
 type Expect struct {
 	Create Result  `json:"create"`
 	Update *Result `json:"update,omitempty"`
+	// CreateText and UpdateText are the texts of Create's and Update's errors; nil when the call
+	// succeeded. They are kept apart from the results because the results are the same in every
+	// feature-gate mode and the texts are not all.
+	CreateText *Text `json:"createText,omitempty"`
+	UpdateText *Text `json:"updateText,omitempty"`
+}
+
+// Text is what the Status of a failed call says: its message and each cause's message, in
+// kube-apiserver's order. An address of the case is written as in Result.ClusterIPs when it is
+// quoted ("$0" for the created Service's first address, "IPv4" for a fresh one); addresses the
+// case chose stay as they are.
+type Text struct {
+	Message string   `json:"message"`
+	Causes  []string `json:"causes,omitempty"`
+	// Legacy is the text of a kube-apiserver in Legacy mode (MultiCIDRServiceAllocator off) when
+	// it differs, as it does for a chosen address outside the range: its bitmap names the range
+	// where the default mode's ServiceCIDRs answer "the provided network does not match the
+	// current range".
+	Legacy *Text `json:"legacy,omitempty"`
+}
+
+// In returns the text of the mode: t.Legacy when legacy is set and t has one, else t without its
+// Legacy. A nil Text gives nil.
+func (t *Text) In(legacy bool) *Text {
+	if t == nil {
+		return nil
+	}
+	if legacy && t.Legacy != nil {
+		return t.Legacy
+	}
+	out := *t
+	out.Legacy = nil
+	return &out
 }
 
 // Result is a Service's ClusterIP fields after the call, or its error. In ClusterIPs a literal
@@ -238,6 +274,61 @@ func ResultOf(tc Case, ranges []netip.Prefix, svc, created *corev1.Service, call
 	return r, errors.Join(errs...)
 }
 
+// TextOf returns the text of callErr, the error of a case's create (created nil) or update, with
+// the case's addresses written as Text says; nil for a nil error. It fails for an error that is
+// not an *errors.StatusError.
+func TextOf(tc Case, ranges []netip.Prefix, created *corev1.Service, callErr error) (*Text, error) {
+	if callErr == nil {
+		return nil, nil
+	}
+	var se *apierrors.StatusError
+	if !errors.As(callErr, &se) {
+		return nil, fmt.Errorf("servicematrix: error %v is a %T, want a *errors.StatusError", callErr, callErr)
+	}
+	st := se.Status()
+	lits := append(Literals(&tc.Create), Literals(tc.Update)...)
+	sym := func(msg string) string { return symbolizeText(msg, lits, ranges, created) }
+	t := &Text{Message: sym(st.Message)}
+	if st.Details != nil {
+		for _, c := range st.Details.Causes {
+			t.Causes = append(t.Causes, sym(c.Message))
+		}
+	}
+	return t, nil
+}
+
+// quotedAddr matches a quoted address in a Status message.
+var quotedAddr = regexp.MustCompile(`"([0-9A-Fa-f:.]+)"`)
+
+// symbolizeText writes the quoted addresses of msg as symbolOf names them, keeping those the case
+// chose and those it cannot name.
+func symbolizeText(msg string, lits []string, ranges []netip.Prefix, created *corev1.Service) string {
+	return quotedAddr.ReplaceAllStringFunc(msg, func(q string) string {
+		ip := q[1 : len(q)-1]
+		if _, err := netip.ParseAddr(ip); err != nil {
+			return q
+		}
+		sym, err := symbolOf(ip, lits, ranges, created)
+		if err != nil {
+			return q
+		}
+		return `"` + sym + `"`
+	})
+}
+
+// Addrs returns the addresses svc holds, read as kube-apiserver v1.33 reads a ClusterIP (see
+// allocator.ParseClusterIP: the matrix writes some in non-canonical spellings). "None" and
+// what does not parse are left out.
+func Addrs(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range svc.Spec.ClusterIPs {
+		if ip, err := allocator.ParseClusterIP(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
 // symbolOf names an address of a result as the matrix does.
 func symbolOf(ip string, lits []string, ranges []netip.Prefix, created *corev1.Service) (string, error) {
 	if ip == corev1.ClusterIPNone {
@@ -310,8 +401,14 @@ func Write(path string, m *File, source string) error {
 			}
 			fmt.Fprintf(&b, "      %s:\n", cl.Name)
 			fmt.Fprintf(&b, "        create: %s\n", line(e.Create))
+			if e.CreateText != nil {
+				fmt.Fprintf(&b, "        createText: %s\n", line(e.CreateText))
+			}
 			if e.Update != nil {
 				fmt.Fprintf(&b, "        update: %s\n", line(e.Update))
+			}
+			if e.UpdateText != nil {
+				fmt.Fprintf(&b, "        updateText: %s\n", line(e.UpdateText))
 			}
 		}
 	}

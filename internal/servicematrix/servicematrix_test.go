@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -104,3 +105,44 @@ func TestResultOf(t *testing.T) {
 }
 
 func writeFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o644) }
+
+// TextOf writes the quoted addresses of a message as the results do, and In picks a mode's text.
+func TestTextOfSymbolizesAddressesAndInPicksTheMode(t *testing.T) {
+	ranges := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00::/112")}
+	created := Service("s", Spec{})
+	created.Spec.ClusterIPs = []string{"10.96.0.5"}
+	chosen := "10.96.7.7"
+	tc := Case{Create: Spec{}, Update: &Spec{ClusterIP: &chosen, ClusterIPs: &[]string{chosen, "fd00::9"}}}
+	msg := `Service "s" is invalid: spec.clusterIPs: Invalid value: []string{"10.96.7.7", "fd00::9"}: failed to allocate IP 10.96.7.7: x`
+	cause := `Invalid value: []string{"10.96.0.5", "fd00::1234", "10.200.0.1", "10.96.00.5"}: may not change once set`
+	err := &apierrors.StatusError{ErrStatus: metav1.Status{Code: 422, Reason: metav1.StatusReasonInvalid, Message: msg,
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Message: cause}}}}}
+	got, terr := TextOf(tc, ranges, created, err)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := &Text{
+		// The chosen addresses stay, the created Service's is "$0", a fresh one in a range its
+		// family, and what is in no range or does not parse as netip does stays.
+		Message: msg,
+		Causes:  []string{`Invalid value: []string{"$0", "IPv6", "10.200.0.1", "10.96.00.5"}: may not change once set`},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("TextOf() (-want +got):\n%s", diff)
+	}
+	if got, err := TextOf(tc, ranges, created, nil); got != nil || err != nil {
+		t.Errorf("TextOf(nil error) = %v, %v; want nil, nil", got, err)
+	}
+
+	legacy := &Text{Message: "legacy"}
+	both := &Text{Message: "default", Legacy: legacy}
+	if got := both.In(true); got != legacy {
+		t.Errorf("In(true) = %v, want the Legacy text", got)
+	}
+	if got := both.In(false); got.Message != "default" || got.Legacy != nil {
+		t.Errorf("In(false) = %+v, want the default text without its Legacy", got)
+	}
+	if got := (&Text{Message: "one"}).In(true); got.Message != "one" {
+		t.Errorf("In(true) of a text without a Legacy = %+v, want it", got)
+	}
+}
