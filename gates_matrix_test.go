@@ -213,7 +213,7 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 		r.check(t, tc.Name+": after a failed Allocate", taken)
 	} else {
 		txn.Commit()
-		r.check(t, tc.Name+": after Allocate", append(heldBy(svc), taken...))
+		r.check(t, tc.Name+": after Allocate", append(servicematrix.Addrs(svc), taken...))
 		if tc.Update != nil {
 			if want.Update == nil {
 				t.Fatalf("%s: the case has an update but no expected update result", tc.Name)
@@ -225,11 +225,11 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 				t.Fatalf("%s: Update: result (-want +got):\n%s", tc.Name, cmp.Diff(*want.Update, got))
 			}
 			if err != nil {
-				r.check(t, tc.Name+": after a failed Update", append(heldBy(svc), taken...))
+				r.check(t, tc.Name+": after a failed Update", append(servicematrix.Addrs(svc), taken...))
 			} else {
 				utxn.Commit()
 				current = upd
-				r.check(t, tc.Name+": after Update", append(heldBy(upd), taken...))
+				r.check(t, tc.Name+": after Update", append(servicematrix.Addrs(upd), taken...))
 			}
 		}
 		if err := r.sa.Release(ctx, current); err != nil {
@@ -251,17 +251,6 @@ func (r *matrixRun) result(t *testing.T, tc servicematrix.Case, svc, created *co
 		t.Fatalf("%s: %v", tc.Name, err)
 	}
 	return got
-}
-
-// heldBy returns the addresses svc holds.
-func heldBy(svc *corev1.Service) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range svc.Spec.ClusterIPs {
-		if ip, err := netip.ParseAddr(s); err == nil {
-			out = append(out, ip)
-		}
-	}
-	return out
 }
 
 // check fails t unless the stores hold exactly the baseline and held, as the mode says.
@@ -338,7 +327,7 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 				t.Fatalf("Allocate(%v) = %v", tt.clusterIPs, err)
 			}
 			txn.Commit()
-			held := heldBy(svc)
+			held := servicematrix.Addrs(svc)
 			r.check(t, "after Allocate", held)
 			v6 := held[len(held)-1]
 			bits, _ := etcdBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
