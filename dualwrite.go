@@ -25,10 +25,6 @@ import (
 var _ allocator.Interface = (*DualWriteAllocator)(nil)
 
 const (
-	// undoTimeout bounds a write that undoes half of a dual write; it runs even when the caller's
-	// context is done, since the address would otherwise stay held in one store only.
-	undoTimeout = 30 * time.Second
-
 	// confirmTimeout bounds the read of an IPAddress object whose create had an ambiguous answer;
 	// like an undo, it runs even when the caller's context is done.
 	confirmTimeout = 10 * time.Second
@@ -265,7 +261,7 @@ func (d *DualWriteAllocator) settle(ctx context.Context, ip netip.Addr, owner al
 // undo runs release(ip) to take back the first half of a dual write, even when ctx is done.
 func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Addr, release func(context.Context, netip.Addr) error) {
 	d.undone.Add(1)
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), allocator.UndoTimeout)
 	defer cancel()
 	if err := release(uctx, ip); err != nil {
 		d.undoFailed.Add(1)
