@@ -98,7 +98,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 		svc("a/wrong", "10.0.0.50"), ipAddr("10.0.0.50", "a/other"),
 		svc("a/dup1", "10.0.0.60"), svc("a/dup2", "10.0.0.60"),
 		svc("a/far", "10.9.0.1"),
-		svc("a/bad", "10.0.0.070"),
+		svc("a/bad", "10.0.0.700"),
 		svc("a/headless", "None"),
 	}
 	tests := []struct {
@@ -115,7 +115,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 			f("10.0.0.60", DuplicateOwner, "a/dup1"),
 			f("10.9.0.1", OutOfRange, "a/far"),
 			f("fd00::c", Leaked, ""),
-			f("10.0.0.070", Invalid, "a/bad"),
+			f("10.0.0.700", Invalid, "a/bad"),
 		}},
 		{mode: featuregate.IPAddressOnly, services: 9, ipAddresses: 5, bitmapBits: 0, want: []Finding{
 			f("10.0.0.11", Missing, "a/missing"),
@@ -123,7 +123,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 			f("10.0.0.50", WrongParent, "a/wrong"),
 			f("10.0.0.60", DuplicateOwner, "a/dup1"),
 			f("10.9.0.1", OutOfRange, "a/far"),
-			f("10.0.0.070", Invalid, "a/bad"),
+			f("10.0.0.700", Invalid, "a/bad"),
 		}},
 		{mode: featuregate.DualWrite, services: 9, ipAddresses: 5, bitmapBits: 6, want: []Finding{
 			f("10.0.0.11", Missing, "a/missing"),
@@ -134,7 +134,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 			f("10.0.0.60", DuplicateOwner, "a/dup1"),
 			f("10.9.0.1", OutOfRange, "a/far"),
 			f("fd00::c", BitmapOnly, ""),
-			f("10.0.0.070", Invalid, "a/bad"),
+			f("10.0.0.700", Invalid, "a/bad"),
 		}},
 	}
 	for _, tt := range tests {

@@ -51,7 +51,8 @@ type finding struct {
 	labels bool
 }
 
-// entry gathers what holds one canonical IP.
+// entry gathers what holds one address: the Services whose ClusterIPs parse to it in any
+// spelling, the IPAddress object named after it, its bit.
 type entry struct {
 	owner  *corev1.Service   // the first Service holding the IP
 	extra  []*corev1.Service // further Services holding it (duplicates)
@@ -59,7 +60,9 @@ type entry struct {
 	hasBit bool
 }
 
-// invalidEntry gathers what refers to one address string that is not a canonical IP.
+// invalidEntry gathers what refers to one string that is no address: Services whose ClusterIP it
+// is and which allocator.ParseClusterIP rejects, and IPAddress objects it names, which are not
+// in canonical form.
 type invalidEntry struct {
 	services    []*corev1.Service
 	ipAddresses []*networkingv1.IPAddress
@@ -112,18 +115,21 @@ func classify(w *world) result {
 		return e
 	}
 
+	var held []netip.Addr // the addresses of one Service, reused
 	for _, svc := range w.services {
-		ips := serviceIPs(svc)
-		for i, s := range ips {
-			if slices.Contains(ips[:i], s) {
-				continue // one Service listing an IP twice still holds it once
-			}
-			ip, ok := parseCanonical(s)
-			if !ok {
-				e := getInvalid(s)
-				e.services = append(e.services, svc)
+		held = held[:0]
+		for _, s := range serviceIPs(svc) {
+			ip, err := allocator.ParseClusterIP(s)
+			if err != nil {
+				if e := getInvalid(s); len(e.services) == 0 || e.services[len(e.services)-1] != svc {
+					e.services = append(e.services, svc)
+				}
 				continue
 			}
+			if slices.Contains(held, ip) {
+				continue // one Service listing an address twice, in any spelling, still holds it once
+			}
+			held = append(held, ip)
 			e := get(ip)
 			if e.owner == nil {
 				e.owner = svc
@@ -178,7 +184,7 @@ func classify(w *world) result {
 	return result{findings: out, counts: counts}
 }
 
-// judge returns the finding of one canonical IP, if it has a problem.
+// judge returns the finding of one address, if it has a problem.
 func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bool) {
 	f := finding{addr: ip, svc: e.owner, ipa: e.ipa, bm: -1} // IP is set by the caller
 	if e.owner != nil {
@@ -308,7 +314,9 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 	return f, true
 }
 
-// judgeInvalid returns the finding of an address string that is not a canonical IP.
+// judgeInvalid returns the finding of a string that is no address: a ClusterIP that does not
+// parse as kube-apiserver v1.33 parses it (allocator.ParseClusterIP), or an IPAddress name that
+// is not an address in canonical form.
 func judgeInvalid(s string, e *invalidEntry) finding {
 	f := finding{bm: -1, holders: len(e.services)}
 	f.IP, f.Class = s, Invalid
@@ -325,7 +333,11 @@ func judgeInvalid(s string, e *invalidEntry) finding {
 		f.ipa = e.ipAddresses[0]
 		what = append(what, "an IPAddress object")
 	}
-	f.Detail = fmt.Sprintf("%q is not a canonical IP address (held by %s).", s, strings.Join(what, " and "))
+	if len(e.services) == 0 {
+		f.Detail = fmt.Sprintf("%q is not an IP address in canonical form (the name of an IPAddress object).", s)
+	} else {
+		f.Detail = fmt.Sprintf("%q is not an IP address (held by %s).", s, strings.Join(what, " and "))
+	}
 	return f
 }
 
@@ -342,8 +354,19 @@ func serviceIPs(svc *corev1.Service) []string {
 	return ips
 }
 
+// holds reports whether svc holds ip: whether one of its ClusterIPs, in any spelling
+// kube-apiserver v1.33 accepts, is ip.
+func holds(svc *corev1.Service, ip netip.Addr) bool {
+	for _, s := range serviceIPs(svc) {
+		if a, err := allocator.ParseClusterIP(s); err == nil && a == ip {
+			return true
+		}
+	}
+	return false
+}
+
 // parseCanonical parses s and reports whether it is an address an allocator accepts, written in
-// canonical form.
+// canonical form: the only form an IPAddress object's name may take.
 func parseCanonical(s string) (netip.Addr, bool) {
 	ip, err := allocator.ParseAddr(s)
 	if err != nil {

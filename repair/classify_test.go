@@ -41,8 +41,10 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 			services: []*corev1.Service{svc("a/x", "10.0.0.10"), svc("a/y", "10.0.0.11", "fd00::b"), svc("a/headless", "None"), svc("a/external")},
 			bits4:    []string{"10.0.0.10", "10.0.0.11"}, bits6: []string{"fd00::b"}},
 		{name: "legacy/invalid ClusterIP", mode: featuregate.Legacy,
-			services: []*corev1.Service{svc("a/x", "10.0.0.010")},
-			want:     []Finding{f("10.0.0.010", Invalid, "a/x")}},
+			services: []*corev1.Service{svc("a/x", "10.0.0.700")},
+			want:     []Finding{f("10.0.0.700", Invalid, "a/x")}},
+		{name: "legacy/a ClusterIP with a leading zero holds the address it reads as", mode: featuregate.Legacy,
+			services: []*corev1.Service{svc("a/x", "10.0.0.010")}, bits4: []string{"10.0.0.10"}},
 		{name: "legacy/duplicate owner", mode: featuregate.Legacy,
 			services: []*corev1.Service{svc("b/y", "10.0.0.10"), svc("a/x", "10.0.0.10")}, bits4: []string{"10.0.0.10"},
 			want: []Finding{f("10.0.0.10", DuplicateOwner, "a/x")}},
@@ -84,9 +86,12 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 			services: []*corev1.Service{svc("a/x", "10.0.0.10", "fd00::1:0:a"), svc("a/headless", "None")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.0.0.10", "a/x"), ipAddr("fd00::1:0:a", "a/x")}},
 		{name: "ipaddress/invalid IPAddress name and ClusterIP", mode: featuregate.IPAddressOnly,
-			services: []*corev1.Service{svc("a/x", "FD00::A")},
+			services: []*corev1.Service{svc("a/x", "fd00::g")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("fd00:0::b", "a/y"), ipAddr("::ffff:10.0.0.1", "a/z")},
-			want:     []Finding{f("::ffff:10.0.0.1", Invalid, ""), f("FD00::A", Invalid, "a/x"), f("fd00:0::b", Invalid, "")}},
+			want:     []Finding{f("::ffff:10.0.0.1", Invalid, ""), f("fd00:0::b", Invalid, ""), f("fd00::g", Invalid, "a/x")}},
+		{name: "ipaddress/a ClusterIP in upper case holds the address it reads as", mode: featuregate.IPAddressOnly,
+			services: []*corev1.Service{svc("a/x", "FD00::A")},
+			ipas:     []*networkingv1.IPAddress{ipAddr("fd00::a", "a/x")}},
 		{name: "ipaddress/duplicate owner", mode: featuregate.IPAddressOnly,
 			services: []*corev1.Service{svc("a/x", "10.0.0.10"), svc("a/y", "10.0.0.10")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.0.0.10", "a/x")},
@@ -221,7 +226,7 @@ func TestReportJSONIsStable(t *testing.T) {
 			want: `{"mode":"DualWrite","consistent":false,"counts":{"bitmap-only":1,"bitmapBits":2,"invalid":1,"ipAddresses":2,"leaked":1,"services":2},"findings":[` +
 				`{"ip":"10.0.0.9","class":"leaked","detail":"IPAddress 10.0.0.9 (parent services a/gone) is held by no Service."},` +
 				`{"ip":"fd00::1","class":"bitmap-only","detail":"fd00::1 is set in the bitmap of fd00::/64 with neither an IPAddress nor a Service."},` +
-				`{"ip":"bogus","class":"invalid","service":"a/y","detail":"\"bogus\" is not a canonical IP address (held by Service a/y)."}]}`,
+				`{"ip":"bogus","class":"invalid","service":"a/y","detail":"\"bogus\" is not an IP address (held by Service a/y)."}]}`,
 		},
 	}
 	for _, tt := range tests {

@@ -13,8 +13,14 @@ type Class string
 // The classes, in the order of precedence: an address with several problems is reported once,
 // with the first class that applies.
 const (
-	// Invalid is a Service ClusterIP or an IPAddress name that does not parse as an address or is
-	// not in canonical form. Repair only emits an Event (ClusterIPNotValid).
+	// Invalid is a Service ClusterIP that is not an address in any spelling kube-apiserver v1.33
+	// accepts (allocator.ParseClusterIP), or an IPAddress name that is not an address in
+	// canonical form. Repair only emits an Event (ClusterIPNotValid).
+	//
+	// A ClusterIP v1.33 accepts but does not write canonically ("10.96.0.010",
+	// "::ffff:10.96.0.11", "FD00::A") is not invalid: the Service holds the parsed address, and
+	// every finding keys it by that address, so its IPAddress object and bit are never taken for
+	// a leak.
 	Invalid Class = "invalid"
 	// DuplicateOwner is an IP held by two or more Services. Repair only emits an Event
 	// (ClusterIPAlreadyAllocated).
@@ -63,7 +69,8 @@ func (c Class) rank() int {
 
 // Finding is one address that needs attention. The zero Finding is meaningless.
 type Finding struct {
-	// IP is the address as stored: canonical when it parses, the raw string for Invalid.
+	// IP is the address in canonical form (a ClusterIP as allocator.ParseClusterIP reads it),
+	// or for Invalid the string as stored.
 	IP string `json:"ip"`
 	// Class is the first class of the table that applies to IP.
 	Class Class `json:"class"`
