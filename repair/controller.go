@@ -23,7 +23,7 @@ import (
 // passes how long each bit has been seen leaked. Build it with NewController; the zero Controller
 // is not usable. A Controller is safe for concurrent use, but passes are serialised.
 //
-// What it repairs (DESIGN §7):
+// What it repairs:
 //
 //   - IPAddressOnly: creates the IPAddress of a Service that has none, deletes an IPAddress no
 //     Service holds once it is older than the hold-off, recreates one whose parentRef names the

@@ -19,7 +19,7 @@ import (
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
-// naiveClass states DESIGN §7's table for one key s in the plainest way, by scanning every
+// naiveClass states the table of classes for one key s in the plainest way, by scanning every
 // object: the model TestClassifyMatchesNaiveModel holds classify to. A key is an address in
 // canonical form, which Services hold in any spelling net.ParseIP accepted before Go 1.17
 // (netutils.ParseIPSloppy, as kube-apiserver v1.33 reads a ClusterIP), or a string that is no
@@ -83,7 +83,7 @@ func naiveClass(w *world, s string) (Class, string) {
 			for range 1<<(p.Addr().BitLen()-p.Bits()) - 1 {
 				last = last.Next()
 			}
-			if isReady(sc) && p.Contains(ip) && ip != p.Addr() && (ip.Is6() || ip != last) {
+			if p.Contains(ip) && ip != p.Addr() && (ip.Is6() || ip != last) {
 				inCIDR = true
 			}
 		}
