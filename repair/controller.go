@@ -127,11 +127,10 @@ func (c *Controller) runOnce(ctx context.Context) (rep *Report, retries []retry,
 			c.metrics.ReconcileError()
 		}
 	}()
-	w, err := read(ctx, &c.cfg)
+	w, res, err := audit(ctx, &c.cfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	res := classify(w)
 	c.setDrift(res)
 	var held, heldBits int
 	var deleted map[netip.Addr]bool
