@@ -2,6 +2,7 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -243,7 +244,12 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 	if w.mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
 			b, _, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
-			if err != nil {
+			switch {
+			case errors.Is(err, allocator.ErrMismatchedNetwork) && i < len(w.bitmaps):
+				// Stored for another range (the flag changed) and read as w holds it: no bit of
+				// this range can have appeared in it, so the first read stands.
+				b = w.bitmaps[i]
+			case err != nil:
 				return result{}, fmt.Errorf("repair: confirm missing bits: %w", err)
 			}
 			bms = append(bms, b)

@@ -240,3 +240,27 @@ func TestAuditOfARealAPIServerAllocatingDuringTheAudit(t *testing.T) {
 	}
 	auditConsistent(t, withMode(cfg, featuregate.DualWrite), "after the allocations")
 }
+
+// TestAuditConfirmationKeepsTheFirstReadOfABitmapStoredForAnotherRange: if the bitmap is
+// rewritten for another range (kube-apiserver's flag changed) between the audit's read and its
+// confirmation, no bit of the audited range can have appeared: the missing finding stands.
+func TestAuditConfirmationKeepsTheFirstReadOfABitmapStoredForAnotherRange(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	cli := e.TestClient(t)
+	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24"))
+	client := fake.NewClientset(svc("a/missing", "10.0.0.11"))
+	var rewritten atomic.Bool
+	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !rewritten.Swap(true) {
+			storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.1.0.0/24", "10.1.0.11"))
+		}
+		return false, nil, nil
+	})
+	rep, err := Audit(t.Context(), clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Etcd: cli})
+	if err != nil {
+		t.Fatalf("Audit() error = %v, want the first read to stand", err)
+	}
+	if diff := cmp.Diff([]Finding{f("10.0.0.11", Missing, "a/missing")}, rep.Findings, ignoreDetail); diff != "" {
+		t.Errorf("Audit() findings (-want +got):\n%s", diff)
+	}
+}
