@@ -266,3 +266,16 @@ func TestCheckRepairTimeoutBoundsTheWholeRepair(t *testing.T) {
 		t.Errorf("check --repair-timeout 3s took %v", took)
 	}
 }
+
+// TestCheckGivesUpOnASilentAPIServer points check at a listener that accepts connections and
+// never answers: the API client's --request-timeout bounds the first call, and check exits 2
+// with one line naming the API server.
+func TestCheckGivesUpOnASilentAPIServer(t *testing.T) {
+	silent := newBlackhole(t, "")
+	server := "https://" + strings.TrimPrefix(silent.URL(), "http://")
+	r, took := clusteripWithin(t, time.Minute, "check", "--kubeconfig", writeKubeconfig(t, server), "--request-timeout", "2s")
+	if r.code != exitCouldNotRun || !strings.HasPrefix(r.stderr, "clusterip: API server at "+server) ||
+		strings.Count(strings.TrimSuffix(r.stderr, "\n"), "\n") != 0 {
+		t.Errorf("exit %d after %v, stderr %q; want %d and one line naming the API server", r.code, took, r.stderr, exitCouldNotRun)
+	}
+}
