@@ -274,13 +274,14 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 		case ok:
 			nf.IP = f.IP
 			changed[i] = &nf
+			still = append(still, i)
 		default:
 			changed[i] = nil
 		}
 	}
 
-	// The Services of the records still absent, read again: one deleted or changed since the
-	// List holds nothing now.
+	// The Services of the findings that remain, read again: one deleted or changed since the
+	// List holds nothing now (and its address may already be another Service's).
 	var services map[string]*corev1.Service
 	if bulk && len(still) > 0 {
 		all, err := listServices(ctx, cfg.Client)

@@ -264,3 +264,27 @@ func TestAuditConfirmationKeepsTheFirstReadOfABitmapStoredForAnotherRange(t *tes
 		t.Errorf("Audit() findings (-want +got):\n%s", diff)
 	}
 }
+
+// TestAuditConfirmationDropsAFindingWhoseServiceWentMeanwhile: a Service listed without its
+// IPAddress is deleted, and its address given to another Service, before the confirmation
+// reads: the IPAddress read again names the other Service, but the listed one holds nothing
+// now, so there is nothing to report (not a wrong parent).
+func TestAuditConfirmationDropsAFindingWhoseServiceWentMeanwhile(t *testing.T) {
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/old", "10.0.0.20"))
+	var once sync.Once
+	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() {
+			_ = client.Tracker().Delete(servicesResource, "a", "old")
+			_ = client.Tracker().Create(ipAddressesResource, aged(ipAddr("10.0.0.20", "a/new"), 0), "")
+			_ = client.Tracker().Create(servicesResource, svc("a/new", "10.0.0.20"), "a")
+		})
+		return false, nil, nil
+	})
+	rep, err := Audit(t.Context(), clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Consistent {
+		t.Errorf("Audit() findings %+v, want none", rep.Findings)
+	}
+}
