@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -216,13 +217,25 @@ func TestRepairFixesLabelsUnderAResourceVersionPreconditionOnARealAPIServer(t *t
 		t.Fatalf("create Service: %v", err)
 	}
 	ip := s.Spec.ClusterIP
-	ipa, err := ipas.Get(ctx, ip, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("kube-apiserver made no IPAddress for %s: %v", ip, err)
-	}
-	delete(ipa.Labels, networkingv1.LabelIPAddressFamily)
-	if _, err := ipas.Update(ctx, ipa, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("strip the ip-family label: %v", err)
+	// kube-apiserver's own repair recreates an IPAddress with wrong labels when it handles its
+	// Service's add event, which may come after the strip: strip until it has stuck for longer
+	// than that repair's 1 s worker period (nothing else makes it look at the labels again).
+	var ipa *networkingv1.IPAddress
+	for attempt := 0; ; attempt++ {
+		if ipa, err = ipas.Get(ctx, ip, metav1.GetOptions{}); err != nil {
+			t.Fatalf("kube-apiserver made no IPAddress for %s: %v", ip, err)
+		}
+		if _, present := ipa.Labels[networkingv1.LabelIPAddressFamily]; !present && attempt > 0 {
+			break
+		}
+		if attempt == 10 {
+			t.Fatalf("kube-apiserver's repair keeps restoring the labels of IPAddress %s", ip)
+		}
+		delete(ipa.Labels, networkingv1.LabelIPAddressFamily)
+		if _, err := ipas.Update(ctx, ipa, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("strip the ip-family label: %v", err)
+		}
+		time.Sleep(1500 * time.Millisecond)
 	}
 
 	w, err := read(ctx, &cfg)

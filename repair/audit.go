@@ -2,11 +2,14 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -31,21 +34,42 @@ const listPageSize = 500
 // <EtcdPrefix>/ranges/secondaryserviceips); a missing bitmap counts as empty. cfg.Informers is
 // not used.
 //
-// The reads are not one transaction. They are ordered so that an allocation or release running
-// meanwhile can only show up as a leak or a stale bit, which repair holds off, and never as a
-// missing record: ServiceCIDRs and IPAddress objects first, then the bitmaps, then the Services.
-// (An allocator writes its records before the Service and releases them after it is deleted;
-// this library's dual write also writes the bit before the IPAddress, DESIGN §6.)
+// The reads are not one transaction: ServiceCIDRs and IPAddress objects first, then the bitmaps,
+// then the Services. An allocator writes its records (the bit, then the IPAddress object) before
+// the Service and releases them after the Service is deleted, so a release running meanwhile
+// can only show up as a leak or a stale bit, which repair holds off. An allocation that
+// completes meanwhile, its records written after they were read and its Service before the
+// Services were listed, would show up as a missing record on a cluster consistent at every
+// instant; so every missing finding is confirmed with live reads after the Services List before
+// it is reported: the IPAddress object read again (a Get by name, or one more List when there
+// are more than 64 missing findings), the bitmaps read again, and, if the record is still absent,
+// the Service read again (a Service deleted or changed meanwhile holds nothing to report). A
+// record that appeared is judged afresh, and the finding dropped if the address is now
+// consistent.
 //
 // A Config without what the mode needs gives a *clusterip.ConfigError naming the field (Client
 // is required in every mode); a bitmap stored for another range than cfg.Ranges gives an error
 // wrapping allocator.ErrMismatchedNetwork; API and etcd errors are wrapped.
 func Audit(ctx context.Context, cfg clusterip.Config) (*Report, error) {
-	w, err := read(ctx, &cfg)
+	_, res, err := audit(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	return classify(w).report(cfg.Mode), nil
+	return res.report(cfg.Mode), nil
+}
+
+// audit reads the world cfg describes, judges it, and confirms its missing findings: what Audit
+// reports and a Controller's pass acts on.
+func audit(ctx context.Context, cfg *clusterip.Config) (*world, result, error) {
+	w, err := read(ctx, cfg)
+	if err != nil {
+		return nil, result{}, err
+	}
+	res, err := confirmMissing(ctx, cfg, w, classify(w))
+	if err != nil {
+		return nil, result{}, err
+	}
+	return w, res, nil
 }
 
 // checkConfig returns what Audit needs of cfg that it lacks.
@@ -168,4 +192,145 @@ func listPages[L interface{ GetContinue() string }, T any](ctx context.Context, 
 		}
 		opts.Continue = l.GetContinue()
 	}
+}
+
+// confirmByGetLimit is how many missing findings an audit confirms with one Get each; past it, it
+// lists the IPAddress objects (and the Services) again, which costs one read of each object
+// however many findings there are.
+const confirmByGetLimit = 64
+
+// confirmMissing confirms the missing findings of res with live reads made after every read of
+// w, as Audit documents, and returns res with each finding that is no longer missing judged
+// again (dropped if the address is now consistent). It only reads.
+func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res result) (result, error) {
+	var missing []int
+	for i := range res.findings {
+		if res.findings[i].Class == Missing {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return res, nil
+	}
+	bulk := len(missing) > confirmByGetLimit
+
+	// The records, read again.
+	var ipas map[string]*networkingv1.IPAddress
+	if w.mode != featuregate.Legacy {
+		ipas = make(map[string]*networkingv1.IPAddress, len(missing))
+		if bulk {
+			all, err := listIPAddresses(ctx, cfg.Client)
+			if err != nil {
+				return result{}, fmt.Errorf("repair: confirm missing records: %w", err)
+			}
+			for _, ipa := range all {
+				ipas[ipa.Name] = ipa
+			}
+		} else {
+			for _, i := range missing {
+				name := res.findings[i].IP
+				ipa, err := cfg.Client.NetworkingV1().IPAddresses().Get(ctx, name, metav1.GetOptions{})
+				switch {
+				case apierrors.IsNotFound(err):
+				case err != nil:
+					return result{}, fmt.Errorf("repair: confirm missing IPAddress %s: %w", name, err)
+				default:
+					ipas[name] = ipa
+				}
+			}
+		}
+	}
+	var bms []*bitmap.Allocator
+	if w.mode != featuregate.IPAddressOnly {
+		for i, r := range cfg.Ranges {
+			b, _, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			switch {
+			case errors.Is(err, allocator.ErrMismatchedNetwork) && i < len(w.bitmaps):
+				// Stored for another range (the flag changed) and read as w holds it: no bit of
+				// this range can have appeared in it, so the first read stands.
+				b = w.bitmaps[i]
+			case err != nil:
+				return result{}, fmt.Errorf("repair: confirm missing bits: %w", err)
+			}
+			bms = append(bms, b)
+		}
+	}
+	var inRange []netip.Prefix
+	if w.mode != featuregate.Legacy {
+		inRange = cidrPrefixes(w.cidrs)
+	}
+	changed := map[int]*finding{} // index in res.findings → its new finding, nil if none
+	var still []int
+	for _, i := range missing {
+		f := &res.findings[i]
+		e := &entry{owner: f.svc, ipa: ipas[f.IP]}
+		if f.bm >= 0 && f.bm < len(bms) {
+			e.hasBit = bms[f.bm].Has(f.addr)
+		}
+		nf, ok := judge(w, inRange, f.addr, e)
+		switch {
+		case ok && nf.Class == Missing:
+			still = append(still, i)
+		case ok:
+			nf.IP = f.IP
+			changed[i] = &nf
+			still = append(still, i)
+		default:
+			changed[i] = nil
+		}
+	}
+
+	// The Services of the findings that remain, read again: one deleted or changed since the
+	// List holds nothing now (and its address may already be another Service's).
+	var services map[string]*corev1.Service
+	if bulk && len(still) > 0 {
+		all, err := listServices(ctx, cfg.Client)
+		if err != nil {
+			return result{}, fmt.Errorf("repair: confirm missing records: %w", err)
+		}
+		services = make(map[string]*corev1.Service, len(all))
+		for _, svc := range all {
+			services[serviceKey(svc)] = svc
+		}
+	}
+	for _, i := range still {
+		f := &res.findings[i]
+		var live *corev1.Service
+		if bulk {
+			live = services[serviceKey(f.svc)]
+		} else {
+			svc, err := cfg.Client.CoreV1().Services(f.svc.Namespace).Get(ctx, f.svc.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return result{}, fmt.Errorf("repair: confirm the Service %s of missing %s: %w", serviceKey(f.svc), f.IP, err)
+			default:
+				live = svc
+			}
+		}
+		if live == nil || live.UID != f.svc.UID || !holds(live, f.addr) {
+			changed[i] = nil
+		}
+	}
+	if len(changed) == 0 {
+		return res, nil
+	}
+
+	out := result{findings: make([]finding, 0, len(res.findings)), counts: maps.Clone(res.counts)}
+	for i, f := range res.findings {
+		nf, ok := changed[i]
+		if !ok {
+			out.findings = append(out.findings, f)
+			continue
+		}
+		out.counts[string(Missing)]--
+		if out.counts[string(Missing)] == 0 {
+			delete(out.counts, string(Missing))
+		}
+		if nf != nil {
+			out.findings = append(out.findings, *nf)
+			out.counts[string(nf.Class)]++
+		}
+	}
+	return out, nil
 }

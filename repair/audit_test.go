@@ -98,7 +98,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 		svc("a/wrong", "10.0.0.50"), ipAddr("10.0.0.50", "a/other"),
 		svc("a/dup1", "10.0.0.60"), svc("a/dup2", "10.0.0.60"),
 		svc("a/far", "10.9.0.1"),
-		svc("a/bad", "10.0.0.070"),
+		svc("a/bad", "10.0.0.700"),
 		svc("a/headless", "None"),
 	}
 	tests := []struct {
@@ -115,7 +115,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 			f("10.0.0.60", DuplicateOwner, "a/dup1"),
 			f("10.9.0.1", OutOfRange, "a/far"),
 			f("fd00::c", Leaked, ""),
-			f("10.0.0.070", Invalid, "a/bad"),
+			f("10.0.0.700", Invalid, "a/bad"),
 		}},
 		{mode: featuregate.IPAddressOnly, services: 9, ipAddresses: 5, bitmapBits: 0, want: []Finding{
 			f("10.0.0.11", Missing, "a/missing"),
@@ -123,7 +123,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 			f("10.0.0.50", WrongParent, "a/wrong"),
 			f("10.0.0.60", DuplicateOwner, "a/dup1"),
 			f("10.9.0.1", OutOfRange, "a/far"),
-			f("10.0.0.070", Invalid, "a/bad"),
+			f("10.0.0.700", Invalid, "a/bad"),
 		}},
 		{mode: featuregate.DualWrite, services: 9, ipAddresses: 5, bitmapBits: 6, want: []Finding{
 			f("10.0.0.11", Missing, "a/missing"),
@@ -134,7 +134,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 			f("10.0.0.60", DuplicateOwner, "a/dup1"),
 			f("10.9.0.1", OutOfRange, "a/far"),
 			f("fd00::c", BitmapOnly, ""),
-			f("10.0.0.070", Invalid, "a/bad"),
+			f("10.0.0.700", Invalid, "a/bad"),
 		}},
 	}
 	for _, tt := range tests {
@@ -157,8 +157,8 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 				t.Errorf("Mode, Consistent = %q, %v; want %q, false", rep.Mode, rep.Consistent, tt.mode)
 			}
 			for _, a := range client.Actions() {
-				if a.GetVerb() != "list" {
-					t.Errorf("Audit made a %s call on %s; it must only list", a.GetVerb(), a.GetResource().Resource)
+				if v := a.GetVerb(); v != "list" && v != "get" {
+					t.Errorf("Audit made a %s call on %s; it must only read (lists, and gets that confirm a missing record)", v, a.GetResource().Resource)
 				}
 			}
 			if got := etcdRevision(t, cli); got != rev {
@@ -182,12 +182,14 @@ func TestAuditRejectsBitmapOfAnotherRange(t *testing.T) {
 // TestAuditFollowsListPages serves Services three to a page, as an API server honouring Limit
 // would, and checks that Audit reads every page.
 func TestAuditFollowsListPages(t *testing.T) {
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"))
 	var all []corev1.Service
+	objects := []runtime.Object{serviceCIDR("kubernetes", "10.0.0.0/24")}
 	for i := range 8 {
 		s := svc("a/s"+strconv.Itoa(i), "10.0.0."+strconv.Itoa(10+i))
 		all = append(all, *s)
+		objects = append(objects, s) // for the Gets that confirm each missing IPAddress
 	}
+	client := fake.NewClientset(objects...)
 	var pages int
 	client.PrependReactor("list", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		opts := action.(k8stesting.ListActionImpl).ListOptions

@@ -8,13 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/ipaddress"
+	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
 // world is everything an audit judges, read at one moment: the pure input of classify.
@@ -51,7 +51,8 @@ type finding struct {
 	labels bool
 }
 
-// entry gathers what holds one canonical IP.
+// entry gathers what holds one address: the Services whose ClusterIPs parse to it in any
+// spelling, the IPAddress object named after it, its bit.
 type entry struct {
 	owner  *corev1.Service   // the first Service holding the IP
 	extra  []*corev1.Service // further Services holding it (duplicates)
@@ -59,7 +60,9 @@ type entry struct {
 	hasBit bool
 }
 
-// invalidEntry gathers what refers to one address string that is not a canonical IP.
+// invalidEntry gathers what refers to one string that is no address: Services whose ClusterIP it
+// is and which allocator.ParseClusterIP rejects, and IPAddress objects it names, which are not
+// in canonical form.
 type invalidEntry struct {
 	services    []*corev1.Service
 	ipAddresses []*networkingv1.IPAddress
@@ -112,18 +115,21 @@ func classify(w *world) result {
 		return e
 	}
 
+	var held []netip.Addr // the addresses of one Service, reused
 	for _, svc := range w.services {
-		ips := serviceIPs(svc)
-		for i, s := range ips {
-			if slices.Contains(ips[:i], s) {
-				continue // one Service listing an IP twice still holds it once
-			}
-			ip, ok := parseCanonical(s)
-			if !ok {
-				e := getInvalid(s)
-				e.services = append(e.services, svc)
+		held = held[:0]
+		for _, s := range serviceIPs(svc) {
+			ip, err := allocator.ParseClusterIP(s)
+			if err != nil {
+				if e := getInvalid(s); len(e.services) == 0 || e.services[len(e.services)-1] != svc {
+					e.services = append(e.services, svc)
+				}
 				continue
 			}
+			if slices.Contains(held, ip) {
+				continue // one Service listing an address twice, in any spelling, still holds it once
+			}
+			held = append(held, ip)
 			e := get(ip)
 			if e.owner == nil {
 				e.owner = svc
@@ -151,14 +157,14 @@ func classify(w *world) result {
 		}
 	}
 
-	var ready []netip.Prefix
+	var inRange []netip.Prefix
 	if useIPAs {
-		ready = readyPrefixes(w.cidrs)
+		inRange = cidrPrefixes(w.cidrs)
 	}
 
 	var out []finding
 	for ip, e := range byIP {
-		if f, ok := judge(w, ready, ip, e); ok {
+		if f, ok := judge(w, inRange, ip, e); ok {
 			f.IP = ip.String() // only for findings: most IPs have none
 			out = append(out, f)
 		}
@@ -178,8 +184,8 @@ func classify(w *world) result {
 	return result{findings: out, counts: counts}
 }
 
-// judge returns the finding of one canonical IP, if it has a problem.
-func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bool) {
+// judge returns the finding of one address, if it has a problem.
+func judge(w *world, inRange []netip.Prefix, ip netip.Addr, e *entry) (finding, bool) {
 	f := finding{addr: ip, svc: e.owner, ipa: e.ipa, bm: -1} // IP is set by the caller
 	if e.owner != nil {
 		f.holders = 1 + len(e.extra)
@@ -206,7 +212,7 @@ func judge(w *world, ready []netip.Prefix, ip netip.Addr, e *entry) (finding, bo
 		f.Detail = fmt.Sprintf("%s is held by %d Services: %s.", ip, len(keys), strings.Join(keys, ", "))
 		return f, true
 	case e.owner != nil:
-		return judgeHeld(w, ready, f, e, inBitmap)
+		return judgeHeld(w, inRange, f, e, inBitmap)
 	case w.mode == featuregate.Legacy:
 		if e.hasBit {
 			f.Class = Leaked
@@ -263,7 +269,7 @@ func managedByOrDefault(managedBy string) string {
 
 // judgeHeld returns the finding of an IP held by exactly one Service, if it has a problem. It
 // decides the class before it formats anything: most IPs have none.
-func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap bool) (finding, bool) {
+func judgeHeld(w *world, inRange []netip.Prefix, f finding, e *entry, inBitmap bool) (finding, bool) {
 	switch {
 	case w.mode == featuregate.Legacy && !inBitmap:
 		f.Class = OutOfRange
@@ -271,7 +277,7 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 		f.Class = Missing
 	case w.mode == featuregate.Legacy:
 		return finding{}, false
-	case !containedIn(ready, f.addr):
+	case !containedIn(inRange, f.addr):
 		f.Class = OutOfRange
 	case e.ipa != nil && !isParent(e.ipa, e.owner):
 		f.Class = WrongParent
@@ -290,7 +296,7 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 	case f.Class == OutOfRange && w.mode == featuregate.Legacy:
 		f.Detail = fmt.Sprintf("Service %s holds %s, outside the ranges %s.", f.Service, ip, rangesString(w.bitmaps))
 	case f.Class == OutOfRange:
-		f.Detail = fmt.Sprintf("Service %s holds %s, in no ready ServiceCIDR.", f.Service, ip)
+		f.Detail = fmt.Sprintf("Service %s holds %s, in no ServiceCIDR.", f.Service, ip)
 	case f.Class == Missing && w.mode == featuregate.Legacy:
 		f.Detail = fmt.Sprintf("Service %s holds %s but its bit in %s is clear.", f.Service, ip, w.bitmaps[f.bm].CIDR())
 	case f.Class == Missing:
@@ -308,7 +314,9 @@ func judgeHeld(w *world, ready []netip.Prefix, f finding, e *entry, inBitmap boo
 	return f, true
 }
 
-// judgeInvalid returns the finding of an address string that is not a canonical IP.
+// judgeInvalid returns the finding of a string that is no address: a ClusterIP that does not
+// parse as kube-apiserver v1.33 parses it (allocator.ParseClusterIP), or an IPAddress name that
+// is not an address in canonical form.
 func judgeInvalid(s string, e *invalidEntry) finding {
 	f := finding{bm: -1, holders: len(e.services)}
 	f.IP, f.Class = s, Invalid
@@ -325,7 +333,11 @@ func judgeInvalid(s string, e *invalidEntry) finding {
 		f.ipa = e.ipAddresses[0]
 		what = append(what, "an IPAddress object")
 	}
-	f.Detail = fmt.Sprintf("%q is not a canonical IP address (held by %s).", s, strings.Join(what, " and "))
+	if len(e.services) == 0 {
+		f.Detail = fmt.Sprintf("%q is not an IP address in canonical form (the name of an IPAddress object).", s)
+	} else {
+		f.Detail = fmt.Sprintf("%q is not an IP address (held by %s).", s, strings.Join(what, " and "))
+	}
 	return f
 }
 
@@ -342,8 +354,19 @@ func serviceIPs(svc *corev1.Service) []string {
 	return ips
 }
 
+// holds reports whether svc holds ip: whether one of its ClusterIPs, in any spelling
+// kube-apiserver v1.33 accepts, is ip.
+func holds(svc *corev1.Service, ip netip.Addr) bool {
+	for _, s := range serviceIPs(svc) {
+		if a, err := allocator.ParseClusterIP(s); err == nil && a == ip {
+			return true
+		}
+	}
+	return false
+}
+
 // parseCanonical parses s and reports whether it is an address an allocator accepts, written in
-// canonical form.
+// canonical form: the only form an IPAddress object's name may take.
 func parseCanonical(s string) (netip.Addr, bool) {
 	ip, err := allocator.ParseAddr(s)
 	if err != nil {
@@ -353,34 +376,22 @@ func parseCanonical(s string) (netip.Addr, bool) {
 	return ip, string(ip.AppendTo(buf[:0])) == s
 }
 
-// readyPrefixes returns the prefixes of the ready ServiceCIDRs: condition Ready True or absent,
-// and no deletionTimestamp.
-func readyPrefixes(cidrs []*networkingv1.ServiceCIDR) []netip.Prefix {
+// cidrPrefixes returns the prefixes of every ServiceCIDR, ready or not, once each: an address is
+// in range if one of them contains it. kube-apiserver v1.33's repair counts them all
+// (repairip.go isIPOutOfRange, through pkg/api/servicecidr.ContainsIP over the whole lister): a
+// ServiceCIDR being removed (deletionTimestamp set, Ready=False, held by its finalizer while an
+// address in it is in no other) still holds its Services' addresses, which repair must keep and,
+// when their IPAddress is missing, create.
+func cidrPrefixes(cidrs []*networkingv1.ServiceCIDR) []netip.Prefix {
 	var out []netip.Prefix
 	for _, sc := range cidrs {
-		if !isReady(sc) {
-			continue
-		}
-		for _, s := range sc.Spec.CIDRs {
-			if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Masked()) {
-				out = append(out, p.Masked())
+		for _, p := range servicecidr.Prefixes(sc) {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
 			}
 		}
 	}
 	return out
-}
-
-// isReady reports whether sc is ready to allocate from.
-func isReady(sc *networkingv1.ServiceCIDR) bool {
-	if sc.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range sc.Status.Conditions {
-		if c.Type == networkingv1.ServiceCIDRConditionReady {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return true
 }
 
 // containedIn reports whether ip is a usable address of one of ps (not its network address, nor

@@ -23,7 +23,7 @@ import (
 // passes how long each bit has been seen leaked. Build it with NewController; the zero Controller
 // is not usable. A Controller is safe for concurrent use, but passes are serialised.
 //
-// What it repairs (DESIGN §7):
+// What it repairs:
 //
 //   - IPAddressOnly: creates the IPAddress of a Service that has none, deletes an IPAddress no
 //     Service holds once it is older than the hold-off, recreates one whose parentRef names the
@@ -127,11 +127,10 @@ func (c *Controller) runOnce(ctx context.Context) (rep *Report, retries []retry,
 			c.metrics.ReconcileError()
 		}
 	}()
-	w, err := read(ctx, &c.cfg)
+	w, res, err := audit(ctx, &c.cfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	res := classify(w)
 	c.setDrift(res)
 	var held, heldBits int
 	var deleted map[netip.Addr]bool

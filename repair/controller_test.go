@@ -88,7 +88,7 @@ func TestRepairIPAddressOnlyHealsWhatItMayAndReportsTheRest(t *testing.T) {
 		svc("a/wrong", "10.0.0.50"), aged(ipAddr("10.0.0.50", "a/other"), time.Hour),
 		svc("a/dup1", "10.0.0.60"), svc("a/dup2", "10.0.0.60"), aged(ipAddr("10.0.0.60", "a/dup1"), time.Hour),
 		svc("a/far", "10.9.0.1"),
-		svc("a/bad", "10.0.0.070"),
+		svc("a/bad", "10.0.0.700"),
 	}
 	client := fake.NewClientset(objects...)
 	rec := &recorder{}
@@ -135,7 +135,7 @@ func TestRepairIPAddressOnlyHealsWhatItMayAndReportsTheRest(t *testing.T) {
 		f("10.0.0.31", Leaked, ""),
 		f("10.0.0.60", DuplicateOwner, "a/dup1"),
 		f("10.9.0.1", OutOfRange, "a/far"),
-		f("10.0.0.070", Invalid, "a/bad"),
+		f("10.0.0.700", Invalid, "a/bad"),
 	}
 	if diff := cmp.Diff(want, after.Findings, ignoreDetail); diff != "" {
 		t.Errorf("audit after one pass (-want +got):\n%s", diff)

@@ -8,6 +8,13 @@
 // kube-apiserver offers no audit, and with the IPAddress allocator on it never repairs the bitmap
 // (kubernetes#136475).
 //
+// Every finding is keyed by address: a Service's ClusterIP as kube-apiserver v1.33 reads it
+// (allocator.ParseClusterIP: "10.96.0.010", "::ffff:10.96.0.11" and "FD00::A" hold 10.96.0.10,
+// 10.96.0.11 and fd00::a, whose IPAddress objects and bits are theirs). An address is in range
+// in any ServiceCIDR, ready or terminating, as kube-apiserver's repair counts them. A missing
+// record is confirmed with live reads before it is reported, so an allocation that completes
+// while the audit reads is not taken for one.
+//
 // A [Controller] acts on an audit's findings as the mode allows. A decision that cannot be
 // undone, freeing a leaked address, is confirmed against live state first (a Get of the object,
 // then a delete with its UID and resourceVersion as preconditions, or a compare-and-swap of the

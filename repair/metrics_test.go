@@ -88,7 +88,7 @@ func TestRepairMetricsCountPerPassAsKubeAPIServer(t *testing.T) {
 	client := fake.NewClientset(
 		serviceCIDR("kubernetes", "10.0.0.0/24"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
-		svc("a/bad", "10.0.0.070"),                                                                                                         // invalid: 1
+		svc("a/bad", "10.0.0.700"),                                                                                                         // invalid: 1
 		svc("a/dup1", "10.0.0.60"), svc("a/dup2", "10.0.0.60"), svc("a/dup3", "10.0.0.60"), aged(ipAddr("10.0.0.60", "a/dup1"), time.Hour), // duplicate: 2
 		svc("a/far", "10.9.0.1"),                                                     // outOfRange: 1
 		svc("a/missing", "10.0.0.11"),                                                // repair: created

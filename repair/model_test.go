@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
@@ -18,14 +19,30 @@ import (
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
-// naiveClass states DESIGN §7's table for one address string s in the plainest way, by scanning
-// every object: the model TestClassifyMatchesNaiveModel holds classify to. It returns "" for no
-// finding.
+// naiveClass states the table of classes for one key s in the plainest way, by scanning every
+// object: the model TestClassifyMatchesNaiveModel holds classify to. A key is an address in
+// canonical form, which Services hold in any spelling net.ParseIP accepted before Go 1.17
+// (netutils.ParseIPSloppy, as kube-apiserver v1.33 reads a ClusterIP), or a string that is no
+// address: a ClusterIP ParseIPSloppy rejects, or an IPAddress name that is not canonical. It
+// returns "" for no finding.
 func naiveClass(w *world, s string) (Class, string) {
+	sloppy := func(c string) (netip.Addr, bool) {
+		ip, ok := netip.AddrFromSlice(netutils.ParseIPSloppy(c))
+		return ip.Unmap(), ok
+	}
+	canonical := func(n string) bool {
+		ip, err := netip.ParseAddr(n)
+		return err == nil && ip.String() == n && !ip.Is4In6() && ip.Zone() == ""
+	}
+	ip, err := netip.ParseAddr(s)
+	isAddr := err == nil && canonical(s)
 	var owners []string
 	for _, svc := range w.services {
-		if slices.Contains(serviceIPs(svc), s) && !slices.Contains(owners, serviceKey(svc)) {
-			owners = append(owners, serviceKey(svc))
+		for _, c := range serviceIPs(svc) {
+			a, ok := sloppy(c)
+			if ((isAddr && ok && a == ip) || (!isAddr && !ok && c == s)) && !slices.Contains(owners, serviceKey(svc)) {
+				owners = append(owners, serviceKey(svc))
+			}
 		}
 	}
 	slices.Sort(owners)
@@ -41,8 +58,7 @@ func naiveClass(w *world, s string) (Class, string) {
 			}
 		}
 	}
-	ip, err := netip.ParseAddr(s)
-	if err != nil || ip.String() != s || ip.Is4In6() {
+	if !isAddr {
 		if len(owners) > 0 || ipa != nil {
 			return Invalid, owner
 		}
@@ -67,7 +83,7 @@ func naiveClass(w *world, s string) (Class, string) {
 			for range 1<<(p.Addr().BitLen()-p.Bits()) - 1 {
 				last = last.Next()
 			}
-			if isReady(sc) && p.Contains(ip) && ip != p.Addr() && (ip.Is6() || ip != last) {
+			if p.Contains(ip) && ip != p.Addr() && (ip.Is6() || ip != last) {
 				inCIDR = true
 			}
 		}
@@ -130,7 +146,7 @@ func allAddrs(b *bitmap.Allocator) map[netip.Addr]bool {
 func TestClassifyMatchesNaiveModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	universe := []string{"10.0.0.0", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.7", "10.0.0.8", "10.0.0.9", "10.0.0.15",
-		"10.0.1.1", "fd00::1", "fd00::2", "fd00::1:0", "010.0.0.1", "FD00::1", "x"}
+		"10.0.1.1", "fd00::1", "fd00::2", "fd00::1:0", "010.0.0.1", "FD00::1", "::ffff:10.0.0.2", "fd00:0:0:0:0:0:0:2", "x"}
 	pick := func() string { return universe[r.IntN(len(universe))] }
 	for iter := range 2000 {
 		mode := featuregate.Mode(r.IntN(3))

@@ -13,14 +13,28 @@ type Class string
 // The classes, in the order of precedence: an address with several problems is reported once,
 // with the first class that applies.
 const (
-	// Invalid is a Service ClusterIP or an IPAddress name that does not parse as an address or is
-	// not in canonical form. Repair only emits an Event (ClusterIPNotValid).
+	// Invalid is a Service ClusterIP that is not an address in any spelling kube-apiserver v1.33
+	// accepts (allocator.ParseClusterIP), or an IPAddress name that is not an address in
+	// canonical form. Repair only emits an Event (ClusterIPNotValid).
+	//
+	// A ClusterIP v1.33 accepts but does not write canonically ("10.96.0.010",
+	// "::ffff:10.96.0.11", "FD00::A") is not invalid: the Service holds the parsed address, and
+	// every finding keys it by that address, so its IPAddress object and bit are never taken for
+	// a leak.
 	Invalid Class = "invalid"
 	// DuplicateOwner is an IP held by two or more Services. Repair only emits an Event
 	// (ClusterIPAlreadyAllocated).
 	DuplicateOwner Class = "duplicate-owner"
-	// OutOfRange is a Service's ClusterIP in no ready ServiceCIDR (in Legacy mode: not an address
-	// of its family's bitmap). Repair only emits an Event (ClusterIPOutOfRange).
+	// OutOfRange is a Service's ClusterIP in no ServiceCIDR (in Legacy mode: not an address of its
+	// family's bitmap). Repair only emits an Event (ClusterIPOutOfRange).
+	//
+	// Every ServiceCIDR counts, ready or not, as kube-apiserver v1.33's repair counts them: while
+	// a ServiceCIDR is being removed its Services keep their addresses, and a missing IPAddress
+	// of one is created. An address is in a ServiceCIDR when one of its prefixes contains it and
+	// it is neither the prefix's network address nor, for IPv4, its broadcast address. A
+	// Service holding an address outside every ServiceCIDR, with an IPAddress object (what
+	// kube-apiserver v1.33's IPAddress allocator hands out for half its picks in an IPv6 /64,
+	// kubernetes#138374), is out of range, and its IPAddress is left in place.
 	OutOfRange Class = "out-of-range"
 	// WrongParent is an IPAddress whose parentRef is not the Service that holds its IP. Repair
 	// recreates it with the right parent (IPAddressWrongReference).
@@ -29,7 +43,7 @@ const (
 	// Service IP allocator gives it (the ip-family label of its IP and the managed-by label
 	// ipallocator.k8s.io), which kube-apiserver's repair fixes too: the finding's Detail names
 	// the labels, and repair updates them in place, with the resourceVersion it read as a
-	// precondition, so the address is never free meanwhile. The class table of DESIGN §7 is
+	// precondition, so the address is never free meanwhile. The table of classes is
 	// fixed; a label fix is one more wrong reference of the IPAddress to what holds it.
 	WrongParent Class = "wrong-parent"
 	// Missing is a Service's ClusterIP with no IPAddress object (in Legacy mode: with its bit
@@ -63,7 +77,8 @@ func (c Class) rank() int {
 
 // Finding is one address that needs attention. The zero Finding is meaningless.
 type Finding struct {
-	// IP is the address as stored: canonical when it parses, the raw string for Invalid.
+	// IP is the address in canonical form (a ClusterIP as allocator.ParseClusterIP reads it),
+	// or for Invalid the string as stored.
 	IP string `json:"ip"`
 	// Class is the first class of the table that applies to IP.
 	Class Class `json:"class"`

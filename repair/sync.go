@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -120,15 +119,15 @@ func (c *Controller) repairOne(ctx context.Context, f *finding) (after time.Dura
 }
 
 // liveHolder gets svc from the API server and returns it if it is still the same Service and still
-// holds ip, or nil.
-func (c *Controller) liveHolder(ctx context.Context, svc *corev1.Service, ip string) (*corev1.Service, error) {
+// holds ip (in any spelling of its ClusterIPs), or nil.
+func (c *Controller) liveHolder(ctx context.Context, svc *corev1.Service, ip netip.Addr) (*corev1.Service, error) {
 	live, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
 		return nil, err
-	case live.UID != svc.UID || !slices.Contains(serviceIPs(live), ip):
+	case live.UID != svc.UID || !holds(live, ip):
 		return nil, nil
 	}
 	return live, nil
@@ -168,7 +167,7 @@ func newIPAddress(ip netip.Addr, svc *corev1.Service, managedBy string) *network
 // createMissing creates the IPAddress of a Service that has none, once a live Get confirms the
 // Service still holds the IP.
 func (c *Controller) createMissing(ctx context.Context, f *finding) error {
-	svc, err := c.liveHolder(ctx, f.svc, f.IP)
+	svc, err := c.liveHolder(ctx, f.svc, f.addr)
 	if err != nil || svc == nil {
 		return err
 	}
@@ -208,7 +207,7 @@ func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (after time.D
 		parent := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
 		live, err := c.cfg.Client.CoreV1().Services(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		switch {
-		case err == nil && slices.Contains(serviceIPs(live), f.IP):
+		case err == nil && holds(live, f.addr):
 			return 0, false, nil // its parent holds it now
 		case err == nil && live.CreationTimestamp.Before(&f.ipa.CreationTimestamp) && age < newerThanParentGrace:
 			return newerThanParentGrace - age, false, nil // a create of an existing Service, being undone
@@ -238,7 +237,7 @@ func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (after time.D
 // resourceVersion the audit read, so it fails with a Conflict (and waits for the next pass) if
 // the object changed meanwhile; the address is never free.
 func (c *Controller) fixLabels(ctx context.Context, f *finding) error {
-	svc, err := c.liveHolder(ctx, f.svc, f.IP)
+	svc, err := c.liveHolder(ctx, f.svc, f.addr)
 	if err != nil || svc == nil {
 		return err
 	}
@@ -269,7 +268,7 @@ func (c *Controller) fixParent(ctx context.Context, f *finding) error {
 	if err != nil || !same {
 		return err
 	}
-	svc, err := c.liveHolder(ctx, f.svc, f.IP)
+	svc, err := c.liveHolder(ctx, f.svc, f.addr)
 	if err != nil || svc == nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func (a *Allocator) desired(logger klog.Logger) (map[netip.Prefix]map[string]boo
 			if want[p] == nil {
 				want[p] = map[string]bool{}
 			}
-			want[p][sc.Name] = isReady(sc)
+			want[p][sc.Name] = Ready(sc)
 		}
 	}
 	return want, nil

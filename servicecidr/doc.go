@@ -39,7 +39,8 @@
 // allocator_options.go and allocator_dryrun.go; lifecycle.go (the LifecycleController's type,
 // options, NewLifecycleController and Run), lifecycle_handlers.go, lifecycle_sync.go (one pass
 // per ServiceCIDR, with the live confirmation) and lifecycle_grace.go (the grace-period marks);
-// cidrs.go parses spec.cidrs and readiness for both.
+// cidrs.go parses spec.cidrs and defines readiness for both, exported as Prefixes and Ready (the
+// repair package finds whether an address is in range with Prefixes).
 //
 // New starts nothing; Allocator.Run and LifecycleController.Run do the work and block until their
 // context is done. Start the informer factory after New and NewLifecycleController so that both

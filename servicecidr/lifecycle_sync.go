@@ -230,14 +230,10 @@ func (c *LifecycleController) liveOrphans(ctx context.Context, sc *networkingv1.
 func orphansOf(sc *networkingv1.ServiceCIDR, cidrs []*networkingv1.ServiceCIDR, ips []*networkingv1.IPAddress) []netip.Addr {
 	var others []netip.Prefix
 	for _, o := range cidrs {
-		if o.Name == sc.Name || !isReady(o) {
+		if o.Name == sc.Name || !Ready(o) {
 			continue
 		}
-		for _, c := range specCIDRsOf(o) {
-			if c.prefix.IsValid() {
-				others = append(others, c.prefix)
-			}
-		}
+		others = append(others, Prefixes(o)...)
 	}
 	var out []netip.Addr
 	for _, ipa := range ips {
@@ -256,10 +252,5 @@ func orphansOf(sc *networkingv1.ServiceCIDR, cidrs []*networkingv1.ServiceCIDR, 
 // containsAddr reports whether some prefix of sc can allocate ip. Every prefix of spec.cidrs
 // counts, also one the Allocator does not serve: another allocator (kube-apiserver's) may.
 func containsAddr(sc *networkingv1.ServiceCIDR, ip netip.Addr) bool {
-	for _, c := range specCIDRsOf(sc) {
-		if c.prefix.IsValid() && ipmath.Usable(c.prefix, ip) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(Prefixes(sc), func(p netip.Prefix) bool { return ipmath.Usable(p, ip) })
 }

@@ -41,9 +41,21 @@ about each finding. --repair repairs with compare-and-swap writes and preconditi
 passing again (a progress line on stderr) until no leak is held off by --leak-grace, then audits
 again; that audit is printed and decides the exit code.
 
+Every call to the API server and to etcd is bounded by --request-timeout (10s): an API server or
+etcd that accepts the connection and stops answering makes check exit 2, never wait forever.
+--repair as a whole, its passes and its waits for --leak-grace, is bounded by --repair-timeout
+(10m), which should be longer than --leak-grace.
+
+--leak-grace 0 frees a leak as soon as a pass sees it. An allocation in flight looks like a leak
+for a moment: kube-apiserver and this library write the IPAddress object (and the bit) before
+the Service, so between the two an IPAddress is held by no Service. With no hold-off --repair may
+delete that record while its Service is being created, and the Service then holds an address
+that another Service can be given. Use 0 only on a cluster where nothing allocates meanwhile
+(kube-apiserver's own repair waits 60s); the default 1m covers an allocation in flight.
+
 Exit codes: 0 consistent; 1 inconsistencies found; 2 could not run (bad flags, no kubeconfig,
-an unreachable API server or etcd, no RangeAllocation under --etcd-prefix, missing RBAC
-permissions), with one line on stderr saying why.`
+an unreachable or silent API server or etcd, no RangeAllocation under --etcd-prefix, missing RBAC
+permissions, --repair past --repair-timeout), with one line on stderr saying why.`
 
 const checkExample = `  # Audit the cluster of the current kubeconfig context; the bitmaps are not read
   clusterip check
@@ -63,6 +75,7 @@ type checkOptions struct {
 	etcdPrefix, mode, output      string
 	repair                        bool
 	leakGrace                     time.Duration
+	requestTimeout, repairTimeout time.Duration
 }
 
 var (
@@ -71,7 +84,8 @@ var (
 )
 
 func newCheckCommand() *cobra.Command {
-	o := checkOptions{etcdPrefix: etcdstore.DefaultPrefix, mode: "auto", output: "table", leakGrace: time.Minute}
+	o := checkOptions{etcdPrefix: etcdstore.DefaultPrefix, mode: "auto", output: "table", leakGrace: time.Minute,
+		requestTimeout: defaultRequestTimeout, repairTimeout: defaultRepairTimeout}
 	cmd := &cobra.Command{
 		Use:     "check",
 		Short:   "Audit a live cluster's Service IP allocation (read-only unless --repair)",
@@ -93,7 +107,9 @@ func newCheckCommand() *cobra.Command {
 	f.StringVar(&o.mode, "mode", o.mode, "allocation mode: auto (kube-apiserver's default for its version), "+strings.Join(checkModes[1:], ", "))
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: "+strings.Join(checkOutputs, ", "))
 	f.BoolVar(&o.repair, "repair", false, "repair what the audit finds, then audit again")
-	f.DurationVar(&o.leakGrace, "leak-grace", o.leakGrace, "with --repair, how long a leaked IP must stay leaked before it is freed; 0 frees at once")
+	f.DurationVar(&o.leakGrace, "leak-grace", o.leakGrace, "with --repair, how long a leaked IP must stay leaked before it is freed; 0 frees at once, which can free the record of an allocation still in flight")
+	f.DurationVar(&o.requestTimeout, "request-timeout", o.requestTimeout, "how long each call to the API server or etcd may take before check gives up (exit 2)")
+	f.DurationVar(&o.repairTimeout, "repair-timeout", o.repairTimeout, "with --repair, how long the repair passes and their waits may take in all before check gives up (exit 2)")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions(checkModes, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(checkOutputs, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -108,6 +124,10 @@ func (o *checkOptions) validate() error {
 		return fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(checkOutputs, ", "))
 	case o.leakGrace < 0:
 		return fmt.Errorf("--leak-grace %v: want 0 or more", o.leakGrace)
+	case o.requestTimeout <= 0:
+		return fmt.Errorf("--request-timeout %v: want more than 0", o.requestTimeout)
+	case o.repairTimeout <= 0:
+		return fmt.Errorf("--repair-timeout %v: want more than 0", o.repairTimeout)
 	case (o.etcdCert == "") != (o.etcdKey == ""):
 		return errors.New("--etcd-cert and --etcd-key go together: give both or neither")
 	case len(o.etcdEndpoints) == 0 && (o.etcdCACert != "" || o.etcdCert != ""):
@@ -159,7 +179,10 @@ func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 		return err
 	}
 	if o.repair {
-		if err := o.repairUntilDone(ctx, cfg, stderr); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, o.repairTimeout)
+		err := o.repairUntilDone(rctx, cfg, stderr)
+		cancel()
+		if err != nil {
 			return apiError(host, err)
 		}
 	}
@@ -189,7 +212,7 @@ func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
-	restConfig.Timeout = requestTimeout
+	restConfig.Timeout = o.requestTimeout
 	restConfig.QPS, restConfig.Burst = 50, 100 // kubectl's QPS; repair makes a few calls per finding
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
@@ -198,8 +221,12 @@ func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
 	return client, restConfig.Host, nil
 }
 
-// requestTimeout bounds each call to the API server and etcd.
-const requestTimeout = 10 * time.Second
+// Defaults of --request-timeout, which bounds each call to the API server and etcd, and of
+// --repair-timeout, which bounds --repair as a whole.
+const (
+	defaultRequestTimeout = 10 * time.Second
+	defaultRepairTimeout  = 10 * time.Minute
+)
 
 // defaultServiceCIDR is the name of the ServiceCIDR kube-apiserver creates from its
 // --service-cluster-ip-range flag.
@@ -213,9 +240,7 @@ func (o *checkOptions) flagRanges(ctx context.Context, client kubernetes.Interfa
 	var from string
 	if etcd != nil {
 		for _, key := range []string{etcdstore.ServiceIPsKey(o.etcdPrefix), etcdstore.SecondaryServiceIPsKey(o.etcdPrefix)} {
-			tctx, cancel := context.WithTimeout(ctx, requestTimeout)
-			snap, rev, err := etcdstore.New(etcd, key).Get(tctx)
-			cancel()
+			snap, rev, err := etcdstore.New(etcd, key).Get(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("etcd: read the RangeAllocation at %s: %w", key, err)
 			}
@@ -275,8 +300,9 @@ func (o *checkOptions) modeFor(v string) (featuregate.Mode, error) {
 }
 
 // etcdClient connects to --etcd-endpoints and checks that the bitmaps are under --etcd-prefix.
+// Every call of the client it returns is bounded by --request-timeout.
 func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: o.etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: o.etcdEndpoints, DialTimeout: o.requestTimeout, Logger: zap.NewNop()}
 	if o.etcdCACert != "" || o.etcdCert != "" {
 		tlsInfo := transport.TLSInfo{CertFile: o.etcdCert, KeyFile: o.etcdKey, TrustedCAFile: o.etcdCACert}
 		tlsConfig, err := tlsInfo.ClientConfig()
@@ -289,8 +315,7 @@ func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error)
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(o.etcdEndpoints, ","), err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
+	client.KV = boundedKV{KV: client.KV, d: o.requestTimeout}
 	key := etcdstore.ServiceIPsKey(o.etcdPrefix)
 	resp, err := client.Get(ctx, key, clientv3.WithCountOnly())
 	if err != nil {

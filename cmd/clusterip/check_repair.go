@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -17,7 +18,9 @@ const maxFailedPasses = 3
 
 // repairUntilDone runs repair passes on the cluster cfg describes until one leaves no leak held
 // off, waiting between passes for the hold-off to run out, with a progress line on stderr per
-// pass. It returns the error of the last pass if maxFailedPasses fail in a row, or ctx's.
+// pass. It returns the error of the last pass if maxFailedPasses fail in a row, ctx's if it is
+// cancelled, and an error naming --repair-timeout if ctx's deadline (which run sets from it)
+// passes first.
 func (o *checkOptions) repairUntilDone(ctx context.Context, cfg cip.Config, stderr io.Writer) error {
 	c, err := repair.NewController(cfg, repair.Options{LeakGrace: leakGraceOption(o.leakGrace)})
 	if err != nil {
@@ -25,9 +28,15 @@ func (o *checkOptions) repairUntilDone(ctx context.Context, cfg cip.Config, stde
 	}
 	wait := passInterval(o.leakGrace)
 	failed := 0
+	timedOut := func(pass int) error {
+		return fmt.Errorf("--repair did not finish within --repair-timeout %v: %d passes, %s held off by --leak-grace %v after the last complete one",
+			o.repairTimeout, pass, count(c.HeldOff(), "leak"), o.leakGrace)
+	}
 	for pass := 1; ; pass++ {
 		rep, err := c.RunOnce(ctx)
 		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return timedOut(pass)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err != nil:
@@ -46,6 +55,9 @@ func (o *checkOptions) repairUntilDone(ctx context.Context, cfg cip.Config, stde
 		}
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return timedOut(pass)
+			}
 			return ctx.Err()
 		case <-time.After(wait):
 		}

@@ -160,6 +160,8 @@ func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		{"bad mode", []string{"check", "--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly`},
 		{"bad output", []string{"check", "-o", "xml"}, `-o "xml": want one of table, json, yaml`},
 		{"negative leak grace", []string{"check", "--leak-grace", "-1s"}, "--leak-grace -1s: want 0 or more"},
+		{"no request timeout", []string{"check", "--request-timeout", "0"}, "--request-timeout 0s: want more than 0"},
+		{"no repair timeout", []string{"check", "--repair-timeout", "0"}, "--repair-timeout 0s: want more than 0"},
 		{"cert without key", []string{"check", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-cert", "c.crt"}, "--etcd-cert and --etcd-key go together"},
 		{"TLS without endpoints", []string{"check", "--etcd-cacert", "ca.crt"}, "need --etcd-endpoints"},
 		{"relative prefix", []string{"check", "--etcd-prefix", "registry"}, "want an absolute key prefix"},
