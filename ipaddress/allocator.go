@@ -54,7 +54,7 @@ type Allocator struct {
 	ready  atomic.Bool // SetReady's switch
 	closed atomic.Bool
 
-	mu       sync.Mutex // guards rand, index, pending, expiry, rechecks, gen and staleEvents
+	mu       sync.Mutex // guards rand, index, pending, expiry, rechecks, gen, staleEvents and events
 	rand     *rand.Rand
 	index    freeindex.Set       // allocated offsets: the informer's view overlaid with pending writes
 	pending  map[uint64]*pending // offsets with a write in flight or assumed
@@ -63,6 +63,7 @@ type Allocator struct {
 	gen      uint64              // last assumption generation handed out
 
 	staleEvents uint64 // informer events ignored as older than an assumed write (for tests and logs)
+	events      uint64 // informer events of the range taken by the handler (for tests)
 }
 
 // New returns an Allocator for cidr that reads IPAddress objects from informer and writes them with

@@ -302,6 +302,7 @@ func (a *Allocator) onEvent(obj any, present bool) {
 	e := event{present: present, uid: ipa.UID, rv: parseRV(ipa.ResourceVersion)}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.events++
 	a.expireLocked()
 	a.applyLocked(off, e)
 }

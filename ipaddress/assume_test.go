@@ -14,6 +14,7 @@ import (
 type step struct {
 	do      string    // "begin-create", "begin-delete", "settle", "event", "cache-add", "cache-del", "wait", "wait-settle"
 	present bool      // event: added/updated (true) or deleted
+	behind  bool      // event: the informer cache is already past it (else the event updates it first, as an informer does)
 	uid     types.UID // event, settle, cache-add
 	rv      uint64    // event, settle, cache-add
 	result  writeKind // settle
@@ -240,16 +241,25 @@ func TestAssumeCache(t *testing.T) {
 				case "settle":
 					a.settleLocked(off, writeResult{kind: s.result, uid: s.uid, rv: s.rv})
 				case "event":
+					if !s.behind {
+						if s.present {
+							store.Add(ipAddressObject(ip.String(), s.uid, s.rv))
+						} else {
+							store.Delete(ipAddressObject(ip.String(), s.uid, s.rv))
+						}
+					}
 					a.applyLocked(off, event{present: s.present, uid: s.uid, rv: s.rv})
 				case "cache-add":
 					store.Add(ipAddressObject(ip.String(), s.uid, s.rv))
+				case "cache-del":
+					store.Delete(ipAddressObject(ip.String(), s.uid, s.rv))
 				case "wait":
 					now = now.Add(timeout + time.Second)
 				case "wait-settle":
 					now = now.Add(time.Second)
 				}
 				a.mu.Unlock()
-				if s.do == "cache-add" {
+				if s.do == "cache-add" || s.do == "cache-del" {
 					continue
 				}
 				if got := a.Has(ip); got != s.want {
