@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -58,9 +59,20 @@ func newClient(t testing.TB, s *testenv.KubeAPIServer) kubernetes.Interface {
 // that the next test starts from an empty range.
 func realAllocator(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, opts ...Option) *Allocator {
 	t.Helper()
+	return realGatedAllocator(t, s, cidr, nil, opts...)
+}
+
+// realGatedAllocator is realAllocator with an informer whose watch events pass through g (see
+// eventGate); a nil g gives realAllocator's.
+func realGatedAllocator(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, g *eventGate, opts ...Option) *Allocator {
+	t.Helper()
 	client := newClient(t, s)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	a, err := New(cidr, client, factory.Networking().V1().IPAddresses(), opts...)
+	var inf networkingv1informers.IPAddressInformer = factory.Networking().V1().IPAddresses()
+	if g != nil {
+		inf = newGatedInformer(client, g)
+	}
+	a, err := New(cidr, client, inf, opts...)
 	if err != nil {
 		t.Fatalf("New(%v) = %v", cidr, err)
 	}
@@ -72,6 +84,9 @@ func realAllocator(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, op
 		purge(t, s, cidr, a.managedBy)
 	})
 	factory.Start(stop)
+	if g != nil {
+		go inf.Informer().Run(stop)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), a.Ready) {
@@ -534,4 +549,14 @@ func TestAPIServerReleaseNotFoundHidesNoLaterObject(t *testing.T) {
 	if !a.Has(ip) || a.Used() != 1 {
 		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, a.Has(ip), a.Used())
 	}
+}
+
+// TestAPIServerReleaseTwiceFasterThanTheInformerLeavesTheAddressFree runs
+// releaseTwiceBehindTheInformer against kube-apiserver, whose Delete events carry a
+// resourceVersion of their own.
+func TestAPIServerReleaseTwiceFasterThanTheInformerLeavesTheAddressFree(t *testing.T) {
+	s := apiServer(t)
+	p := netip.MustParsePrefix("fd00:107::/126")
+	g := newEventGate(p)
+	releaseTwiceBehindTheInformer(t, realGatedAllocator(t, s, p, g), g)
 }
