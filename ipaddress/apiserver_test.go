@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"slices"
@@ -559,4 +560,21 @@ func TestAPIServerReleaseTwiceFasterThanTheInformerLeavesTheAddressFree(t *testi
 	p := netip.MustParsePrefix("fd00:107::/126")
 	g := newEventGate(p)
 	releaseTwiceBehindTheInformer(t, realGatedAllocator(t, s, p, g), g)
+}
+
+// TestAPIServerReleaseAndReuseOutrunTheInformer runs the release/reuse loop against
+// kube-apiserver with the informer as it comes.
+func TestAPIServerReleaseAndReuseOutrunTheInformer(t *testing.T) {
+	s := apiServer(t)
+	releaseAndReuse(t, realAllocator(t, s, netip.MustParsePrefix("fd00:108::/126")), 25)
+}
+
+// TestAPIServerReleaseAndReuseOutrunALaggingInformer runs the release/reuse loop against
+// kube-apiserver with an informer whose events each arrive up to 2 ms late.
+func TestAPIServerReleaseAndReuseOutrunALaggingInformer(t *testing.T) {
+	s := apiServer(t)
+	p := netip.MustParsePrefix("fd00:109::/126")
+	g := newEventGate(p)
+	g.lag = func() time.Duration { return time.Duration(rand.Int64N(int64(2 * time.Millisecond))) }
+	releaseAndReuse(t, realGatedAllocator(t, s, p, g), 25)
 }
