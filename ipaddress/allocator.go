@@ -54,7 +54,7 @@ type Allocator struct {
 	ready  atomic.Bool // SetReady's switch
 	closed atomic.Bool
 
-	mu       sync.Mutex // guards rand, index, pending, expiry, rechecks, gen and staleEvents
+	mu       sync.Mutex // guards rand, index, pending, expiry, rechecks, gen, staleEvents and events
 	rand     *rand.Rand
 	index    freeindex.Set       // allocated offsets: the informer's view overlaid with pending writes
 	pending  map[uint64]*pending // offsets with a write in flight or assumed
@@ -63,6 +63,7 @@ type Allocator struct {
 	gen      uint64              // last assumption generation handed out
 
 	staleEvents uint64 // informer events ignored as older than an assumed write (for tests and logs)
+	events      uint64 // informer events of the range taken by the handler (for tests)
 }
 
 // New returns an Allocator for cidr that reads IPAddress objects from informer and writes them with
@@ -347,8 +348,11 @@ func waitFor(ctx context.Context, ch <-chan struct{}) error {
 // Release deletes the IPAddress of ip, whoever created it. It returns nil if there is none or ip
 // is outside the range, an *allocator.AddrError for an invalid, zoned or IPv4-mapped ip, and any
 // other API error wrapped with %w. It works while not Ready. A Release that finds no object for an
-// address the informer did not show either leaves no trace: an IPAddress another writer creates
-// afterwards counts as soon as the informer shows it.
+// address the informer did not show either, and of which no earlier write of ours is still
+// awaiting the informer, leaves no trace: an IPAddress another writer creates afterwards counts as
+// soon as the informer shows it. After our own earlier Release (a retry faster than the
+// informer), it keeps that Release's record, so the informer's late events of the object deleted
+// then cannot make the address look allocated.
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 	off, err := a.offsetOf(ip)
 	if err != nil {

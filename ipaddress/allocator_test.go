@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
@@ -540,3 +542,144 @@ type nilInformer struct{}
 
 func (*nilInformer) Informer() cache.SharedIndexInformer         { return nil }
 func (*nilInformer) Lister() networkingv1listers.IPAddressLister { return nil }
+
+// TestReleaseTwiceFasterThanTheInformerLeavesTheAddressFree runs releaseTwiceBehindTheInformer
+// on the fake clientset.
+func TestReleaseTwiceFasterThanTheInformerLeavesTheAddressFree(t *testing.T) {
+	p := netip.MustParsePrefix("fd00:7::/126")
+	g := newEventGate(p)
+	f := newFixture(t, p, fixtureOptions{gate: g})
+	releaseTwiceBehindTheInformer(t, f.a, g)
+}
+
+// releaseTwiceBehindTheInformer plays an informer that runs behind our writes: on a /126 with two
+// addresses held, the third is allocated, released and released again (the second Delete gets
+// NotFound) before the informer shows any of it. The informer then shows the object we created,
+// and later its deletion: neither may make the address look allocated, so that AllocateNext still
+// finds it instead of answering ErrFull. a serves a /126 and reads from an informer behind g.
+func releaseTwiceBehindTheInformer(t *testing.T, a *Allocator, g *eventGate) {
+	t.Helper()
+	ctx := context.Background()
+	first := a.CIDR().Addr().Next()
+	held := []netip.Addr{first, first.Next()}
+	ip := first.Next().Next()
+	for _, h := range held {
+		if err := a.Allocate(ctx, h, testOwner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSettled(t, a)
+	g.Hold()
+	if err := a.Allocate(ctx, ip, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := a.Release(ctx, ip); err != nil {
+			t.Fatalf("Release(%v) = %v", ip, err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if a.Has(ip) || a.Used() != 2 {
+			t.Fatalf("%s: Has(%v) = %v, Used() = %d; want false, 2", when, ip, a.Has(ip), a.Used())
+		}
+	}
+	check("after the two Releases")
+	letOne(t, g, a) // the Add of the object we created and deleted
+	check("after the informer shows the Add of the object we deleted")
+	got, err := a.AllocateNext(ctx, testOwner)
+	if err != nil || got != ip {
+		t.Fatalf("AllocateNext() = %v, %v; want %v, nil", got, err, ip)
+	}
+	letOne(t, g, a) // its Delete
+	if !a.Has(ip) || a.Used() != 3 {
+		t.Fatalf("after the informer shows the stale Delete: Has(%v) = %v, Used() = %d; want true, 3", ip, a.Has(ip), a.Used())
+	}
+	g.Open()
+	waitSettled(t, a)
+	if !a.Has(ip) || a.Used() != 3 {
+		t.Errorf("once the informer caught up: Has(%v) = %v, Used() = %d; want true, 3", ip, a.Has(ip), a.Used())
+	}
+}
+
+// waitSettled waits until a holds no assumption: the informer has shown all of its writes.
+func waitSettled(t testing.TB, a *Allocator) {
+	t.Helper()
+	testenv.WaitFor(t, "the informer to catch up with our writes", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.pending) == 0
+	})
+}
+
+// releaseAndReuse is the release/reuse loop of TestReleaseAndReuseOutrunTheInformer and its
+// kube-apiserver twin: on a /126 (three addresses) holding two, it releases one of two fixed
+// addresses in turn (twice: the second Delete gets NotFound), which it may not hold if
+// AllocateNext picked the third, and allocates again at once, checking after every call that
+// Has, Used and AllocateNext follow its own writes.
+func releaseAndReuse(t *testing.T, a *Allocator, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	p := a.CIDR()
+	ips := []netip.Addr{p.Addr().Next(), p.Addr().Next().Next()}
+	held := map[netip.Addr]bool{}
+	for _, ip := range ips {
+		if err := a.Allocate(ctx, ip, testOwner); err != nil {
+			t.Fatal(err)
+		}
+		held[ip] = true
+	}
+	check := func(when string) {
+		t.Helper()
+		for ip := range ipsOf(p) {
+			if a.Has(ip) != held[ip] {
+				t.Fatalf("%s: Has(%v) = %v, want %v", when, ip, a.Has(ip), held[ip])
+			}
+		}
+		if got := a.Used(); got != uint64(len(held)) {
+			t.Fatalf("%s: Used() = %d, want %d", when, got, len(held))
+		}
+	}
+	for i := range rounds {
+		ip := ips[i%2]
+		for range 2 {
+			if err := a.Release(ctx, ip); err != nil {
+				t.Fatalf("round %d: Release(%v) = %v", i, ip, err)
+			}
+			delete(held, ip)
+			check(fmt.Sprintf("round %d: after Release(%v)", i, ip))
+		}
+		got, err := a.AllocateNext(ctx, testOwner)
+		if err != nil {
+			t.Fatalf("round %d: AllocateNext() = %v, %v with %d of 3 addresses held", i, got, err, len(held))
+		}
+		if held[got] {
+			t.Fatalf("round %d: AllocateNext() = %v, which is held", i, got)
+		}
+		held[got] = true
+		check(fmt.Sprintf("round %d: after AllocateNext() = %v", i, got))
+	}
+	waitSettled(t, a)
+	check("once the informer caught up")
+}
+
+// ipsOf yields the usable addresses of a small IPv6 prefix.
+func ipsOf(p netip.Prefix) iter.Seq[netip.Addr] {
+	return func(yield func(netip.Addr) bool) {
+		for ip := p.Addr().Next(); p.Contains(ip); ip = ip.Next() {
+			if !yield(ip) {
+				return
+			}
+		}
+	}
+}
+
+// TestReleaseAndReuseOutrunTheInformer runs the release/reuse loop on the fake clientset with an
+// informer whose events each arrive up to 0.2 ms late.
+func TestReleaseAndReuseOutrunTheInformer(t *testing.T) {
+	p := netip.MustParsePrefix("fd00:8::/126")
+	g := newEventGate(p)
+	g.lag = func() time.Duration { return time.Duration(rand.Int64N(int64(200 * time.Microsecond))) }
+	f := newFixture(t, p, fixtureOptions{gate: g, simple: true})
+	releaseAndReuse(t, f.a, 25)
+}

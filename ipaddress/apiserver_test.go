@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -58,9 +60,20 @@ func newClient(t testing.TB, s *testenv.KubeAPIServer) kubernetes.Interface {
 // that the next test starts from an empty range.
 func realAllocator(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, opts ...Option) *Allocator {
 	t.Helper()
+	return realGatedAllocator(t, s, cidr, nil, opts...)
+}
+
+// realGatedAllocator is realAllocator with an informer whose watch events pass through g (see
+// eventGate); a nil g gives realAllocator's.
+func realGatedAllocator(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, g *eventGate, opts ...Option) *Allocator {
+	t.Helper()
 	client := newClient(t, s)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	a, err := New(cidr, client, factory.Networking().V1().IPAddresses(), opts...)
+	var inf networkingv1informers.IPAddressInformer = factory.Networking().V1().IPAddresses()
+	if g != nil {
+		inf = newGatedInformer(client, g)
+	}
+	a, err := New(cidr, client, inf, opts...)
 	if err != nil {
 		t.Fatalf("New(%v) = %v", cidr, err)
 	}
@@ -72,6 +85,9 @@ func realAllocator(t testing.TB, s *testenv.KubeAPIServer, cidr netip.Prefix, op
 		purge(t, s, cidr, a.managedBy)
 	})
 	factory.Start(stop)
+	if g != nil {
+		go inf.Informer().Run(stop)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), a.Ready) {
@@ -534,4 +550,31 @@ func TestAPIServerReleaseNotFoundHidesNoLaterObject(t *testing.T) {
 	if !a.Has(ip) || a.Used() != 1 {
 		t.Errorf("Has(%v) = %v, Used() = %d once the informer shows the object; want true, 1", ip, a.Has(ip), a.Used())
 	}
+}
+
+// TestAPIServerReleaseTwiceFasterThanTheInformerLeavesTheAddressFree runs
+// releaseTwiceBehindTheInformer against kube-apiserver, whose Delete events carry a
+// resourceVersion of their own.
+func TestAPIServerReleaseTwiceFasterThanTheInformerLeavesTheAddressFree(t *testing.T) {
+	s := apiServer(t)
+	p := netip.MustParsePrefix("fd00:107::/126")
+	g := newEventGate(p)
+	releaseTwiceBehindTheInformer(t, realGatedAllocator(t, s, p, g), g)
+}
+
+// TestAPIServerReleaseAndReuseOutrunTheInformer runs the release/reuse loop against
+// kube-apiserver with the informer as it comes.
+func TestAPIServerReleaseAndReuseOutrunTheInformer(t *testing.T) {
+	s := apiServer(t)
+	releaseAndReuse(t, realAllocator(t, s, netip.MustParsePrefix("fd00:108::/126")), 25)
+}
+
+// TestAPIServerReleaseAndReuseOutrunALaggingInformer runs the release/reuse loop against
+// kube-apiserver with an informer whose events each arrive up to 2 ms late.
+func TestAPIServerReleaseAndReuseOutrunALaggingInformer(t *testing.T) {
+	s := apiServer(t)
+	p := netip.MustParsePrefix("fd00:109::/126")
+	g := newEventGate(p)
+	g.lag = func() time.Duration { return time.Duration(rand.Int64N(int64(2 * time.Millisecond))) }
+	releaseAndReuse(t, realGatedAllocator(t, s, p, g), 25)
 }

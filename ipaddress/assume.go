@@ -22,6 +22,9 @@ import (
 //     resource versions, compared as numbers, tell newer from older.
 //   - A Delete that gets NotFound for an address of which neither the informer nor an earlier write
 //     showed an object changed nothing, and is assumed nothing: the index takes the informer's state.
+//     After an earlier write of ours that is still assumed (a second Release, faster than the
+//     informer), the NotFound confirms it and the assumption stays, still ignoring the events of
+//     the object we deleted; likewise an AlreadyExists for an address we created keeps our create.
 //   - An assumed delete that an informer event contradicts, when the event cannot be told stale (an
 //     object other than the one we deleted, with no resource version to order it by, or the object
 //     we deleted was unknown), is held only for recheckDelay: then the index takes the informer
@@ -29,6 +32,11 @@ import (
 //   - An assumption the informer has not caught up with after the assume timeout is dropped, and
 //     the index takes the informer cache's state for the address.
 //   - When the write fails, the address takes the last state the informer reported for it.
+//   - "The informer's state" is always its cache's, never the event at hand: a shared informer
+//     updates its cache before it hands an event to the handler, so the cache is never behind the
+//     events taken and may be ahead of them. An event that arrives when nothing is assumed, or
+//     that settles an assumption, sets the address from the cache, so a stale event still on its
+//     way cannot make an address we freed look allocated.
 //
 // Every step costs O(1) map operations: nothing scans the index.
 
@@ -134,14 +142,7 @@ func (a *Allocator) beginLocked(off uint64, create bool) <-chan struct{} {
 		a.pending[off] = p
 	}
 	if !create {
-		// Remember which object the delete removes, to tell its stale events from newer ones: our
-		// own object if we created it and the informer has not shown it, else the informer's.
-		p.delUID, p.delRV = "", 0
-		if p.gen != 0 && p.present {
-			p.delUID, p.delRV = p.uid, p.rv
-		} else if obj, ok := a.cached(off); ok {
-			p.delUID, p.delRV = obj.UID, parseRV(obj.ResourceVersion)
-		}
+		p.delUID, p.delRV = a.deletingLocked(off, p)
 	}
 	p.prior = p.gen != 0
 	p.busy, p.done, p.seen, p.gen, p.recheck = true, make(chan struct{}), false, 0, false
@@ -149,6 +150,26 @@ func (a *Allocator) beginLocked(off uint64, create bool) <-chan struct{} {
 		a.index.Add(off)
 	}
 	return nil
+}
+
+// deletingLocked returns the object a delete beginning on off removes, as far as the Allocator
+// knows, to tell its stale events from newer ones: our own object if we created it and the
+// informer has not shown it; the object an earlier delete of ours removed, if that is assumed and
+// the informer cache shows nothing newer (a second Release, faster than the informer: the
+// informer's events of that object are still to come, and stale); else the informer cache's.
+func (a *Allocator) deletingLocked(off uint64, p *pending) (types.UID, uint64) {
+	if p.gen != 0 && p.present {
+		return p.uid, p.rv
+	}
+	obj, ok := a.cached(off)
+	var c event
+	if ok {
+		c = event{present: true, uid: obj.UID, rv: parseRV(obj.ResourceVersion)}
+	}
+	if p.gen != 0 && (!ok || !p.caughtUp(c)) {
+		return p.uid, p.rv
+	}
+	return c.uid, c.rv
 }
 
 // settleLocked ends the write in flight on off with its outcome.
@@ -160,18 +181,24 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 	p.busy = false
 	close(p.done)
 	p.done = nil
-	if r.kind == writeNotFound && p.delUID == "" && p.delRV == 0 {
+	if r.kind == writeNotFound && !p.prior && p.delUID == "" && p.delRV == 0 {
 		// Nobody knew of an object for the address, and the server holds none: the Delete changed
-		// nothing, so assume nothing. An object added since is newer and counts at once.
+		// nothing, so assume nothing. An object added since is newer and counts at once. With an
+		// assumption held (say our earlier Release, which the informer has not shown), the
+		// NotFound confirms it, and it goes on ignoring the stale events still to come.
 		delete(a.pending, off)
-		a.setInformerLocked(off, p)
+		a.setInformerLocked(off)
 		return
 	}
 	switch r.kind {
 	case writeCreated:
 		p.present, p.uid, p.rv = true, r.uid, r.rv
 	case writeExists:
-		p.present, p.uid, p.rv = true, "", 0
+		if !(p.prior && p.present) {
+			// Someone's object: we cannot tell its events from older ones.
+			p.present, p.uid, p.rv = true, "", 0
+		}
+		// Else the object we created, which the informer has not shown: keep telling its events.
 	case writeDeleted, writeNotFound:
 		// NotFound: the object the informer showed is gone all the same, and its stale events
 		// are told from a newer object's as after our own delete.
@@ -184,13 +211,13 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 			return
 		}
 		delete(a.pending, off)
-		a.setInformerLocked(off, p)
+		a.setInformerLocked(off)
 		return
 	}
 	if p.seen {
 		if p.caughtUp(p.last) {
 			delete(a.pending, off)
-			a.setLocked(off, p.last.present)
+			a.setInformerLocked(off)
 			return
 		}
 		a.staleEvents++ // the informer's last word on off predates our write
@@ -201,13 +228,10 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 	}
 }
 
-// setInformerLocked gives off the state the informer last reported: p's last event if it saw one
-// during the write, else the informer cache's.
-func (a *Allocator) setInformerLocked(off uint64, p *pending) {
-	if p.seen {
-		a.setLocked(off, p.last.present)
-		return
-	}
+// setInformerLocked gives off the informer's state: its cache's, which is never behind the events
+// the handler has taken (a shared informer updates its cache before it hands an event on) and
+// may be ahead of them, when a stale event is still on its way to the handler.
+func (a *Allocator) setInformerLocked(off uint64) {
 	_, ok := a.cached(off)
 	a.setLocked(off, ok)
 }
@@ -255,9 +279,8 @@ func (a *Allocator) expireQueueLocked(q []expiryEntry, now time.Time, msg string
 			continue // settled by the informer, or superseded by a newer write
 		}
 		delete(a.pending, e.off)
-		_, ok := a.cached(e.off)
-		a.logger.V(4).Info(msg, "ip", a.addrAt(e.off), "allocated", ok)
-		a.setLocked(e.off, ok)
+		a.setInformerLocked(e.off)
+		a.logger.V(4).Info(msg, "ip", a.addrAt(e.off), "allocated", a.index.Has(e.off))
 	}
 	if n == 0 {
 		return q
@@ -302,6 +325,7 @@ func (a *Allocator) onEvent(obj any, present bool) {
 	e := event{present: present, uid: ipa.UID, rv: parseRV(ipa.ResourceVersion)}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.events++
 	a.expireLocked()
 	a.applyLocked(off, e)
 }
@@ -310,7 +334,8 @@ func (a *Allocator) onEvent(obj any, present bool) {
 func (a *Allocator) applyLocked(off uint64, e event) {
 	p := a.pending[off]
 	if p == nil {
-		a.setLocked(off, e.present)
+		// The cache, not e: e may be stale, with the cache already past it.
+		a.setInformerLocked(off)
 		return
 	}
 	p.seen, p.last = true, e
@@ -325,7 +350,7 @@ func (a *Allocator) applyLocked(off uint64, e event) {
 		return
 	}
 	delete(a.pending, off)
-	a.setLocked(off, e.present)
+	a.setInformerLocked(off)
 }
 
 // offsetOfName returns the offset of the address an IPAddress is named after, if it is a usable

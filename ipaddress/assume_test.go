@@ -1,7 +1,10 @@
 package ipaddress
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 type step struct {
 	do      string    // "begin-create", "begin-delete", "settle", "event", "cache-add", "cache-del", "wait", "wait-settle"
 	present bool      // event: added/updated (true) or deleted
+	behind  bool      // event: the informer cache is already past it (else the event updates it first, as an informer does)
 	uid     types.UID // event, settle, cache-add
 	rv      uint64    // event, settle, cache-add
 	result  writeKind // settle
@@ -212,6 +216,85 @@ func TestAssumeCache(t *testing.T) {
 			wantPending: true,
 		},
 		{
+			name: "a second Release faster than the informer: the stale Add of the object we deleted is ignored",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeNotFound, want: false},
+				{do: "event", present: true, uid: "u1", rv: 5, want: false},
+				{do: "event", present: false, uid: "u1", rv: 6, want: false},
+			},
+		},
+		{
+			name: "a second Release with the cache ahead of the handler: the stale Add is ignored",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u1", rv: 5, want: true},
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "cache-del", uid: "u1", rv: 6},
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeNotFound, want: false},
+				{do: "event", present: true, uid: "u1", rv: 5, behind: true, want: false},
+				{do: "event", present: false, uid: "u1", rv: 6, behind: true, want: false},
+			},
+		},
+		{
+			name: "a second Release: the stale Add arriving while its Delete is in flight is ignored",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "begin-delete", want: false},
+				{do: "event", present: true, uid: "u1", rv: 5, want: false},
+				{do: "settle", result: writeNotFound, want: false},
+				{do: "event", present: false, uid: "u1", rv: 6, want: false},
+			},
+		},
+		{
+			name: "a second Release still sees a newer object that the informer shows",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "begin-delete", want: false},
+				{do: "settle", result: writeNotFound, want: false},
+				{do: "event", present: true, uid: "u1", rv: 5, want: false},
+				{do: "event", present: false, uid: "u1", rv: 6, want: false},
+				{do: "event", present: true, uid: "u7", rv: 9, want: true},
+			},
+		},
+		{
+			name: "Allocate of an address we created gets AlreadyExists: a stale Delete does not free it",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "event", present: true, uid: "u1", rv: 5, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, uid: "u2", rv: 9, want: true},
+				{do: "begin-create", want: true},
+				{do: "event", present: false, uid: "u1", rv: 6, want: true},
+				{do: "settle", result: writeExists, want: true},
+				{do: "event", present: true, uid: "u2", rv: 9, want: true},
+			},
+		},
+		{
+			name: "an event of an object the cache no longer holds does not outweigh the cache",
+			steps: []step{
+				{do: "cache-add", uid: "u1", rv: 5},
+				{do: "cache-del", uid: "u1", rv: 6},
+				{do: "event", present: true, uid: "u1", rv: 5, behind: true, want: false},
+				{do: "event", present: false, uid: "u1", rv: 6, behind: true, want: false},
+			},
+		},
+		{
 			name: "without UIDs and resource versions any event settles a create",
 			steps: []step{
 				{do: "begin-create", want: true},
@@ -240,16 +323,25 @@ func TestAssumeCache(t *testing.T) {
 				case "settle":
 					a.settleLocked(off, writeResult{kind: s.result, uid: s.uid, rv: s.rv})
 				case "event":
+					if !s.behind {
+						if s.present {
+							store.Add(ipAddressObject(ip.String(), s.uid, s.rv))
+						} else {
+							store.Delete(ipAddressObject(ip.String(), s.uid, s.rv))
+						}
+					}
 					a.applyLocked(off, event{present: s.present, uid: s.uid, rv: s.rv})
 				case "cache-add":
 					store.Add(ipAddressObject(ip.String(), s.uid, s.rv))
+				case "cache-del":
+					store.Delete(ipAddressObject(ip.String(), s.uid, s.rv))
 				case "wait":
 					now = now.Add(timeout + time.Second)
 				case "wait-settle":
 					now = now.Add(time.Second)
 				}
 				a.mu.Unlock()
-				if s.do == "cache-add" {
+				if s.do == "cache-add" || s.do == "cache-del" {
 					continue
 				}
 				if got := a.Has(ip); got != s.want {
@@ -285,5 +377,97 @@ func TestConcurrentWritesOnOneAddressWait(t *testing.T) {
 	case <-ch:
 	default:
 		t.Fatal("settling did not release the waiter")
+	}
+}
+
+// TestAssumeCacheFollowsItsOwnWrites checks a property against a model of the API server and of
+// an informer running behind it: when the Allocator is the only writer of an address, Has reports
+// what the server holds after each of its writes and after each informer event, however far the
+// informer lags. The writes are random Creates and Deletes, some of them redundant (a Create that
+// gets AlreadyExists, a Delete that gets NotFound); the informer's cache takes the server's events
+// in order at random moments, and the handler follows the cache at random moments, never ahead of
+// it, as a shared informer does. Deletion events carry the object's last resourceVersion (as the
+// fake clientset's do) or a new one (as kube-apiserver's do).
+func TestAssumeCacheFollowsItsOwnWrites(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.9.0.0/24")
+	ip := netip.MustParseAddr("10.9.0.77")
+	off, _ := ipmath.Offset(cidr, ip)
+	for _, newDeleteRV := range []bool{false, true} {
+		for seed := range uint64(500) {
+			r := rand.New(rand.NewPCG(seed, 1))
+			f := newFixture(t, cidr, fixtureOptions{noStart: true})
+			a := f.a
+			store := a.informer.GetIndexer()
+			var (
+				events            []event // the server's watch events
+				cached, delivered int     // events taken by the cache, and by the handler
+				rv                uint64
+				server            event // what the server holds
+				trace             []string
+			)
+			lag := func() {
+				for cached < len(events) && r.IntN(2) == 0 {
+					e := events[cached]
+					if e.present {
+						store.Add(ipAddressObject(ip.String(), e.uid, e.rv))
+					} else {
+						store.Delete(ipAddressObject(ip.String(), e.uid, e.rv))
+					}
+					cached++
+					trace = append(trace, fmt.Sprintf("cache takes %+v", e))
+				}
+				for delivered < cached && r.IntN(2) == 0 {
+					e := events[delivered]
+					a.mu.Lock()
+					a.applyLocked(off, e)
+					a.mu.Unlock()
+					delivered++
+					trace = append(trace, fmt.Sprintf("handler takes %+v: Has %v", e, a.Has(ip)))
+				}
+			}
+			for step := range 12 {
+				create := !server.present
+				if r.IntN(3) == 0 {
+					create = !create // redundant
+				}
+				a.mu.Lock()
+				if ch := a.beginLocked(off, create); ch != nil {
+					t.Fatal("a write is in flight")
+				}
+				a.mu.Unlock()
+				lag()
+				var res writeResult
+				switch {
+				case create && server.present:
+					res.kind = writeExists
+				case create:
+					rv++
+					server = event{present: true, uid: types.UID(fmt.Sprint("u", rv)), rv: rv}
+					events = append(events, server)
+					res = writeResult{kind: writeCreated, uid: server.uid, rv: server.rv}
+				case !server.present:
+					res.kind = writeNotFound
+				default:
+					server.present = false
+					if newDeleteRV {
+						rv++
+						server.rv = rv
+					}
+					events = append(events, server)
+					res.kind = writeDeleted
+				}
+				lag()
+				a.mu.Lock()
+				a.settleLocked(off, res)
+				a.mu.Unlock()
+				trace = append(trace, fmt.Sprintf("write %d settles (create %v) %+v: Has %v", step, create, res, a.Has(ip)))
+				for range 3 {
+					if got := a.Has(ip); got != server.present {
+						t.Fatalf("newDeleteRV %v, seed %d: Has() = %v, the server holds %+v:\n%s", newDeleteRV, seed, got, server, strings.Join(trace, "\n"))
+					}
+					lag()
+				}
+			}
+		}
 	}
 }

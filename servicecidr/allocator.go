@@ -153,6 +153,19 @@ func (a *Allocator) containing(ip netip.Addr) []view {
 	return a.views(func(e *entry) bool { return ipmath.Usable(e.prefix, ip) })
 }
 
+// home returns the view of vs (the views containing one address, outermost first) through which
+// that address is allocated and released: the outermost that is serving, else the outermost. As
+// Allocate and AllocateNext write through it, its index is the one that holds their writes before
+// the informer shows them.
+func home(vs []view) view {
+	for _, v := range vs {
+		if v.serving() {
+			return v
+		}
+	}
+	return vs[0]
+}
+
 // servable reports whether some ready ServiceCIDR can allocate ip now.
 func (a *Allocator) servable(ip netip.Addr) bool {
 	a.mu.RLock()
@@ -345,9 +358,12 @@ func pick(vs []view) int {
 	return last // rounding left r just above the sum
 }
 
-// Release frees ip through the outermost ServiceCIDR that contains it, ready or not, deleting its
-// IPAddress whoever created it. Releasing an address that is not allocated returns nil; an
-// invalid, zoned or IPv4-mapped ip returns an *allocator.AddrError.
+// Release frees ip through the prefix Allocate would reserve it through (see PrefixOf): the
+// outermost ready ServiceCIDR that contains it, or the outermost one if none is ready, deleting
+// its IPAddress whoever created it. So the allocator that AllocateNext and Has ask has seen the
+// release at once, even where a prefix inside another one serves while the outer one is not
+// ready. Releasing an address that is not allocated returns nil; an invalid, zoned or
+// IPv4-mapped ip returns an *allocator.AddrError.
 //
 // When no ServiceCIDR the Allocator knows contains ip (its ServiceCIDR was deleted without the
 // LifecycleController, its finalizer was removed by hand, or Run has not synced yet), Release
@@ -362,7 +378,7 @@ func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 		return err
 	}
 	if vs := a.containing(ip); len(vs) > 0 {
-		return vs[0].alloc.Release(ctx, ip)
+		return home(vs).alloc.Release(ctx, ip)
 	}
 	return a.releaseUnknown(ctx, ip)
 }
@@ -409,17 +425,19 @@ func (a *Allocator) ours(ipa *networkingv1.IPAddress) bool {
 	return ipa.Labels[networkingv1.LabelManagedBy] == a.managedBy && ipa.Spec.ParentRef != nil
 }
 
-// Has reports whether ip is allocated in any ServiceCIDR of the family, ready or not.
+// Has reports whether ip is allocated in any ServiceCIDR of the family, ready or not. Every
+// prefix containing ip sees the same IPAddress object; Has asks the allocator that ip is
+// allocated and released through (see PrefixOf), which has seen the Allocator's own writes
+// before the informer shows them to the others.
 func (a *Allocator) Has(ip netip.Addr) bool {
 	if allocator.CheckAddr(ip) != nil {
 		return false
 	}
-	for _, v := range a.containing(ip) {
-		if v.alloc.Has(ip) {
-			return true
-		}
+	vs := a.containing(ip)
+	if len(vs) == 0 {
+		return false
 	}
-	return false
+	return home(vs).alloc.Has(ip)
 }
 
 // All yields every allocated address in every ServiceCIDR of the family, ready or not, once and

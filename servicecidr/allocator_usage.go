@@ -52,10 +52,5 @@ func (a *Allocator) PrefixOf(ip netip.Addr) (netip.Prefix, bool) {
 	if len(vs) == 0 {
 		return netip.Prefix{}, false
 	}
-	for _, v := range vs {
-		if v.serving() {
-			return v.prefix, true
-		}
-	}
-	return vs[0].prefix, true
+	return home(vs).prefix, true
 }

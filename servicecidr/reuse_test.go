@@ -1,0 +1,99 @@
+package servicecidr
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kube-ipam/clusterip/internal/testenv"
+)
+
+// TestReleaseAndReuseOutrunTheInformer is the release/reuse loop of issue 18 item 15 through the
+// multi-CIDR Allocator, whose per-CIDR allocators are ipaddress Allocators: on a /126 ServiceCIDR
+// holding two of its three addresses, it releases one of two fixed addresses in turn, twice (the
+// second Delete gets NotFound; the first may too, when AllocateNext had picked the third
+// address), allocates again at once, and checks after every call that Has, Used and AllocateNext
+// follow its own writes, faster than the informer reports them.
+func TestReleaseAndReuseOutrunTheInformer(t *testing.T) {
+	runScenario(t, testReleaseAndReuse, fakeBackend, apiserverBackend)
+}
+
+func testReleaseAndReuse(t *testing.T, b backend) {
+	f := b.fixture(t, fixtureConfig{family: corev1.IPv6Protocol})
+	p := netip.MustParsePrefix("fd00:18::/126")
+	f.create(serviceCIDR("a", p.String()))
+	f.waitReady(p.String())
+	releaseAndReuse(t, f, p, 25, true)
+}
+
+// TestReleaseAndReuseInsideAPrefixThatIsNotReady runs the loop on a ready /126 ServiceCIDR inside
+// a /120 one that is not ready: Allocate and AllocateNext go through the /126, and so must
+// Release, or the /126's allocator learns of each release only from the informer and AllocateNext
+// finds the range full. Used counts the outer /120, whose allocator learns of the writes from
+// the informer, so the loop leaves it unchecked until the informer has caught up.
+func TestReleaseAndReuseInsideAPrefixThatIsNotReady(t *testing.T) {
+	runScenario(t, func(t *testing.T, b backend) {
+		f := b.fixture(t, fixtureConfig{family: corev1.IPv6Protocol})
+		p := netip.MustParsePrefix("fd00:19::/126")
+		f.create(notReady(serviceCIDR("outer", "fd00:19::/120")))
+		f.create(serviceCIDR("inner", p.String()))
+		f.waitReady(p.String())
+		releaseAndReuse(t, f, p, 25, false)
+	}, fakeBackend, apiserverBackend)
+}
+
+// releaseAndReuse runs the loop of TestReleaseAndReuseOutrunTheInformer on f's Allocator, which
+// serves the /126 p. With checkUsed false it checks Used only at the end, once the informer has
+// caught up.
+func releaseAndReuse(t *testing.T, f *fixture, p netip.Prefix, rounds int, checkUsed bool) {
+	t.Helper()
+	a := f.alloc
+	ips := []netip.Addr{p.Addr().Next(), p.Addr().Next().Next()}
+	all := append(ips, ips[1].Next())
+	held := map[netip.Addr]bool{}
+	for _, ip := range ips {
+		if err := a.Allocate(f.ctx, ip, testOwner); err != nil {
+			t.Fatal(err)
+		}
+		held[ip] = true
+	}
+	mismatch := func(checkUsed bool) string {
+		for _, ip := range all {
+			if a.Has(ip) != held[ip] {
+				return fmt.Sprintf("Has(%v) = %v, want %v", ip, a.Has(ip), held[ip])
+			}
+		}
+		if got := a.Used(); checkUsed && got != uint64(len(held)) {
+			return fmt.Sprintf("Used() = %d, want %d", got, len(held))
+		}
+		return ""
+	}
+	check := func(when string) {
+		t.Helper()
+		if m := mismatch(checkUsed); m != "" {
+			t.Fatalf("%s: %s", when, m)
+		}
+	}
+	for i := range rounds {
+		ip := ips[i%2]
+		for range 2 {
+			if err := a.Release(f.ctx, ip); err != nil {
+				t.Fatalf("round %d: Release(%v) = %v", i, ip, err)
+			}
+			delete(held, ip)
+			check(fmt.Sprintf("round %d: after Release(%v)", i, ip))
+		}
+		got, err := a.AllocateNext(f.ctx, testOwner)
+		if err != nil {
+			t.Fatalf("round %d: AllocateNext() = %v, %v with %d of 3 addresses held", i, got, err, len(held))
+		}
+		if held[got] {
+			t.Fatalf("round %d: AllocateNext() = %v, which is held", i, got)
+		}
+		held[got] = true
+		check(fmt.Sprintf("round %d: after AllocateNext() = %v", i, got))
+	}
+	testenv.WaitFor(t, "the informer to catch up", func() bool { return mismatch(true) == "" })
+}
