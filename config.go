@@ -24,7 +24,10 @@ type Config struct {
 
 	// Ranges are the Service CIDRs of kube-apiserver's --service-cluster-ip-range flag, in its
 	// order: the primary IP family's first. One or two, at most one per family. Required in every
-	// mode: they choose the families served, and in Legacy and DualWrite the bitmaps' ranges.
+	// mode: they choose the families served, and in Legacy and DualWrite the bitmaps' ranges. In
+	// Legacy and DualWrite mode each may have at most 20 host bits (an IPv4 /12 or longer, an IPv6
+	// /108 or longer), as kube-apiserver requires while it keeps bitmaps; IPAddressOnly takes any
+	// size, as kube-apiserver does with both feature gates on.
 	Ranges []netip.Prefix
 
 	// Etcd is the client of the etcd that holds kube-apiserver's bitmaps. Required in Legacy and
@@ -84,7 +87,8 @@ func (e *ConfigError) Error() string {
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ParseRanges parses the value of kube-apiserver's --service-cluster-ip-range flag, such as
-// "10.96.0.0/12" or "10.96.0.0/12,fd00::/108", and checks it as New does. Parse errors wrap an
+// "10.96.0.0/12" or "10.96.0.0/12,fd00::/108", and checks it as New does in every mode (the size
+// limit of Legacy and DualWrite mode is left to New, which knows the mode). Parse errors wrap an
 // *allocator.PrefixError that keeps the input.
 func ParseRanges(flag string) ([]netip.Prefix, error) {
 	var ranges []netip.Prefix
@@ -120,6 +124,30 @@ func checkRanges(ranges []netip.Prefix) error {
 	return nil
 }
 
+// maxBitmapHostBits is the most host bits kube-apiserver v1.33 takes in a
+// --service-cluster-ip-range of either family while it keeps a bitmap of it (unless
+// MultiCIDRServiceAllocator and DisableAllocatorDualWrite are both on): an IPv4 /12, an IPv6 /108.
+const maxBitmapHostBits = 20
+
+// checkBitmapRanges refuses, as kube-apiserver v1.33 refuses at start-up in Legacy and DualWrite
+// mode, a range with more than maxBitmapHostBits host bits, with kube-apiserver's message.
+func checkBitmapRanges(ranges []netip.Prefix) error {
+	for i, r := range ranges {
+		bits := r.Addr().BitLen()
+		if bits-r.Bits() <= maxBitmapHostBits {
+			continue
+		}
+		flag := "--service-cluster-ip-range"
+		if i > 0 {
+			flag += fmt.Sprintf("[%d]", i)
+		}
+		return &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: fmt.Sprintf(
+			"specified %s is too large; for %d-bit addresses, the mask must be >= %d (kube-apiserver's limit while a bitmap is kept, in Legacy and DualWrite mode)",
+			flag, bits, bits-maxBitmapHostBits)}
+	}
+	return nil
+}
+
 // check returns the first problem New would have with c.
 func (c *Config) check() error {
 	if err := checkRanges(c.Ranges); err != nil {
@@ -129,6 +157,11 @@ func (c *Config) check() error {
 	case featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly:
 	default:
 		return &ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %v", c.Mode)}
+	}
+	if c.Mode != featuregate.IPAddressOnly {
+		if err := checkBitmapRanges(c.Ranges); err != nil {
+			return err
+		}
 	}
 	if c.Mode != featuregate.IPAddressOnly && c.Etcd == nil {
 		return &ConfigError{Field: "Etcd", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -114,6 +115,68 @@ func TestParseRanges(t *testing.T) {
 			}
 			if len(got) != len(tt.want) || got[0] != tt.want[0] || (len(got) == 2 && got[1] != tt.want[1]) {
 				t.Errorf("ParseRanges(%q) = %v, want %v", tt.flag, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestNewRefusesRangesKubeAPIServerRefuses checks the start-up rule of kube-apiserver v1.33 for
+// --service-cluster-ip-range (cmd/kube-apiserver/app/options/validation.go): unless
+// MultiCIDRServiceAllocator and DisableAllocatorDualWrite are both on, each range may have at
+// most 20 host bits, an IPv4 /12 or an IPv6 /108, because its bitmap is kept in etcd. New refuses
+// the same ranges with kube-apiserver's message, naming the field; IPAddressOnly keeps no bitmap
+// and takes them, as kube-apiserver does.
+func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
+	client := fake.NewSimpleClientset() //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	inf := informers.NewSharedInformerFactory(client, 0)
+	etcd := &clientv3.Client{} // never dialled: New fails before it is used
+	ranges := func(s ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, r := range s {
+			out = append(out, netip.MustParsePrefix(r))
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		mode   featuregate.Mode
+		ranges []netip.Prefix
+		field  string // "" if New must accept the ranges
+		reason string
+	}{
+		{name: "Legacy IPv6 /107", mode: featuregate.Legacy, ranges: ranges("fd00::/107"), field: "Ranges[0]",
+			reason: "specified --service-cluster-ip-range is too large; for 128-bit addresses, the mask must be >= 108"},
+		{name: "Legacy IPv6 /64 secondary", mode: featuregate.Legacy, ranges: ranges("10.96.0.0/12", "fd00::/64"), field: "Ranges[1]",
+			reason: "specified --service-cluster-ip-range[1] is too large; for 128-bit addresses, the mask must be >= 108"},
+		{name: "Legacy IPv4 /11", mode: featuregate.Legacy, ranges: ranges("10.96.0.0/11"), field: "Ranges[0]",
+			reason: "specified --service-cluster-ip-range is too large; for 32-bit addresses, the mask must be >= 12"},
+		{name: "DualWrite IPv6 /64", mode: featuregate.DualWrite, ranges: ranges("fd00::/64"), field: "Ranges[0]",
+			reason: "specified --service-cluster-ip-range is too large; for 128-bit addresses, the mask must be >= 108"},
+		{name: "DualWrite IPv4 /8 secondary", mode: featuregate.DualWrite, ranges: ranges("fd00::/108", "10.0.0.0/8"), field: "Ranges[1]",
+			reason: "specified --service-cluster-ip-range[1] is too large; for 32-bit addresses, the mask must be >= 12"},
+		{name: "IPAddressOnly IPv6 /64 and IPv4 /8", mode: featuregate.IPAddressOnly, ranges: ranges("fd00::/64", "10.0.0.0/8")},
+		{name: "IPAddressOnly IPv6 /48", mode: featuregate.IPAddressOnly, ranges: ranges("fd00::/48")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{Mode: tt.mode, Ranges: tt.ranges, Etcd: etcd, Client: client, Informers: inf}
+			if tt.mode == featuregate.IPAddressOnly {
+				cfg.Etcd = nil
+			}
+			a, err := New(context.Background(), cfg)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("New(%v, %v) = %v, want nil", tt.mode, tt.ranges, err)
+				}
+				a.Close()
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("New(%v, %v) = %v, %v; want a *ConfigError", tt.mode, tt.ranges, a, err)
+			}
+			if ce.Field != tt.field || !strings.Contains(ce.Reason, tt.reason) {
+				t.Errorf("New(%v, %v) error = %v; want field %s and a reason saying %q", tt.mode, tt.ranges, err, tt.field, tt.reason)
 			}
 		})
 	}
