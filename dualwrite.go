@@ -161,7 +161,9 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // ServiceCIDR serves is given back and another taken, never reported as an error. Once the window
 // is full, or the primary cannot serve it, the primary chooses an address outside it; one it
 // chooses inside the window is kept only if its bit can be set. It returns allocator.ErrFull when
-// neither has a free address, and other errors of the two allocators at once.
+// neither has a free address, and other errors of the two allocators at once. While the stored
+// bitmap is of another range than the mirror's (the flag range changed; see bitmap.NewPersistent),
+// it takes an address from the primary alone, as kube-apiserver v1.33 does when its bitmap fails.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
 		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
@@ -170,6 +172,11 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 		ip, err := d.mirror.AllocateNext(ctx, owner)
 		if errors.Is(err, allocator.ErrFull) {
 			break
+		}
+		if errors.Is(err, allocator.ErrMismatchedNetwork) {
+			// The stored bitmap is of another range (the flag changed): as kube-apiserver v1.33
+			// does, take an address from the ServiceCIDRs alone, with no bit to write.
+			return d.primary.AllocateNext(ctx, owner)
 		}
 		if err != nil {
 			return netip.Addr{}, fmt.Errorf("clusterip: take a free bit of %s: %w", d.window, err)
@@ -228,7 +235,8 @@ func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allo
 
 // Release frees ip: it deletes the IPAddress object first and then, inside the window, clears the
 // bit, so that no Legacy peer sees the address free while the object exists. If the object cannot
-// be deleted the bit stays set. Releasing an address that is not allocated returns nil.
+// be deleted the bit stays set. Releasing an address that is not allocated returns nil, and so
+// does a release whose bitmap is stored for another range (nothing of the mirror's is there).
 func (d *DualWriteAllocator) Release(ctx context.Context, ip netip.Addr) error {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
@@ -239,7 +247,7 @@ func (d *DualWriteAllocator) Release(ctx context.Context, ip netip.Addr) error {
 	if !d.InWindow(ip) {
 		return nil
 	}
-	if err := d.mirror.Release(ctx, ip); err != nil {
+	if err := d.mirror.Release(ctx, ip); err != nil && !errors.Is(err, allocator.ErrMismatchedNetwork) {
 		return fmt.Errorf("clusterip: %s: IPAddress deleted, but clearing its bit in %s failed: %w", ip, d.window, err)
 	}
 	return nil
