@@ -89,7 +89,9 @@ type flagServer struct {
 	stop   func()
 }
 
-func startFlagServer(t *testing.T, cfg clusterip.Config, client *fakeclient.Clientset, cidrs []string) *flagServer {
+// startFlagServer starts the Allocators of cfg (with informers of client in DualWrite mode) and
+// waits until each family serves the prefixes of cidrs, the default ServiceCIDR's, of its family.
+func startFlagServer(t *testing.T, cfg clusterip.Config, client kubernetes.Interface, cidrs []string) *flagServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(1)))
 	var inf informers.SharedInformerFactory
@@ -106,13 +108,16 @@ func startFlagServer(t *testing.T, cfg clusterip.Config, client *fakeclient.Clie
 	if inf != nil {
 		// The fake loses what is written between an informer's list and its watch: wait for
 		// this server's watches (the count includes those of an earlier server).
+		fc, _ := client.(*fakeclient.Clientset)
 		before := map[string]int{}
 		for _, r := range []string{"servicecidrs", "ipaddresses"} {
-			before[r] = client.Watching(r)
+			if fc != nil {
+				before[r] = fc.Watching(r)
+			}
 		}
 		inf.Start(ctx.Done())
 		for r, n := range before {
-			testenv.WaitFor(t, "a watch on "+r, func() bool { return client.Watching(r) > n })
+			testenv.WaitFor(t, "a watch on "+r, func() bool { return fc.Watching(r) > n })
 		}
 	}
 	go func() { done <- a.Run(ctx) }()
