@@ -24,9 +24,10 @@ type Config struct {
 
 	// Ranges are the Service CIDRs of kube-apiserver's --service-cluster-ip-range flag, in its
 	// order: the primary IP family's first. One or two, at most one per family. Required in every
-	// mode: they choose the families served, and in Legacy and DualWrite the bitmaps' ranges. In
-	// Legacy and DualWrite mode each may have at most 20 host bits (an IPv4 /12 or longer, an IPv6
-	// /108 or longer), as kube-apiserver requires while it keeps bitmaps; IPAddressOnly takes any
+	// mode: they choose the families served, and in Legacy and DualWrite the bitmaps' ranges. As
+	// in kube-apiserver, the first must have at least 8 addresses (an IPv4 /29, an IPv6 /125 or
+	// shorter), and in Legacy and DualWrite mode each may have at most 20 host bits (an IPv4 /12
+	// or longer, an IPv6 /108 or longer), because a bitmap of it is kept; IPAddressOnly takes any
 	// size, as kube-apiserver does with both feature gates on.
 	Ranges []netip.Prefix
 
@@ -105,6 +106,10 @@ func ParseRanges(flag string) ([]netip.Prefix, error) {
 	return ranges, nil
 }
 
+// minPrimaryHostBits is the fewest host bits kube-apiserver v1.33 takes in the primary
+// --service-cluster-ip-range, in every mode: 3, 8 addresses (network address included).
+const minPrimaryHostBits = 3
+
 // checkRanges checks what every mode needs of Ranges.
 func checkRanges(ranges []netip.Prefix) error {
 	switch {
@@ -117,6 +122,10 @@ func checkRanges(ranges []netip.Prefix) error {
 		if err := allocator.CheckPrefix(r); err != nil {
 			return &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "not a usable range", Err: err}
 		}
+	}
+	if p := ranges[0]; p.Addr().BitLen()-p.Bits() < minPrimaryHostBits {
+		// kube-apiserver v1.33 refuses to start so, whatever the mode.
+		return &ConfigError{Field: "Ranges[0]", Reason: "the service cluster IP range must be at least 8 IP addresses"}
 	}
 	if len(ranges) == 2 && allocator.FamilyOf(ranges[0].Addr()) == allocator.FamilyOf(ranges[1].Addr()) {
 		return &ConfigError{Field: "Ranges[1]", Reason: fmt.Sprintf("%s is of the same IP family as %s; at most one range per family", ranges[1], ranges[0])}

@@ -96,6 +96,12 @@ func TestParseRanges(t *testing.T) {
 		{flag: "10.96.0.0", wantErr: true, invalid: true},
 		{flag: "10.96.0.1/12", wantErr: true, invalid: true},
 		{flag: "10.96.0.0/12,10.0.0.0/8", wantErr: true},
+		// kube-apiserver v1.33 refuses a primary range of fewer than 8 addresses, in every mode
+		// ("the service cluster IP range must be at least 8 IP addresses"); not a secondary one.
+		{flag: "10.96.0.0/29", want: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/29")}},
+		{flag: "10.96.0.0/30", wantErr: true},
+		{flag: "fd00::/126", wantErr: true},
+		{flag: "fd00::/125,10.96.0.0/30", want: []netip.Prefix{netip.MustParsePrefix("fd00::/125"), netip.MustParsePrefix("10.96.0.0/30")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.flag, func(t *testing.T) {
@@ -120,12 +126,13 @@ func TestParseRanges(t *testing.T) {
 	}
 }
 
-// TestNewRefusesRangesKubeAPIServerRefuses checks the start-up rule of kube-apiserver v1.33 for
-// --service-cluster-ip-range (cmd/kube-apiserver/app/options/validation.go): unless
-// MultiCIDRServiceAllocator and DisableAllocatorDualWrite are both on, each range may have at
-// most 20 host bits, an IPv4 /12 or an IPv6 /108, because its bitmap is kept in etcd. New refuses
-// the same ranges with kube-apiserver's message, naming the field; IPAddressOnly keeps no bitmap
-// and takes them, as kube-apiserver does.
+// TestNewRefusesRangesKubeAPIServerRefuses checks kube-apiserver v1.33's start-up rules for
+// --service-cluster-ip-range. In every mode the primary range must have at least 8 addresses
+// (pkg/controlplane/apiserver/options.ServiceIPRange). Unless MultiCIDRServiceAllocator and
+// DisableAllocatorDualWrite are both on, each range may have at most 20 host bits, an IPv4 /12 or
+// an IPv6 /108, because its bitmap is kept in etcd (cmd/kube-apiserver/app/options/validation.go).
+// New refuses the same ranges with kube-apiserver's message, naming the field; IPAddressOnly keeps
+// no bitmap and takes wide ranges, as kube-apiserver does.
 func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
 	client := fake.NewSimpleClientset() //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	inf := informers.NewSharedInformerFactory(client, 0)
@@ -156,6 +163,10 @@ func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
 			reason: "specified --service-cluster-ip-range[1] is too large; for 32-bit addresses, the mask must be >= 12"},
 		{name: "IPAddressOnly IPv6 /64 and IPv4 /8", mode: featuregate.IPAddressOnly, ranges: ranges("fd00::/64", "10.0.0.0/8")},
 		{name: "IPAddressOnly IPv6 /48", mode: featuregate.IPAddressOnly, ranges: ranges("fd00::/48")},
+		{name: "IPAddressOnly primary of 4 addresses", mode: featuregate.IPAddressOnly, ranges: ranges("10.0.0.0/30"), field: "Ranges[0]",
+			reason: "the service cluster IP range must be at least 8 IP addresses"},
+		{name: "Legacy primary of 4 addresses", mode: featuregate.Legacy, ranges: ranges("fd00::/126", "10.0.0.0/24"), field: "Ranges[0]",
+			reason: "the service cluster IP range must be at least 8 IP addresses"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
