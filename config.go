@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
@@ -88,13 +89,15 @@ func (e *ConfigError) Error() string {
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ParseRanges parses the value of kube-apiserver's --service-cluster-ip-range flag, such as
-// "10.96.0.0/12" or "10.96.0.0/12,fd00::/108", and checks it as New does in every mode (the size
+// "10.96.0.0/12" or "10.96.0.0/12,fd00::/108", as kube-apiserver reads it (a CIDR with host bits
+// set stands for its network, IPv4 octets may have leading zeros), and checks it as New does in
+// every mode (the size
 // limit of Legacy and DualWrite mode is left to New, which knows the mode). Parse errors wrap an
 // *allocator.PrefixError that keeps the input.
 func ParseRanges(flag string) ([]netip.Prefix, error) {
 	var ranges []netip.Prefix
 	for i, s := range strings.Split(flag, ",") {
-		p, err := allocator.ParsePrefix(strings.TrimSpace(s))
+		p, err := parseFlagCIDR(strings.TrimSpace(s))
 		if err != nil {
 			return nil, &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "does not parse", Err: err}
 		}
@@ -109,6 +112,23 @@ func ParseRanges(flag string) ([]netip.Prefix, error) {
 // minPrimaryHostBits is the fewest host bits kube-apiserver v1.33 takes in the primary
 // --service-cluster-ip-range, in every mode: 3, 8 addresses (network address included).
 const minPrimaryHostBits = 3
+
+// parseFlagCIDR parses one CIDR of --service-cluster-ip-range as kube-apiserver does, with
+// ParseCIDRSloppy (IPv4 octets with leading zeros are decimal), and returns its network, so that
+// host bits are dropped as kube-apiserver drops them. Input it does not take gives
+// allocator.ParsePrefix's error, which keeps it.
+func parseFlagCIDR(s string) (netip.Prefix, error) {
+	_, n, err := netutils.ParseCIDRSloppy(s)
+	if err != nil {
+		return allocator.ParsePrefix(s)
+	}
+	addr, ok := netip.AddrFromSlice(n.IP)
+	ones, _ := n.Mask.Size()
+	if !ok {
+		return allocator.ParsePrefix(s)
+	}
+	return netip.PrefixFrom(addr, ones), nil
+}
 
 // checkRanges checks what every mode needs of Ranges.
 func checkRanges(ranges []netip.Prefix) error {

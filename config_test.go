@@ -94,7 +94,12 @@ func TestParseRanges(t *testing.T) {
 		{flag: "fd00::/108,10.96.0.0/12", want: []netip.Prefix{netip.MustParsePrefix("fd00::/108"), netip.MustParsePrefix("10.96.0.0/12")}},
 		{flag: "", wantErr: true, invalid: true},
 		{flag: "10.96.0.0", wantErr: true, invalid: true},
-		{flag: "10.96.0.1/12", wantErr: true, invalid: true},
+		// kube-apiserver reads the flag with ParseCIDRSloppy and serves the network: host bits
+		// and leading zeros are taken.
+		{flag: "10.96.0.1/12", want: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}},
+		{flag: "010.096.0.0/12,fd00::1/108", want: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00::/108")}},
+		{flag: "10.96.0.0/33", wantErr: true, invalid: true},
+		{flag: "::ffff:10.96.0.0/108", wantErr: true, invalid: true},
 		{flag: "10.96.0.0/12,10.0.0.0/8", wantErr: true},
 		// kube-apiserver v1.33 refuses a primary range of fewer than 8 addresses, in every mode
 		// ("the service cluster IP range must be at least 8 IP addresses"); not a secondary one.
