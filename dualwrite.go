@@ -143,8 +143,11 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 		return d.primary.Allocate(ctx, ip, owner)
 	}
 	if err := d.mirror.Allocate(ctx, ip, owner); err != nil {
-		if errors.Is(err, allocator.ErrAllocated) {
+		switch {
+		case errors.Is(err, allocator.ErrAllocated):
 			return fmt.Errorf("clusterip: %s is set in the bitmap of %s: %w", ip, d.window, err)
+		case errors.Is(err, allocator.ErrMismatchedNetwork):
+			return err // a bitmap of another range: its text is kube-apiserver's answer
 		}
 		return fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
 	}

@@ -85,8 +85,13 @@ func TestLegacyStartsOverKubeAPIServersBitmapOfAnotherRange(t *testing.T) {
 	}
 	defer a.Close()
 	v4 := a.Family(corev1.IPv4Protocol)
-	if _, err := v4.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, allocator.ErrMismatchedNetwork) || !strings.Contains(err.Error(), kubeAPIServerRangeMismatch) {
-		t.Fatalf("AllocateNext() before the repair = %v; want ErrMismatchedNetwork with %q", err, kubeAPIServerRangeMismatch)
+	if _, err := v4.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, allocator.ErrMismatchedNetwork) || !strings.HasPrefix(err.Error(), kubeAPIServerRangeMismatch) {
+		t.Fatalf("AllocateNext() before the repair = %v; want ErrMismatchedNetwork beginning with %q", err, kubeAPIServerRangeMismatch)
+	}
+	// Through the Service layer, as a Legacy kube-apiserver would answer if asked before its repair.
+	_, err = a.Services().Allocate(ctx, testenv.ClusterIPService("early", ""), false)
+	if want := "failed to allocate a serviceIP: " + kubeAPIServerRangeMismatch; !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Services().Allocate() before the repair = %v; want 500 with %q", err, want)
 	}
 	if snap, _ := storedRange(t, cli, prefix); snap.Range != flagBefore {
 		t.Fatalf("a refused allocation changed the stored bitmap to %q", snap.Range)
@@ -187,8 +192,8 @@ func TestDualWriteAnswersAsKubeAPIServerOverABitmapOfAnotherRange(t *testing.T) 
 					}
 				}
 				switch {
-				case tt.wantErr && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), kubeAPIServerRangeMismatch)):
-					t.Errorf("%s: %v; want 422 Invalid with %q", who, err, kubeAPIServerRangeMismatch)
+				case tt.wantErr && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "failed to allocate IP "+tt.clusterIP[i]+": "+kubeAPIServerRangeMismatch)):
+					t.Errorf("%s: %v; want 422 Invalid with %q", who, err, "failed to allocate IP "+tt.clusterIP[i]+": "+kubeAPIServerRangeMismatch)
 				case tt.wantErr:
 					t.Logf("%s: %v", who, err)
 				case err != nil:

@@ -51,8 +51,8 @@ func TestDualWriteOverAMirrorOfAnotherRange(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ip, err := tt.do()
 			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), kubeAPIServerMismatch) {
-					t.Fatalf("%s = %v, want an error matching %v with kube-apiserver's text", tt.name, err, tt.wantErr)
+				if !errors.Is(err, tt.wantErr) || !strings.HasPrefix(err.Error(), kubeAPIServerMismatch) {
+					t.Fatalf("%s = %v, want an error matching %v that begins with kube-apiserver's text", tt.name, err, tt.wantErr)
 				}
 				if slices.Contains(f.objects(), ip) {
 					t.Errorf("%s failed but created the IPAddress of %s", tt.name, ip)

@@ -244,8 +244,8 @@ func TestServiceCIDRMigrationScenarios(t *testing.T) {
 						}
 						// The bitmap at this key is of initial[i]: no allocation until the repair.
 						_, err := s2.allocs.Family(allocator.FamilyOf(r.Addr())).AllocateNext(ctx, allocator.Owner{})
-						if !errors.Is(err, allocator.ErrMismatchedNetwork) || !strings.Contains(err.Error(), kubeAPIServerRangeMismatch) {
-							t.Errorf("AllocateNext from %s before the repair = %v; want ErrMismatchedNetwork with %q", r, err, kubeAPIServerRangeMismatch)
+						if !errors.Is(err, allocator.ErrMismatchedNetwork) || !strings.HasPrefix(err.Error(), kubeAPIServerRangeMismatch) {
+							t.Errorf("AllocateNext from %s before the repair = %v; want ErrMismatchedNetwork beginning with %q", r, err, kubeAPIServerRangeMismatch)
 						}
 					}
 					c, err := repair.NewController(cfg, repair.Options{})

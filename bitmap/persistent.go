@@ -79,7 +79,7 @@ type Persistent struct {
 // wrapping ErrCorrupt. A stored snapshot of another range (kube-apiserver's
 // --service-cluster-ip-range changed) does not, as it does not stop kube-apiserver from starting:
 // the allocator starts empty, and every operation (and Refresh) reads the store again and fails
-// with an error wrapping a *RangeMismatchError, kube-apiserver's "the provided range does not
+// with a *RangeMismatchError, whose text begins with kube-apiserver's "the provided range does not
 // match the current range", until the store holds a snapshot of cidr, which in Legacy mode
 // kube-apiserver's repair loop (or package repair's) writes on its first pass. The stored value is
 // never overwritten by NewPersistent or by an operation that fails so. cidr must be acceptable to New and, for
@@ -218,10 +218,9 @@ func (p *Persistent) Close() error {
 }
 
 // Refresh reads the stored snapshot and adopts it if it is newer than the last known state, so
-// that Has, All, Used and Free reflect other allocators' writes. It returns an error wrapping a
-// *RangeMismatchError (matching allocator.ErrMismatchedNetwork) or ErrCorrupt if the store holds
-// another range or garbage, and
-// one wrapping allocator.ErrNotReady if nothing is stored.
+// that Has, All, Used and Free reflect other allocators' writes. It returns a *RangeMismatchError
+// (matching allocator.ErrMismatchedNetwork) if the store holds another range, an error wrapping
+// ErrCorrupt if it holds garbage, and one wrapping allocator.ErrNotReady if nothing is stored.
 func (p *Persistent) Refresh(ctx context.Context) error {
 	_, err := p.refresh(ctx)
 	return err
@@ -276,6 +275,9 @@ func (p *Persistent) adopt(s Snapshot, rev int64) error {
 	next := p.current().Clone()
 	if err := next.Restore(s); err != nil {
 		p.markStale()
+		if mismatch := (*RangeMismatchError)(nil); errors.As(err, &mismatch) {
+			return err // as is: it begins with kube-apiserver's text, which callers pass on
+		}
 		return fmt.Errorf("bitmap: stored snapshot at revision %d: %w", rev, err)
 	}
 	p.publish(next, rev)
