@@ -46,10 +46,15 @@ func storedBitmapAfterLegacyRun(t *testing.T, etcd *testenv.Etcd, prefix string)
 	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
 		ServiceClusterIPRange: flagBefore, FeatureGates: gatesLegacy, EtcdPrefix: prefix,
 	})
-	svc, err := api.Client.CoreV1().Services("default").Create(context.Background(), testenv.ClusterIPService("before", ""), metav1.CreateOptions{})
+	ctx := context.Background()
+	svc, err := api.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService("before", ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create a Service through kube-apiserver with %s: %v", flagBefore, err)
 	}
+	testenv.WaitFor(t, "Service default/kubernetes", func() bool {
+		k, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		return err == nil && k.Spec.ClusterIP != ""
+	})
 	api.Stop()
 	return netip.MustParseAddr(svc.Spec.ClusterIP)
 }
