@@ -45,8 +45,18 @@ type Allocators struct {
 //     the key was missing (see bootstrap.go).
 //   - IPAddressOnly: the family's servicecidr.Allocator.
 //
-// A Config missing what its mode needs gives a *ConfigError naming the field. New reads etcd and
-// lists IPAddress objects, but starts no goroutine: start cfg.Informers after New and call Run.
+// A bitmap stored for another range than its flag range (--service-cluster-ip-range changed since
+// it was written) does not make New fail, as it does not stop kube-apiserver v1.33 from starting.
+// In Legacy mode that family's operations fail with an error matching
+// allocator.ErrMismatchedNetwork, whose text is kube-apiserver's "the provided range does not
+// match the current range", until package repair's first pass rewrites the bitmap to the flag
+// range, as kube-apiserver's repair does. In DualWrite mode the mirror stays as stored, as in
+// kube-apiserver: AllocateNext takes addresses from the ServiceCIDRs alone, Allocate of an address
+// inside the flag range fails with that error, and Release leaves the bitmap alone.
+//
+// A Config missing what its mode needs gives a *ConfigError naming the field, and so do ranges
+// kube-apiserver refuses for the mode (see Config.Ranges). New reads etcd and lists IPAddress
+// objects, but starts no goroutine: start cfg.Informers after New and call Run.
 func New(ctx context.Context, cfg Config) (*Allocators, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err

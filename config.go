@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
@@ -24,7 +25,11 @@ type Config struct {
 
 	// Ranges are the Service CIDRs of kube-apiserver's --service-cluster-ip-range flag, in its
 	// order: the primary IP family's first. One or two, at most one per family. Required in every
-	// mode: they choose the families served, and in Legacy and DualWrite the bitmaps' ranges.
+	// mode: they choose the families served, and in Legacy and DualWrite the bitmaps' ranges. As
+	// in kube-apiserver, the first must have at least 8 addresses (an IPv4 /29, an IPv6 /125 or
+	// shorter), and in Legacy and DualWrite mode each may have at most 20 host bits (an IPv4 /12
+	// or longer, an IPv6 /108 or longer), because a bitmap of it is kept; IPAddressOnly takes any
+	// size, as kube-apiserver does with both feature gates on.
 	Ranges []netip.Prefix
 
 	// Etcd is the client of the etcd that holds kube-apiserver's bitmaps. Required in Legacy and
@@ -84,12 +89,15 @@ func (e *ConfigError) Error() string {
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ParseRanges parses the value of kube-apiserver's --service-cluster-ip-range flag, such as
-// "10.96.0.0/12" or "10.96.0.0/12,fd00::/108", and checks it as New does. Parse errors wrap an
+// "10.96.0.0/12" or "10.96.0.0/12,fd00::/108", as kube-apiserver reads it (a CIDR with host bits
+// set stands for its network, IPv4 octets may have leading zeros), and checks it as New does in
+// every mode (the size
+// limit of Legacy and DualWrite mode is left to New, which knows the mode). Parse errors wrap an
 // *allocator.PrefixError that keeps the input.
 func ParseRanges(flag string) ([]netip.Prefix, error) {
 	var ranges []netip.Prefix
 	for i, s := range strings.Split(flag, ",") {
-		p, err := allocator.ParsePrefix(strings.TrimSpace(s))
+		p, err := parseFlagCIDR(strings.TrimSpace(s))
 		if err != nil {
 			return nil, &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "does not parse", Err: err}
 		}
@@ -99,6 +107,27 @@ func ParseRanges(flag string) ([]netip.Prefix, error) {
 		return nil, err
 	}
 	return ranges, nil
+}
+
+// minPrimaryHostBits is the fewest host bits kube-apiserver v1.33 takes in the primary
+// --service-cluster-ip-range, in every mode: 3, 8 addresses (network address included).
+const minPrimaryHostBits = 3
+
+// parseFlagCIDR parses one CIDR of --service-cluster-ip-range as kube-apiserver does, with
+// ParseCIDRSloppy (IPv4 octets with leading zeros are decimal), and returns its network, so that
+// host bits are dropped as kube-apiserver drops them. Input it does not take gives
+// allocator.ParsePrefix's error, which keeps it.
+func parseFlagCIDR(s string) (netip.Prefix, error) {
+	_, n, err := netutils.ParseCIDRSloppy(s)
+	if err != nil {
+		return allocator.ParsePrefix(s)
+	}
+	addr, ok := netip.AddrFromSlice(n.IP)
+	ones, _ := n.Mask.Size()
+	if !ok {
+		return allocator.ParsePrefix(s)
+	}
+	return netip.PrefixFrom(addr, ones), nil
 }
 
 // checkRanges checks what every mode needs of Ranges.
@@ -114,8 +143,36 @@ func checkRanges(ranges []netip.Prefix) error {
 			return &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "not a usable range", Err: err}
 		}
 	}
+	if p := ranges[0]; p.Addr().BitLen()-p.Bits() < minPrimaryHostBits {
+		// kube-apiserver v1.33 refuses to start so, whatever the mode.
+		return &ConfigError{Field: "Ranges[0]", Reason: "the service cluster IP range must be at least 8 IP addresses"}
+	}
 	if len(ranges) == 2 && allocator.FamilyOf(ranges[0].Addr()) == allocator.FamilyOf(ranges[1].Addr()) {
 		return &ConfigError{Field: "Ranges[1]", Reason: fmt.Sprintf("%s is of the same IP family as %s; at most one range per family", ranges[1], ranges[0])}
+	}
+	return nil
+}
+
+// maxBitmapHostBits is the most host bits kube-apiserver v1.33 takes in a
+// --service-cluster-ip-range of either family while it keeps a bitmap of it (unless
+// MultiCIDRServiceAllocator and DisableAllocatorDualWrite are both on): an IPv4 /12, an IPv6 /108.
+const maxBitmapHostBits = 20
+
+// checkBitmapRanges refuses, as kube-apiserver v1.33 refuses at start-up in Legacy and DualWrite
+// mode, a range with more than maxBitmapHostBits host bits, with kube-apiserver's message.
+func checkBitmapRanges(ranges []netip.Prefix) error {
+	for i, r := range ranges {
+		bits := r.Addr().BitLen()
+		if bits-r.Bits() <= maxBitmapHostBits {
+			continue
+		}
+		flag := "--service-cluster-ip-range"
+		if i > 0 {
+			flag += fmt.Sprintf("[%d]", i)
+		}
+		return &ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: fmt.Sprintf(
+			"specified %s is too large; for %d-bit addresses, the mask must be >= %d (kube-apiserver's limit while a bitmap is kept, in Legacy and DualWrite mode)",
+			flag, bits, bits-maxBitmapHostBits)}
 	}
 	return nil
 }
@@ -129,6 +186,11 @@ func (c *Config) check() error {
 	case featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly:
 	default:
 		return &ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %v", c.Mode)}
+	}
+	if c.Mode != featuregate.IPAddressOnly {
+		if err := checkBitmapRanges(c.Ranges); err != nil {
+			return err
+		}
 	}
 	if c.Mode != featuregate.IPAddressOnly && c.Etcd == nil {
 		return &ConfigError{Field: "Etcd", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps"}

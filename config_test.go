@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,8 +94,19 @@ func TestParseRanges(t *testing.T) {
 		{flag: "fd00::/108,10.96.0.0/12", want: []netip.Prefix{netip.MustParsePrefix("fd00::/108"), netip.MustParsePrefix("10.96.0.0/12")}},
 		{flag: "", wantErr: true, invalid: true},
 		{flag: "10.96.0.0", wantErr: true, invalid: true},
-		{flag: "10.96.0.1/12", wantErr: true, invalid: true},
+		// kube-apiserver reads the flag with ParseCIDRSloppy and serves the network: host bits
+		// and leading zeros are taken.
+		{flag: "10.96.0.1/12", want: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}},
+		{flag: "010.096.0.0/12,fd00::1/108", want: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00::/108")}},
+		{flag: "10.96.0.0/33", wantErr: true, invalid: true},
+		{flag: "::ffff:10.96.0.0/108", wantErr: true, invalid: true},
 		{flag: "10.96.0.0/12,10.0.0.0/8", wantErr: true},
+		// kube-apiserver v1.33 refuses a primary range of fewer than 8 addresses, in every mode
+		// ("the service cluster IP range must be at least 8 IP addresses"); not a secondary one.
+		{flag: "10.96.0.0/29", want: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/29")}},
+		{flag: "10.96.0.0/30", wantErr: true},
+		{flag: "fd00::/126", wantErr: true},
+		{flag: "fd00::/125,10.96.0.0/30", want: []netip.Prefix{netip.MustParsePrefix("fd00::/125"), netip.MustParsePrefix("10.96.0.0/30")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.flag, func(t *testing.T) {
@@ -114,6 +126,73 @@ func TestParseRanges(t *testing.T) {
 			}
 			if len(got) != len(tt.want) || got[0] != tt.want[0] || (len(got) == 2 && got[1] != tt.want[1]) {
 				t.Errorf("ParseRanges(%q) = %v, want %v", tt.flag, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestNewRefusesRangesKubeAPIServerRefuses checks kube-apiserver v1.33's start-up rules for
+// --service-cluster-ip-range. In every mode the primary range must have at least 8 addresses
+// (pkg/controlplane/apiserver/options.ServiceIPRange). Unless MultiCIDRServiceAllocator and
+// DisableAllocatorDualWrite are both on, each range may have at most 20 host bits, an IPv4 /12 or
+// an IPv6 /108, because its bitmap is kept in etcd (cmd/kube-apiserver/app/options/validation.go).
+// New refuses the same ranges with kube-apiserver's message, naming the field; IPAddressOnly keeps
+// no bitmap and takes wide ranges, as kube-apiserver does.
+func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
+	client := fake.NewSimpleClientset() //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	inf := informers.NewSharedInformerFactory(client, 0)
+	etcd := &clientv3.Client{} // never dialled: New fails before it is used
+	ranges := func(s ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, r := range s {
+			out = append(out, netip.MustParsePrefix(r))
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		mode   featuregate.Mode
+		ranges []netip.Prefix
+		field  string // "" if New must accept the ranges
+		reason string
+	}{
+		{name: "Legacy IPv6 /107", mode: featuregate.Legacy, ranges: ranges("fd00::/107"), field: "Ranges[0]",
+			reason: "specified --service-cluster-ip-range is too large; for 128-bit addresses, the mask must be >= 108"},
+		{name: "Legacy IPv6 /64 secondary", mode: featuregate.Legacy, ranges: ranges("10.96.0.0/12", "fd00::/64"), field: "Ranges[1]",
+			reason: "specified --service-cluster-ip-range[1] is too large; for 128-bit addresses, the mask must be >= 108"},
+		{name: "Legacy IPv4 /11", mode: featuregate.Legacy, ranges: ranges("10.96.0.0/11"), field: "Ranges[0]",
+			reason: "specified --service-cluster-ip-range is too large; for 32-bit addresses, the mask must be >= 12"},
+		{name: "DualWrite IPv6 /64", mode: featuregate.DualWrite, ranges: ranges("fd00::/64"), field: "Ranges[0]",
+			reason: "specified --service-cluster-ip-range is too large; for 128-bit addresses, the mask must be >= 108"},
+		{name: "DualWrite IPv4 /8 secondary", mode: featuregate.DualWrite, ranges: ranges("fd00::/108", "10.0.0.0/8"), field: "Ranges[1]",
+			reason: "specified --service-cluster-ip-range[1] is too large; for 32-bit addresses, the mask must be >= 12"},
+		{name: "IPAddressOnly IPv6 /64 and IPv4 /8", mode: featuregate.IPAddressOnly, ranges: ranges("fd00::/64", "10.0.0.0/8")},
+		{name: "IPAddressOnly IPv6 /48", mode: featuregate.IPAddressOnly, ranges: ranges("fd00::/48")},
+		{name: "IPAddressOnly primary of 4 addresses", mode: featuregate.IPAddressOnly, ranges: ranges("10.0.0.0/30"), field: "Ranges[0]",
+			reason: "the service cluster IP range must be at least 8 IP addresses"},
+		{name: "Legacy primary of 4 addresses", mode: featuregate.Legacy, ranges: ranges("fd00::/126", "10.0.0.0/24"), field: "Ranges[0]",
+			reason: "the service cluster IP range must be at least 8 IP addresses"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{Mode: tt.mode, Ranges: tt.ranges, Etcd: etcd, Client: client, Informers: inf}
+			if tt.mode == featuregate.IPAddressOnly {
+				cfg.Etcd = nil
+			}
+			a, err := New(context.Background(), cfg)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("New(%v, %v) = %v, want nil", tt.mode, tt.ranges, err)
+				}
+				a.Close()
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("New(%v, %v) = %v, %v; want a *ConfigError", tt.mode, tt.ranges, a, err)
+			}
+			if ce.Field != tt.field || !strings.Contains(ce.Reason, tt.reason) {
+				t.Errorf("New(%v, %v) error = %v; want field %s and a reason saying %q", tt.mode, tt.ranges, err, tt.field, tt.reason)
 			}
 		})
 	}

@@ -282,8 +282,11 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 		return d.primary.Allocate(ctx, ip, owner)
 	}
 	if err := d.mirror.Allocate(ctx, ip, owner); err != nil {
-		if errors.Is(err, allocator.ErrAllocated) {
+		switch {
+		case errors.Is(err, allocator.ErrAllocated):
 			return fmt.Errorf("clusterip: %s is set in the bitmap of %s: %w", ip, d.window, err)
+		case errors.Is(err, allocator.ErrMismatchedNetwork):
+			return err // a bitmap of another range: its text is kube-apiserver's answer
 		}
 		return fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
 	}
@@ -301,7 +304,9 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // leave them), or the primary cannot serve it, the primary chooses an address of a ServiceCIDR
 // outside the window; one it chooses inside the window is kept only if its bit can be set. It
 // returns allocator.ErrFull when neither has a free address, and other errors of the two
-// allocators at once.
+// allocators at once. While the stored bitmap is of another range than the mirror's (the flag
+// range changed; see bitmap.NewPersistent), it takes an address from the primary alone, as
+// kube-apiserver v1.33 does when its bitmap fails.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
 		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
@@ -310,6 +315,11 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 		ip, err := d.mirror.AllocateNext(ctx, owner)
 		if errors.Is(err, allocator.ErrFull) {
 			break
+		}
+		if errors.Is(err, allocator.ErrMismatchedNetwork) {
+			// The stored bitmap is of another range (the flag changed): as kube-apiserver v1.33
+			// does, take an address from the ServiceCIDRs alone, with no bit to write.
+			return d.primary.AllocateNext(ctx, owner)
 		}
 		if err != nil {
 			return netip.Addr{}, fmt.Errorf("clusterip: take a free bit of %s: %w", d.window, err)
@@ -358,7 +368,9 @@ type outsideAllocator interface {
 // answer was, since a bit without an object is a leak and never a duplicate.
 func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	next := d.primary.AllocateNext
-	if o, ok := d.primary.(outsideAllocator); ok {
+	// Only a window the bitmap covers whole may be skipped: the rest of an IPv6 flag range wider
+	// than the bitmap's slots lives in the primary alone, in the ServiceCIDR of the window itself.
+	if o, ok := d.primary.(outsideAllocator); ok && d.slots == ipmath.Size(d.window) {
 		next = func(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 			return o.AllocateNextOutside(ctx, owner, d.window)
 		}
@@ -388,7 +400,8 @@ func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allo
 
 // Release frees ip: it deletes the IPAddress object first and then, inside the window, clears the
 // bit, so that no Legacy peer sees the address free while the object exists. If the object cannot
-// be deleted the bit stays set. Releasing an address that is not allocated returns nil.
+// be deleted the bit stays set. Releasing an address that is not allocated returns nil, and so
+// does a release whose bitmap is stored for another range (nothing of the mirror's is there).
 func (d *DualWriteAllocator) Release(ctx context.Context, ip netip.Addr) error {
 	if err := allocator.CheckAddr(ip); err != nil {
 		return err
@@ -399,7 +412,7 @@ func (d *DualWriteAllocator) Release(ctx context.Context, ip netip.Addr) error {
 	if !d.InWindow(ip) {
 		return nil
 	}
-	if err := d.mirror.Release(ctx, ip); err != nil {
+	if err := d.mirror.Release(ctx, ip); err != nil && !errors.Is(err, allocator.ErrMismatchedNetwork) {
 		return fmt.Errorf("clusterip: %s: IPAddress deleted, but clearing its bit in %s failed: %w", ip, d.window, err)
 	}
 	return nil

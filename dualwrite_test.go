@@ -535,3 +535,24 @@ func TestDualWriteAllocateNextServesOtherServiceCIDRWhenLegacyHoldsFlagRange(t *
 	}
 	f.checkInvariant(legacy...)
 }
+
+func TestDualWriteServesTheRestOfAnIPv6FlagRangeWiderThanTheBitmap(t *testing.T) {
+	// The bitmap of a /108 has slots for its first 65535 addresses only; the rest of the flag
+	// range's ServiceCIDR lives in the primary alone, and a full bitmap must not hide it.
+	f := newDualFixture(t, "fd00:10:96::/108")
+	slots := make([]netip.Addr, 0, bitmap.MaxIPv6Slots)
+	for ip := netip.MustParseAddr("fd00:10:96::1"); len(slots) < bitmap.MaxIPv6Slots; ip = ip.Next() {
+		slots = append(slots, ip)
+	}
+	f.setBits(slots...)
+	last := slots[len(slots)-1]
+	for i := range 5 {
+		ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+		if err != nil {
+			t.Fatalf("AllocateNext() #%d with the bitmap full = %v, want an address of the flag range past %s", i+1, err, last)
+		}
+		if !f.flag.Contains(ip) || !last.Less(ip) {
+			t.Errorf("AllocateNext() #%d = %v, want an address of %s past %s", i+1, ip, f.flag, last)
+		}
+	}
+}

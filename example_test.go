@@ -27,12 +27,12 @@ func ExampleNew() {
 	defer cancel()
 	client := fake.NewSimpleClientset(&networkingv1.ServiceCIDR{ //nolint:staticcheck // the simple fake needs no apply configurations
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/30"}},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/29"}},
 	})
 	factory := informers.NewSharedInformerFactory(client, 0)
 
 	mode, _ := featuregate.ModeFor("1.34")
-	ranges, err := clusterip.ParseRanges("10.96.0.0/30")
+	ranges, err := clusterip.ParseRanges("10.96.0.0/29") // 8 addresses, the fewest kube-apiserver takes
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +50,12 @@ func ExampleNew() {
 	owner := allocator.Owner{Resource: "services", Namespace: "default", Name: "web"}
 	fmt.Println(allocs.Mode(), allocs.Families())
 	fmt.Println(ipv4.Allocate(ctx, netip.MustParseAddr("10.96.0.1"), owner))
-	fmt.Println(ipv4.AllocateNext(ctx, owner))
+	for _, ip := range []string{"10.96.0.2", "10.96.0.3", "10.96.0.4", "10.96.0.5"} {
+		if err := ipv4.Allocate(ctx, netip.MustParseAddr(ip), owner); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println(ipv4.AllocateNext(ctx, owner)) // the last free address
 	_, err = ipv4.AllocateNext(ctx, owner)
 	fmt.Println(errors.Is(err, allocator.ErrFull))
 	fmt.Println(allocs.Family(corev1.IPv6Protocol) == nil)
@@ -60,7 +65,7 @@ func ExampleNew() {
 	// Output:
 	// IPAddressOnly [IPv4]
 	// <nil>
-	// 10.96.0.2 <nil>
+	// 10.96.0.6 <nil>
 	// true
 	// true
 	// <nil>

@@ -3,6 +3,9 @@ package bitmap
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+
+	"github.com/kube-ipam/clusterip/allocator"
 )
 
 // The errors of the Store contract: what a Store returns (implementations wrap them with %w; test
@@ -39,3 +42,23 @@ func (e *ConflictError) Error() string {
 
 // Is reports whether target is ErrConflict.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// RangeMismatchError reports a snapshot of another range than the allocator's: restored into an
+// Allocator, or found in the Store of a Persistent, which happens when kube-apiserver's
+// --service-cluster-ip-range changes under a stored bitmap. Its text begins with
+// kube-apiserver's own for the case, "the provided range does not match the current range", and
+// it matches allocator.ErrMismatchedNetwork with errors.Is.
+type RangeMismatchError struct {
+	// Stored is the Range of the snapshot, as it was stored.
+	Stored string
+	// Range is the allocator's range.
+	Range netip.Prefix
+}
+
+// Error implements error.
+func (e *RangeMismatchError) Error() string {
+	return fmt.Sprintf("the provided range does not match the current range: the bitmap is of %s, the allocator's range is %s", e.Stored, e.Range)
+}
+
+// Is reports whether target is allocator.ErrMismatchedNetwork.
+func (e *RangeMismatchError) Is(target error) bool { return target == allocator.ErrMismatchedNetwork }

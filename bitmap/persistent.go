@@ -75,9 +75,14 @@ type Persistent struct {
 // NewPersistent returns an allocator for cidr whose state lives in store.
 //
 // If nothing is stored, it stores an empty bitmap (create-if-absent; if another allocator creates
-// one first, it uses that). A stored snapshot of another range makes it fail with an error wrapping
-// allocator.ErrMismatchedNetwork, and one that cannot be decoded with an error wrapping ErrCorrupt;
-// the stored value is never overwritten in either case. cidr must be acceptable to New and, for
+// one first, it uses that). A stored snapshot that cannot be decoded makes it fail with an error
+// wrapping ErrCorrupt. A stored snapshot of another range (kube-apiserver's
+// --service-cluster-ip-range changed) does not, as it does not stop kube-apiserver from starting:
+// the allocator starts empty, and every operation (and Refresh) reads the store again and fails
+// with a *RangeMismatchError, whose text begins with kube-apiserver's "the provided range does not
+// match the current range", until the store holds a snapshot of cidr, which in Legacy mode
+// kube-apiserver's repair loop (or package repair's) writes on its first pass. The stored value is
+// never overwritten by NewPersistent or by an operation that fails so. cidr must be acceptable to New and, for
 // IPv4, have at most MaxPersistentHostBits host bits (a /12 or longer); otherwise NewPersistent
 // returns an *allocator.PrefixError without touching the store.
 //
@@ -131,6 +136,12 @@ func NewPersistent(ctx context.Context, cidr netip.Prefix, store Store, opts ...
 		}
 	}
 	if err := p.adopt(s, rev); err != nil {
+		var mismatch *RangeMismatchError
+		if errors.As(err, &mismatch) {
+			// kube-apiserver starts over a bitmap of another range too: p stays stale, so every
+			// operation reads the store again, and fails until the stored range is cidr.
+			return p, nil
+		}
 		return nil, err
 	}
 	return p, nil
@@ -207,9 +218,9 @@ func (p *Persistent) Close() error {
 }
 
 // Refresh reads the stored snapshot and adopts it if it is newer than the last known state, so
-// that Has, All, Used and Free reflect other allocators' writes. It returns an error wrapping
-// allocator.ErrMismatchedNetwork or ErrCorrupt if the store holds another range or garbage, and
-// one wrapping allocator.ErrNotReady if nothing is stored.
+// that Has, All, Used and Free reflect other allocators' writes. It returns a *RangeMismatchError
+// (matching allocator.ErrMismatchedNetwork) if the store holds another range, an error wrapping
+// ErrCorrupt if it holds garbage, and one wrapping allocator.ErrNotReady if nothing is stored.
 func (p *Persistent) Refresh(ctx context.Context) error {
 	_, err := p.refresh(ctx)
 	return err
@@ -264,6 +275,9 @@ func (p *Persistent) adopt(s Snapshot, rev int64) error {
 	next := p.current().Clone()
 	if err := next.Restore(s); err != nil {
 		p.markStale()
+		if mismatch := (*RangeMismatchError)(nil); errors.As(err, &mismatch) {
+			return err // as is: it begins with kube-apiserver's text, which callers pass on
+		}
 		return fmt.Errorf("bitmap: stored snapshot at revision %d: %w", rev, err)
 	}
 	p.publish(next, rev)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,28 +107,103 @@ func TestNewPersistentUsesSnapshotCreatedConcurrently(t *testing.T) {
 	}
 }
 
-func TestNewPersistentRefusesForeignSnapshots(t *testing.T) {
+func TestNewPersistentRefusesCorruptSnapshots(t *testing.T) {
 	tests := []struct {
 		name string
 		snap bitmap.Snapshot
-		want error
 	}{
-		{name: "another range", snap: snapshotOf(t, "10.0.0.0/24", "10.0.0.1"), want: allocator.ErrMismatchedNetwork},
-		{name: "another family", snap: snapshotOf(t, "fd00::/120", "fd00::1"), want: allocator.ErrMismatchedNetwork},
-		{name: "bits beyond the range", snap: bitmap.Snapshot{Range: "10.96.0.0/24", Data: append([]byte{0xff}, make([]byte, 39)...)}, want: bitmap.ErrCorrupt},
-		{name: "bad range", snap: bitmap.Snapshot{Range: "ten-ninety-six", Data: []byte{1}}, want: bitmap.ErrCorrupt},
+		{name: "bits beyond the range", snap: bitmap.Snapshot{Range: "10.96.0.0/24", Data: append([]byte{0xff}, make([]byte, 39)...)}},
+		{name: "bad range", snap: bitmap.Snapshot{Range: "ten-ninety-six", Data: []byte{1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := bitmap.NewMemStore()
 			rev := store.Put(tt.snap)
 			_, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix("10.96.0.0/24"), store)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("NewPersistent() error = %v, want %v", err, tt.want)
+			if !errors.Is(err, bitmap.ErrCorrupt) {
+				t.Fatalf("NewPersistent() error = %v, want ErrCorrupt", err)
 			}
 			got, gotRev, _ := store.Get(context.Background())
 			if diff := cmp.Diff(tt.snap, got); diff != "" || gotRev != rev {
 				t.Errorf("store changed: rev %d → %d, (-want +got):\n%s", rev, gotRev, diff)
+			}
+		})
+	}
+}
+
+// A stored bitmap of another range (kube-apiserver's --service-cluster-ip-range changed) does not
+// stop start-up, as it does not stop kube-apiserver v1.33's: NewPersistent succeeds, and every
+// operation fails, as kube-apiserver's do, with "the provided range does not match the current
+// range" (a *RangeMismatchError matching allocator.ErrMismatchedNetwork) and leaves the store
+// alone, until something rewrites the stored bitmap to the allocator's range (kube-apiserver's
+// repair, or package repair, in Legacy mode). Then the allocator serves that bitmap.
+func TestPersistentOverAnotherRangeFailsUntilRewritten(t *testing.T) {
+	const cidr = "10.96.0.0/24"
+	tests := []struct {
+		name string
+		snap bitmap.Snapshot
+	}{
+		{name: "another range", snap: snapshotOf(t, "10.0.0.0/24", "10.0.0.1")},
+		{name: "a wider range", snap: snapshotOf(t, "10.96.0.0/16", "10.96.0.10")},
+		{name: "another family", snap: snapshotOf(t, "fd00::/120", "fd00::1")},
+	}
+	ops := []struct {
+		name string
+		do   func(context.Context, *bitmap.Persistent) error
+	}{
+		{"Allocate", func(ctx context.Context, p *bitmap.Persistent) error {
+			return p.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), allocator.Owner{})
+		}},
+		{"AllocateNext", func(ctx context.Context, p *bitmap.Persistent) error {
+			_, err := p.AllocateNext(ctx, allocator.Owner{})
+			return err
+		}},
+		{"Release", func(ctx context.Context, p *bitmap.Persistent) error {
+			return p.Release(ctx, netip.MustParseAddr("10.96.0.10"))
+		}},
+		{"Refresh", func(ctx context.Context, p *bitmap.Persistent) error { return p.Refresh(ctx) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := bitmap.NewMemStore()
+			rev := store.Put(tt.snap)
+			p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(cidr), store)
+			if err != nil {
+				t.Fatalf("NewPersistent(%s) over a bitmap of %s = %v, want nil", cidr, tt.snap.Range, err)
+			}
+			for _, op := range ops {
+				err := op.do(ctx, p)
+				var rme *bitmap.RangeMismatchError
+				if !errors.Is(err, allocator.ErrMismatchedNetwork) || !errors.As(err, &rme) {
+					t.Fatalf("%s() = %v, want a *RangeMismatchError matching ErrMismatchedNetwork", op.name, err)
+				}
+				if !strings.HasPrefix(err.Error(), "the provided range does not match the current range") {
+					t.Errorf("%s() = %q, want it to begin with kube-apiserver's text", op.name, err)
+				}
+				if rme.Stored != tt.snap.Range || rme.Range != netip.MustParsePrefix(cidr) {
+					t.Errorf("%s(): RangeMismatchError{Stored: %q, Range: %v}, want {%q, %s}", op.name, rme.Stored, rme.Range, tt.snap.Range, cidr)
+				}
+			}
+			if p.Used() != 0 || p.Has(netip.MustParseAddr("10.96.0.10")) {
+				t.Errorf("Used() = %d, Has(10.96.0.10) = %v; want an empty bitmap until the store holds one of %s", p.Used(), p.Has(netip.MustParseAddr("10.96.0.10")), cidr)
+			}
+			got, gotRev, _ := store.Get(ctx)
+			if diff := cmp.Diff(tt.snap, got); diff != "" || gotRev != rev {
+				t.Errorf("store changed: rev %d → %d, (-want +got):\n%s", rev, gotRev, diff)
+			}
+
+			// The repair rewrites the stored bitmap to the allocator's range.
+			store.Put(snapshotOf(t, cidr, "10.96.0.10"))
+			if err := p.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
+				t.Errorf("Allocate(10.96.0.10) after the rewrite = %v, want ErrAllocated", err)
+			}
+			ip, err := p.AllocateNext(ctx, allocator.Owner{})
+			if err != nil || !netip.MustParsePrefix(cidr).Contains(ip) {
+				t.Errorf("AllocateNext() after the rewrite = %v, %v; want an address of %s", ip, err, cidr)
+			}
+			if p.Used() != 2 {
+				t.Errorf("Used() after the rewrite = %d, want 2", p.Used())
 			}
 		})
 	}

@@ -3,8 +3,6 @@ package bitmap
 import (
 	"fmt"
 	"net/netip"
-
-	"github.com/kube-ipam/clusterip/allocator"
 )
 
 // Snapshot is the persisted state of a bitmap, as kube-apiserver's RangeAllocation holds it:
@@ -25,8 +23,8 @@ func (a *Allocator) Snapshot() Snapshot {
 	return Snapshot{Range: a.cidr.String(), Data: a.set.AppendBigEndian(nil)}
 }
 
-// Restore replaces the allocations with those of s. It returns an error wrapping
-// allocator.ErrMismatchedNetwork if s.Range names another range, and one wrapping ErrCorrupt if
+// Restore replaces the allocations with those of s. It returns a *RangeMismatchError (matching
+// allocator.ErrMismatchedNetwork) if s.Range names another range, and one wrapping ErrCorrupt if
 // s.Range does not parse or s.Data has bits beyond the bitmap; in both cases nothing changes.
 func (a *Allocator) Restore(s Snapshot) error {
 	if err := a.checkRange(s.Range); err != nil {
@@ -47,7 +45,7 @@ func (a *Allocator) checkRange(rangeSpec string) error {
 		return fmt.Errorf("%w: range %q: %v", ErrCorrupt, rangeSpec, err)
 	}
 	if p.Masked() != a.cidr {
-		return fmt.Errorf("%w: snapshot of %s restored into %s", allocator.ErrMismatchedNetwork, rangeSpec, a.cidr)
+		return &RangeMismatchError{Stored: rangeSpec, Range: a.cidr}
 	}
 	return nil
 }

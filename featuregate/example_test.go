@@ -23,13 +23,15 @@ func ExampleModeOf() {
 	mode, _ = featuregate.ModeOf(gate)
 	fmt.Println("with DisableAllocatorDualWrite=true:", mode)
 
+	// Without MultiCIDRServiceAllocator, DisableAllocatorDualWrite changes nothing: the bitmaps
+	// alone, as kube-apiserver 1.31 to 1.34 run it.
 	_ = gate.Set("MultiCIDRServiceAllocator=false")
-	_, err := featuregate.ModeOf(gate)
-	fmt.Println(err)
+	mode, _ = featuregate.ModeOf(gate)
+	fmt.Println("and MultiCIDRServiceAllocator=false:", mode)
 	// Output:
 	// 1.33 default: DualWrite
 	// with DisableAllocatorDualWrite=true: IPAddressOnly
-	// featuregate: invalid combination of feature gates: DisableAllocatorDualWrite=true requires MultiCIDRServiceAllocator=true
+	// and MultiCIDRServiceAllocator=false: Legacy
 }
 
 func ExampleModeFor() {

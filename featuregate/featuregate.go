@@ -9,12 +9,15 @@
 //	| MultiCIDRServiceAllocator | DisableAllocatorDualWrite | Mode          |
 //	|---------------------------|---------------------------|---------------|
 //	| off                       | off                       | Legacy        |
-//	| off                       | on                        | (invalid)     |
+//	| off                       | on                        | Legacy        |
 //	| on                        | off                       | DualWrite     |
 //	| on                        | on                        | IPAddressOnly |
 //
-// By default that is Legacy for kube-apiserver 1.31 and 1.32, DualWrite for 1.33 and
-// IPAddressOnly for 1.34 and later.
+// DisableAllocatorDualWrite only means something with MultiCIDRServiceAllocator on: kube-apiserver
+// 1.31 to 1.34 declare no dependency between the two and check the second only where the first is
+// on, so with the first off they run the bitmaps alone whatever the second says (upstream's own
+// integration tests start servers that way). By default that is Legacy for kube-apiserver 1.31
+// and 1.32, DualWrite for 1.33 and IPAddressOnly for 1.34 and later.
 package featuregate
 
 import (
@@ -33,8 +36,8 @@ const (
 	MultiCIDRServiceAllocator featuregate.Feature = "MultiCIDRServiceAllocator"
 
 	// DisableAllocatorDualWrite stops mirroring the IPAddress allocations of the flag ranges into
-	// the legacy bitmaps. It needs MultiCIDRServiceAllocator. Alpha in 1.31 (off), beta in 1.33
-	// (off), GA in 1.34 (on), locked on from 1.35.
+	// the legacy bitmaps. With MultiCIDRServiceAllocator off it changes nothing (Legacy). Alpha in
+	// 1.31 (off), beta in 1.33 (off), GA in 1.34 (on), locked on from 1.35.
 	DisableAllocatorDualWrite featuregate.Feature = "DisableAllocatorDualWrite"
 )
 
@@ -106,13 +109,10 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("featuregate: unknown mode %q (want Legacy, DualWrite or IPAddressOnly)", s)
 }
 
-// ErrInvalidCombination is returned (wrapped) by ModeOf for DisableAllocatorDualWrite on with
-// MultiCIDRServiceAllocator off, which kube-apiserver rejects too.
-var ErrInvalidCombination = errors.New("featuregate: invalid combination of feature gates")
-
-// ModeOf returns the Mode gate selects. It returns an error wrapping ErrInvalidCombination, naming
-// both gates, for DisableAllocatorDualWrite on with MultiCIDRServiceAllocator off, and an error if
-// gate is nil or does not know the gates (see Add).
+// ModeOf returns the Mode gate selects: Legacy while MultiCIDRServiceAllocator is off, whatever
+// DisableAllocatorDualWrite says, as in kube-apiserver 1.31 to 1.34; otherwise DualWrite, or
+// IPAddressOnly with DisableAllocatorDualWrite on. It returns an error if gate is nil or does not
+// know the gates (see Add).
 func ModeOf(gate featuregate.FeatureGate) (Mode, error) {
 	if gate == nil {
 		return 0, errors.New("featuregate: ModeOf: nil feature gate")
@@ -124,13 +124,10 @@ func ModeOf(gate featuregate.FeatureGate) (Mode, error) {
 			return 0, fmt.Errorf("featuregate: feature gate %s is not registered (call featuregate.Add)", f)
 		}
 	}
-	multi, noDual := gate.Enabled(MultiCIDRServiceAllocator), gate.Enabled(DisableAllocatorDualWrite)
 	switch {
-	case !multi && noDual:
-		return 0, fmt.Errorf("%w: %s=true requires %s=true", ErrInvalidCombination, DisableAllocatorDualWrite, MultiCIDRServiceAllocator)
-	case !multi:
+	case !gate.Enabled(MultiCIDRServiceAllocator):
 		return Legacy, nil
-	case !noDual:
+	case !gate.Enabled(DisableAllocatorDualWrite):
 		return DualWrite, nil
 	}
 	return IPAddressOnly, nil

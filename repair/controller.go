@@ -32,7 +32,9 @@ import (
 //   - Legacy: rebuilds each bitmap from the Services and writes it back with a compare-and-swap
 //     on the revision it read before listing the Services, so a concurrent allocation makes the
 //     write fail instead of being undone. A leaked bit is kept until it has been seen leaked on 3
-//     passes and for the hold-off, as kube-apiserver does; a missing bitmap is created.
+//     passes and for the hold-off, as kube-apiserver does; a missing bitmap is created. A bitmap
+//     stored for another range (--service-cluster-ip-range changed) is first rewritten to the
+//     flag range, keeping the bits inside it, as kube-apiserver's repair does on its first pass.
 //   - DualWrite: both, and the bitmap from the IPAddress objects and Services, which
 //     kube-apiserver does not do (kubernetes#136475): a Service's bit that is clear is set, a
 //     stale bit (no IPAddress, no Service) is cleared once seen so for the hold-off and a live Get
@@ -127,6 +129,11 @@ func (c *Controller) runOnce(ctx context.Context) (rep *Report, retries []retry,
 			c.metrics.ReconcileError()
 		}
 	}()
+	if c.cfg.Mode == featuregate.Legacy {
+		if err := c.rewriteBitmapsOfOtherRanges(ctx); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	w, res, err := audit(ctx, &c.cfg)
 	if err != nil {
 		return nil, nil, nil, err

@@ -412,3 +412,38 @@ type bitmapTarget struct {
 	changed bool
 	freed   []netip.Addr
 }
+
+// rewriteBitmapsOfOtherRanges rewrites, in Legacy mode, each stored bitmap whose range is not its
+// flag range (--service-cluster-ip-range changed) to the flag range, as kube-apiserver's Legacy
+// repair does on its first pass after such a change; until then every allocation fails. It keeps
+// the bits of the old bitmap whose addresses the flag range serves, so that a Service's stays set
+// and a leaked one is held off like any other, and drops the rest. The write is a
+// compare-and-swap on the revision read; a bitmap that is missing, of the flag range, or
+// unreadable is left for read to judge.
+func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
+	for i, r := range c.cfg.Ranges {
+		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		snap, rev, err := store.Get(ctx)
+		if err != nil {
+			return fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
+		}
+		old, perr := netip.ParsePrefix(snap.Range)
+		if rev == 0 || perr != nil || old.Masked() == r {
+			continue
+		}
+		b, err := bitmap.New(r)
+		if err != nil {
+			return fmt.Errorf("repair: bitmap of %s: %w", r, err)
+		}
+		if prev, err := bitmap.New(old.Masked()); err == nil && prev.Restore(snap) == nil {
+			for ip := range prev.All() {
+				_ = b.Allocate(ctx, ip, allocator.Owner{}) // an address the flag range does not serve is dropped
+			}
+		}
+		if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
+			return fmt.Errorf("repair: rewrite the bitmap of %s at %s to %s: %w", snap.Range, store.Key(), r, err)
+		}
+		klog.FromContext(ctx).Info("Rewrote a bitmap of another range to the flag range", "key", store.Key(), "stored", snap.Range, "range", r, "kept", b.Used())
+	}
+	return nil
+}

@@ -28,12 +28,12 @@ func ExampleNew() {
 	store := etcdstore.New(client, etcdstore.ServiceIPsKey("/registry"))
 	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix("10.96.0.0/12"), store)
 	if err != nil {
-		panic(err) // wraps allocator.ErrMismatchedNetwork if kube-apiserver serves another range
+		panic(err)
 	}
 	defer p.Close()
 	ip, err := p.AllocateNext(ctx, allocator.Owner{Resource: "services", Namespace: "default", Name: "web"})
 	if err != nil {
-		panic(err)
+		panic(err) // wraps a *bitmap.RangeMismatchError if kube-apiserver's bitmap is of another range
 	}
 	fmt.Println("allocated", ip)
 }
