@@ -2,7 +2,6 @@ package repair
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -48,8 +47,10 @@ const listPageSize = 500
 // consistent.
 //
 // A Config without what the mode needs gives a *clusterip.ConfigError naming the field (Client
-// is required in every mode); a bitmap stored for another range than cfg.Ranges gives an error
-// wrapping allocator.ErrMismatchedNetwork; API and etcd errors are wrapped.
+// is required in every mode); API and etcd errors are wrapped. A bitmap stored for another range
+// than its flag range (the flag changed; allocations through it fail until repair rewrites it) is
+// judged as the bits of that range the flag range serves, which is what the rewrite keeps, and
+// counted in Counts["bitmapsOfOtherRange"].
 func Audit(ctx context.Context, cfg clusterip.Config) (*Report, error) {
 	_, res, err := audit(ctx, &cfg)
 	if err != nil {
@@ -68,6 +69,9 @@ func audit(ctx context.Context, cfg *clusterip.Config) (*world, result, error) {
 	res, err := confirmMissing(ctx, cfg, w, classify(w))
 	if err != nil {
 		return nil, result{}, err
+	}
+	if w.otherRanges > 0 {
+		res.counts["bitmapsOfOtherRange"] = w.otherRanges
 	}
 	return w, res, nil
 }
@@ -116,9 +120,12 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 	}
 	if cfg.Mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, rev, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			b, rev, other, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
 			if err != nil {
 				return nil, err
+			}
+			if other {
+				w.otherRanges++
 			}
 			w.bitmaps = append(w.bitmaps, b)
 			w.revs = append(w.revs, rev)
@@ -139,23 +146,49 @@ func bitmapKey(prefix string, i int) string {
 }
 
 // readBitmap reads the bitmap of r from store and returns it with its revision; a missing one is
-// empty, at revision 0.
-func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (*bitmap.Allocator, int64, error) {
-	b, err := bitmap.New(r)
-	if err != nil {
-		return nil, 0, fmt.Errorf("repair: bitmap of %s: %w", r, err)
-	}
+// empty, at revision 0. A bitmap stored for another range (the flag range changed) is read as
+// what the repair pass will rewrite it to (see projectOnto), and other reports so.
+func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (b *bitmap.Allocator, rev int64, other bool, err error) {
 	snap, rev, err := store.Get(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
+		return nil, 0, false, fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
 	}
 	if rev == 0 {
-		return b, 0, nil
+		snap = bitmap.Snapshot{}
 	}
-	if err := b.Restore(snap); err != nil {
-		return nil, 0, fmt.Errorf("repair: the bitmap at %s: %w", store.Key(), err)
+	b, other, err = projectOnto(ctx, snap, r)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("repair: the bitmap at %s: %w", store.Key(), err)
 	}
-	return b, rev, nil
+	return b, rev, other, nil
+}
+
+// projectOnto returns the bitmap of r that snap becomes when the range is r: snap itself if it
+// is of r (or empty), else the bits of snap's range that r serves, as kube-apiserver's Legacy
+// repair keeps them when it rewrites a bitmap of another range; other reports that case. A
+// snapshot whose range or data does not decode gives an error.
+func projectOnto(ctx context.Context, snap bitmap.Snapshot, r netip.Prefix) (b *bitmap.Allocator, other bool, err error) {
+	if b, err = bitmap.New(r); err != nil {
+		return nil, false, fmt.Errorf("repair: bitmap of %s: %w", r, err)
+	}
+	if snap.Range == "" {
+		return b, false, nil
+	}
+	stored, err := netip.ParsePrefix(snap.Range)
+	if err != nil || stored.Masked() == r {
+		return b, false, b.Restore(snap)
+	}
+	prev, err := bitmap.New(stored.Masked())
+	if err != nil {
+		return nil, false, fmt.Errorf("repair: the stored bitmap of %s: %w", snap.Range, err)
+	}
+	if err := prev.Restore(snap); err != nil {
+		return nil, false, err
+	}
+	for ip := range prev.All() {
+		_ = b.Allocate(ctx, ip, allocator.Owner{}) // an address r does not serve is dropped
+	}
+	return b, true, nil
 }
 
 // listServices lists every Service, a page at a time.
@@ -243,13 +276,8 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 	var bms []*bitmap.Allocator
 	if w.mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, _, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
-			switch {
-			case errors.Is(err, allocator.ErrMismatchedNetwork) && i < len(w.bitmaps):
-				// Stored for another range (the flag changed) and read as w holds it: no bit of
-				// this range can have appeared in it, so the first read stands.
-				b = w.bitmaps[i]
-			case err != nil:
+			b, _, _, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			if err != nil {
 				return result{}, fmt.Errorf("repair: confirm missing bits: %w", err)
 			}
 			bms = append(bms, b)

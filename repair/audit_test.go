@@ -14,7 +14,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	clusterip "github.com/kube-ipam/clusterip"
-	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -168,14 +167,29 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 	}
 }
 
-func TestAuditRejectsBitmapOfAnotherRange(t *testing.T) {
+// TestAuditReadsABitmapOfAnotherRangeAsItsRewrite: after the flag range changed, the stored
+// bitmap is of the old range until the first repair pass rewrites it, keeping the bits the new
+// range serves. The audit judges it as that rewrite (a Service of the new range without its bit
+// is missing) and counts it, rather than failing.
+func TestAuditReadsABitmapOfAnotherRangeAsItsRewrite(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	cli := e.TestClient(t)
-	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.1.0.0/24", "10.1.0.1"))
-	_, err := Audit(t.Context(), clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
-		Client: fake.NewClientset(), Etcd: cli})
-	if !errors.Is(err, allocator.ErrMismatchedNetwork) {
-		t.Errorf("Audit() error = %v, want one wrapping allocator.ErrMismatchedNetwork", err)
+	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/23", "10.0.0.7", "10.0.1.1"))
+	client := fake.NewClientset(svc("a/kept", "10.0.0.7"), svc("a/new", "10.0.0.9"))
+	rep, err := Audit(t.Context(), clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+		Client: client, Etcd: cli})
+	if err != nil {
+		t.Fatalf("Audit() = %v, want a report", err)
+	}
+	var got []string
+	for _, f := range rep.Findings {
+		got = append(got, f.IP+" "+string(f.Class))
+	}
+	if diff := cmp.Diff([]string{"10.0.0.9 missing"}, got); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+	if n := rep.Counts["bitmapsOfOtherRange"]; n != 1 {
+		t.Errorf(`Counts["bitmapsOfOtherRange"] = %d, want 1`, n)
 	}
 }
 

@@ -32,6 +32,9 @@ type world struct {
 	// revs holds the etcd revision each bitmap was read at, 0 if absent: repair writes back with
 	// a compare-and-swap on it.
 	revs []int64
+	// otherRanges counts the bitmaps stored for another range than their flag range, read as
+	// the bits of it their flag range serves.
+	otherRanges int
 }
 
 // finding is a Finding with the objects it concerns, for the repair controller.

@@ -129,7 +129,7 @@ func (c *Controller) runOnce(ctx context.Context) (rep *Report, retries []retry,
 			c.metrics.ReconcileError()
 		}
 	}()
-	if c.cfg.Mode == featuregate.Legacy {
+	if c.cfg.Mode != featuregate.IPAddressOnly {
 		if err := c.rewriteBitmapsOfOtherRanges(ctx); err != nil {
 			return nil, nil, nil, err
 		}
@@ -305,7 +305,7 @@ func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
 			continue
 		}
 		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
-		b, rev, err := readBitmap(ctx, store, r)
+		b, rev, _, err := readBitmap(ctx, store, r)
 		if err != nil || rev == 0 || !b.Has(ip) {
 			return err
 		}

@@ -413,9 +413,11 @@ type bitmapTarget struct {
 	freed   []netip.Addr
 }
 
-// rewriteBitmapsOfOtherRanges rewrites, in Legacy mode, each stored bitmap whose range is not its
-// flag range (--service-cluster-ip-range changed) to the flag range, as kube-apiserver's Legacy
-// repair does on its first pass after such a change; until then every allocation fails. It keeps
+// rewriteBitmapsOfOtherRanges rewrites, in Legacy and DualWrite mode, each stored bitmap whose
+// range is not its flag range (--service-cluster-ip-range changed) to the flag range, as
+// kube-apiserver's Legacy repair does on its first pass after such a change; until then every
+// Legacy allocation fails, and DualWrite writes no bits. (kube-apiserver's DualWrite repair leaves
+// bitmaps alone; this one heals the mirror, as it heals its bits.) It keeps
 // the bits of the old bitmap whose addresses the flag range serves, so that a Service's stays set
 // and a leaked one is held off like any other, and drops the rest. The write is a
 // compare-and-swap on the revision read; a bitmap that is missing, of the flag range, or
@@ -427,18 +429,12 @@ func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
 		}
-		old, perr := netip.ParsePrefix(snap.Range)
-		if rev == 0 || perr != nil || old.Masked() == r {
+		if rev == 0 {
 			continue
 		}
-		b, err := bitmap.New(r)
-		if err != nil {
-			return fmt.Errorf("repair: bitmap of %s: %w", r, err)
-		}
-		if prev, err := bitmap.New(old.Masked()); err == nil && prev.Restore(snap) == nil {
-			for ip := range prev.All() {
-				_ = b.Allocate(ctx, ip, allocator.Owner{}) // an address the flag range does not serve is dropped
-			}
+		b, other, err := projectOnto(ctx, snap, r)
+		if err != nil || !other {
+			continue // a bitmap that does not decode is the audit's to report
 		}
 		if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
 			return fmt.Errorf("repair: rewrite the bitmap of %s at %s to %s: %w", snap.Range, store.Key(), r, err)
