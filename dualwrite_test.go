@@ -521,6 +521,10 @@ func TestDualWriteAllocateNextServesOtherServiceCIDRWhenLegacyHoldsFlagRange(t *
 			}
 		}
 	}
+	slices.SortFunc(got, netip.Addr.Compare)
+	if n := len(slices.Compact(got)); n != 14 {
+		t.Errorf("AllocateNext() handed out %d distinct addresses in 14 calls, want 14", n)
+	}
 	if _, err := f.dw.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
 		t.Errorf("AllocateNext() with both full = %v, want ErrFull", err)
 	}
