@@ -89,7 +89,7 @@ func TestLegacyStartsOverKubeAPIServersBitmapOfAnotherRange(t *testing.T) {
 		t.Fatalf("New(Legacy, %s) over kube-apiserver's bitmap of %s = %v, want nil", flagAfter, flagBefore, err)
 	}
 	defer a.Close()
-	v4 := a.Family(corev1.IPv4Protocol)
+	v4 := a.For(corev1.IPv4Protocol)
 	if _, err := v4.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, allocator.ErrMismatchedNetwork) || !strings.HasPrefix(err.Error(), kubeAPIServerRangeMismatch) {
 		t.Fatalf("AllocateNext() before the repair = %v; want ErrMismatchedNetwork beginning with %q", err, kubeAPIServerRangeMismatch)
 	}

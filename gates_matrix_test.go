@@ -148,7 +148,7 @@ func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrix
 	r.allocs = startAllocatorsOf(t, Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
 	families := map[corev1.IPFamily]allocator.Interface{}
 	for _, f := range r.allocs.Families() {
-		families[f] = r.allocs.Family(f)
+		families[f] = r.allocs.For(f)
 	}
 	r.sa = allocator.NewServiceAllocator(r.allocs.Families()[0], families)
 	r.baseObjs = apiIPAddressSet(t, cl.api)
@@ -185,7 +185,7 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 	var taken []netip.Addr
 	for i, s := range tc.Taken {
 		ip := netip.MustParseAddr(s)
-		a := r.allocs.Family(familyOfAddr(ip))
+		a := r.allocs.For(familyOfAddr(ip))
 		if a == nil {
 			continue
 		}
@@ -228,7 +228,7 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 		}
 	}
 	for _, ip := range taken {
-		if err := r.allocs.Family(familyOfAddr(ip)).Release(ctx, ip); err != nil {
+		if err := r.allocs.For(familyOfAddr(ip)).Release(ctx, ip); err != nil {
 			t.Fatalf("%s: release taken %s: %v", tc.Name, ip, err)
 		}
 	}

@@ -53,7 +53,7 @@ func (a *Allocators) instrument(reg prometheus.Registerer) error {
 		if bm := a.bitmaps[f]; bm != nil {
 			src.Bitmap = bm.Stats
 		}
-		if dw, ok := al.(*DualWriteAllocator); ok {
+		if dw := a.dual[f]; dw != nil {
 			src.Undos = func() (uint64, uint64) {
 				s := dw.Stats()
 				return s.Undone, s.UndoFailed

@@ -174,14 +174,11 @@ func runSoakProcess(spec soakSpec) error {
 		}
 		allocs.Close()
 	}()
-	if sc := allocs.ServiceCIDRs(allocator.FamilyOf(rg.Addr())); sc != nil {
-		deadline := time.Now().Add(time.Minute)
-		for !sc.Ready() {
-			if time.Now().After(deadline) {
-				return errors.New("the ServiceCIDRs were not served within a minute")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	readyCtx, cancelReady := context.WithTimeout(ctx, time.Minute)
+	err = allocs.WaitReady(readyCtx)
+	cancelReady()
+	if err != nil {
+		return err
 	}
 	store, err := newServiceStore(ec)
 	if err != nil {

@@ -331,7 +331,7 @@ func (d *driver) adopt(ctx context.Context, m *member) error {
 			continue
 		}
 		for _, ip := range ips {
-			a := m.allocs.Family(familyOf(ip))
+			a := m.allocs.For(familyOf(ip))
 			if a == nil {
 				continue
 			}

@@ -306,9 +306,10 @@ func addrs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
-// dualWriteStats returns the dual-write counts of m's allocator of family f, if it is one.
+// dualWriteStats returns the dual-write counts of m's allocator of family f, zero outside
+// DualWrite mode.
 func dualWriteStats(m *member, f corev1.IPFamily) clusterip.DualWriteStats {
-	if dw, ok := m.allocs.Family(f).(*clusterip.DualWriteAllocator); ok {
+	if dw := m.allocs.DualWrite(f); dw != nil {
 		return dw.Stats()
 	}
 	return clusterip.DualWriteStats{}
