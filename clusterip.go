@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -28,7 +29,7 @@ type Allocators struct {
 	bitmaps  map[corev1.IPFamily]*bitmap.Persistent
 	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
 	dual     map[corev1.IPFamily]*DualWriteAllocator // DualWrite mode only, never wrapped
-	services *allocator.ServiceAllocator
+	services *service.Allocator
 
 	mu      sync.Mutex // guards running and closed
 	running bool
@@ -86,7 +87,7 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			return nil, err
 		}
 	}
-	a.services = allocator.NewServiceAllocator(a.families[0], a.allocs)
+	a.services = service.New(a.families[0], a.allocs)
 	return a, nil
 }
 
@@ -172,8 +173,8 @@ func (a *Allocators) ServiceCIDRs(f corev1.IPFamily) *servicecidr.Allocator { re
 
 // Services returns the allocator of a Service's ClusterIPs across every family served, with the
 // first family of Config.Ranges as the cluster's primary, as kube-apiserver's Service registry
-// uses it: see [allocator.ServiceAllocator].
-func (a *Allocators) Services() *allocator.ServiceAllocator { return a.services }
+// uses it: see [service.Allocator].
+func (a *Allocators) Services() *service.Allocator { return a.services }
 
 // readyPoll is how often WaitReady looks at the servicecidr allocators.
 const readyPoll = 10 * time.Millisecond

@@ -103,7 +103,9 @@ func ExampleAllocators_Services() {
 	if err != nil {
 		panic(err)
 	}
-	txn.Commit() // the registry stored the Service
+	if err := txn.Commit(ctx); err != nil { // the registry stored the Service
+		panic(err)
+	}
 	fmt.Println(svc.Spec.ClusterIPs, svc.Spec.IPFamilies, *svc.Spec.IPFamilyPolicy)
 	fmt.Println(allocs.For(corev1.IPv4Protocol).Has(netip.MustParseAddr("10.96.0.10")))
 

@@ -10,7 +10,7 @@ import (
 )
 
 // instrument wraps the allocator of every family in one that records its metrics on reg
-// (Config.Registerer). It must run before the ServiceAllocator is built over the allocators.
+// (Config.Registerer). It must run before the service.Allocator is built over the allocators.
 //
 // The cidr label follows kube-apiserver, which labels each per-ServiceCIDR allocator with its
 // prefix:

@@ -179,7 +179,9 @@ func allocateService(ctx context.Context, c kubernetes.Interface, a *clusterip.A
 	if err != nil {
 		return nil, err
 	}
-	txn.Commit()
+	if err := txn.Commit(ctx); err != nil {
+		return nil, err
+	}
 	return c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 }
 

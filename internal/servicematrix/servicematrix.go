@@ -378,7 +378,7 @@ func Write(path string, m *File, source string) error {
 	}
 	b.WriteString("# The Service ClusterIP matrix: see README.md in this folder for the schema.\n")
 	b.WriteString("# Expectations recorded from " + source + ".\n")
-	b.WriteString("# Regenerate: go test ./allocator -run TestServiceMatrixKubeAPIServer -update-matrix\n")
+	b.WriteString("# Regenerate: go test ./allocator/service -run TestServiceMatrixKubeAPIServer -update-matrix\n")
 	b.WriteString("clusters:\n")
 	for _, c := range m.Clusters {
 		fmt.Fprintf(&b, "  - %s\n", line(c))

@@ -209,7 +209,9 @@ func (w *workload) create(ctx context.Context, m *member, st *counters, f corev1
 	ips := txn.Allocated()
 	if !w.ledger.hold(svc.Name, ips) {
 		// A duplicate: keep the addresses (they are another Service's too) and stop here.
-		txn.Commit()
+		if err := txn.Commit(ctx); err != nil {
+			st.fail(fmt.Errorf("%s: commit %s: %w", m.name, svc.Name, err))
+		}
 		return
 	}
 	if _, err := w.c.client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
@@ -229,7 +231,9 @@ func (w *workload) create(ctx context.Context, m *member, st *counters, f corev1
 		}
 		return
 	}
-	txn.Commit()
+	if err := txn.Commit(ctx); err != nil {
+		st.fail(fmt.Errorf("%s: commit %s: %w", m.name, svc.Name, err))
+	}
 	st.allocated.Add(1)
 	w.ledger.add(svc)
 	if w.c.forget != nil && w.creates.Add(1)%1024 == 0 {
