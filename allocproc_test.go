@@ -125,7 +125,7 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 	}
 	allocs := startAllocatorsOf(t, cfg)
 	family := allocs.Families()[0]
-	a := allocs.Family(family)
+	a := allocs.For(family)
 	switch spec.Op {
 	case opPause, opPauseRelease:
 		dw, err := NewDualWrite(allocs.ServiceCIDRs(family), pausingMirror{Interface: allocs.Bitmap(family), onRelease: spec.Op == opPauseRelease})

@@ -165,7 +165,7 @@ func deleteServices(t *testing.T, client kubernetes.Interface, names []string) {
 func TestDualWriteBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	a := startAllocators(t, etcd, api.Client, featuregate.DualWrite, "")
-	dw := a.Family(corev1.IPv4Protocol)
+	dw := a.For(corev1.IPv4Protocol)
 	ctx := context.Background()
 
 	ours, theirs, services := allocateBeside(t, dw, api.Client, 60, "beside")
@@ -199,7 +199,7 @@ func TestDualWriteBesideKubeAPIServer(t *testing.T) {
 func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	a := startAllocators(t, etcd, api.Client, featuregate.DualWrite, "")
-	dw := a.Family(corev1.IPv4Protocol)
+	dw := a.For(corev1.IPv4Protocol)
 	ctx := context.Background()
 	const ops, workers = 960, 16
 
@@ -304,7 +304,7 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 func TestLegacyBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	a := startAllocators(t, etcd, api.Client, featuregate.Legacy, "")
-	legacy := a.Family(corev1.IPv4Protocol)
+	legacy := a.For(corev1.IPv4Protocol)
 	ctx := context.Background()
 
 	ours, theirs, services := allocateBeside(t, legacy, api.Client, 40, "legacy")

@@ -82,7 +82,7 @@ const extraServiceCIDR = "10.97.0.0/28"
 func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	_, etcd, api := realCluster(b)
 	a := startAllocators(b, etcd, api.Client, featuregate.DualWrite, "")
-	dw := a.Family(corev1.IPv4Protocol)
+	dw := a.For(corev1.IPv4Protocol)
 	ctx := context.Background()
 	const workers = 16
 	if held > 0 {
@@ -184,7 +184,7 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 func fillFlagRange(b *testing.B, a *Allocators, etcd *clientv3.Client, client kubernetes.Interface, held int) {
 	b.Helper()
 	ctx := context.Background()
-	legacy := startAllocatorsOf(b, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).Family(corev1.IPv4Protocol)
+	legacy := startAllocatorsOf(b, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
 	var legacyIPs []netip.Addr
 	for legacy.Used() < uint64(held) {
 		ip, err := legacy.AllocateNext(ctx, testOwner)

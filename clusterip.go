@@ -7,10 +7,12 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -26,7 +28,8 @@ type Allocators struct {
 	allocs   map[corev1.IPFamily]allocator.Interface
 	bitmaps  map[corev1.IPFamily]*bitmap.Persistent
 	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
-	services *allocator.ServiceAllocator
+	dual     map[corev1.IPFamily]*DualWriteAllocator // DualWrite mode only, never wrapped
+	services *service.Allocator
 
 	mu      sync.Mutex // guards running and closed
 	running bool
@@ -67,6 +70,7 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 		allocs:  map[corev1.IPFamily]allocator.Interface{},
 		bitmaps: map[corev1.IPFamily]*bitmap.Persistent{},
 		cidrs:   map[corev1.IPFamily]*servicecidr.Allocator{},
+		dual:    map[corev1.IPFamily]*DualWriteAllocator{},
 	}
 	for i, r := range cfg.Ranges {
 		f := familyOf(r)
@@ -83,7 +87,7 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			return nil, err
 		}
 	}
-	a.services = allocator.NewServiceAllocator(a.families[0], a.allocs)
+	a.services = service.New(a.families[0], a.allocs)
 	return a, nil
 }
 
@@ -128,6 +132,7 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 		bm.Close()
 		return err
 	}
+	a.dual[f] = dw
 	a.allocs[f] = dw
 	return nil
 }
@@ -141,11 +146,12 @@ func (a *Allocators) Families() []corev1.IPFamily { return slices.Clone(a.famili
 // Range returns the flag range of family f (Config.Ranges), or the zero Prefix if f is not served.
 func (a *Allocators) Range(f corev1.IPFamily) netip.Prefix { return a.ranges[f] }
 
-// Family returns the allocator of IP family f, or nil if f is not served: a *bitmap.Persistent in
+// For returns the allocator of IP family f, or nil if f is not served: a *bitmap.Persistent in
 // Legacy mode, a *DualWriteAllocator in DualWrite mode and a *servicecidr.Allocator in
 // IPAddressOnly mode. With Config.Registerer set, that allocator comes wrapped in one that records
-// its metrics, whose Unwrap method returns it.
-func (a *Allocators) Family(f corev1.IPFamily) allocator.Interface {
+// its metrics, whose Unwrap method returns it; Bitmap, DualWrite and ServiceCIDRs return the
+// parts without a type assertion.
+func (a *Allocators) For(f corev1.IPFamily) allocator.Interface {
 	if al, ok := a.allocs[f]; ok {
 		return al
 	}
@@ -156,19 +162,72 @@ func (a *Allocators) Family(f corev1.IPFamily) allocator.Interface {
 // DualWrite mode; nil in IPAddressOnly mode or if f is not served.
 func (a *Allocators) Bitmap(f corev1.IPFamily) *bitmap.Persistent { return a.bitmaps[f] }
 
+// DualWrite returns the dual-write allocator of family f, unwrapped even when Config.Registerer
+// wraps For's result in metrics, so that its Stats can be read; nil outside DualWrite mode or if
+// f is not served.
+func (a *Allocators) DualWrite(f corev1.IPFamily) *DualWriteAllocator { return a.dual[f] }
+
 // ServiceCIDRs returns the servicecidr allocator of family f: the allocator itself in
 // IPAddressOnly mode, the primary in DualWrite mode; nil in Legacy mode or if f is not served.
 func (a *Allocators) ServiceCIDRs(f corev1.IPFamily) *servicecidr.Allocator { return a.cidrs[f] }
 
 // Services returns the allocator of a Service's ClusterIPs across every family served, with the
 // first family of Config.Ranges as the cluster's primary, as kube-apiserver's Service registry
-// uses it: see [allocator.ServiceAllocator].
-func (a *Allocators) Services() *allocator.ServiceAllocator { return a.services }
+// uses it: see [service.Allocator].
+func (a *Allocators) Services() *service.Allocator { return a.services }
+
+// readyPoll is how often WaitReady looks at the servicecidr allocators.
+const readyPoll = 10 * time.Millisecond
+
+// WaitReady waits until the allocator of every family served can allocate, as
+// informers.SharedInformerFactory.WaitForCacheSync waits for its caches. In Legacy mode the
+// bitmaps serve from New on and WaitReady returns nil at once. In DualWrite and IPAddressOnly
+// mode it returns nil once each family's servicecidr allocator has synced its ServiceCIDRs and
+// serves at least one ready ServiceCIDR (servicecidr.Allocator.Ready), which needs
+// Config.Informers started and Run running. It returns an error wrapping ctx.Err() that names the
+// first family not ready if ctx is done first, and an error at once if the Allocators are
+// closed. WaitReady does not start anything and may be called from several goroutines.
+func (a *Allocators) WaitReady(ctx context.Context) error {
+	var ticker *time.Ticker
+	for {
+		a.mu.Lock()
+		closed := a.closed
+		a.mu.Unlock()
+		if closed {
+			return errors.New("clusterip: WaitReady after Close")
+		}
+		waiting := a.notReady()
+		if waiting == "" {
+			return nil
+		}
+		if ticker == nil {
+			ticker = time.NewTicker(readyPoll)
+			defer ticker.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("clusterip: the %s allocator is not ready: %w", waiting, ctx.Err())
+		case <-ticker.C:
+		}
+	}
+}
+
+// notReady returns the first family, in the order of Config.Ranges, whose servicecidr allocator
+// serves no ServiceCIDR yet, or "" if every family can allocate.
+func (a *Allocators) notReady() corev1.IPFamily {
+	for _, f := range a.families {
+		if sc := a.cidrs[f]; sc != nil && !sc.Ready() {
+			return f
+		}
+	}
+	return ""
+}
 
 // Run runs what the allocators need in the background (the servicecidr allocators, which follow
 // ServiceCIDRs, in DualWrite and IPAddressOnly mode) until ctx is done, then returns nil. It
 // returns an error at once if it is already running or the Allocators are closed, and the first
-// error a servicecidr allocator's Run returns. Run does not close the Allocators.
+// error a servicecidr allocator's Run returns. Run does not close the Allocators. WaitReady
+// tells when the allocators it runs can serve.
 func (a *Allocators) Run(ctx context.Context) error {
 	a.mu.Lock()
 	switch {

@@ -68,8 +68,8 @@ func TestNewIPAddressOnlyNeedsNoEtcd(t *testing.T) {
 	if got, want := a.Families(), []string{"IPv6", "IPv4"}; len(got) != 2 || string(got[0]) != want[0] || string(got[1]) != want[1] {
 		t.Errorf("Families() = %v, want %v", got, want)
 	}
-	if a.Family("IPv4") == nil || a.Family("IPv6") == nil || a.Family("other") != nil {
-		t.Errorf("Family() = %v, %v, %v; want two allocators and nil", a.Family("IPv4"), a.Family("IPv6"), a.Family("other"))
+	if a.For("IPv4") == nil || a.For("IPv6") == nil || a.For("other") != nil {
+		t.Errorf("For() = %v, %v, %v; want two allocators and nil", a.For("IPv4"), a.For("IPv6"), a.For("other"))
 	}
 	if a.Bitmap("IPv4") != nil {
 		t.Error("Bitmap(IPv4) in IPAddressOnly mode != nil")

@@ -161,8 +161,8 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	proxy, proxied := newAmbiguousProxy(t, api.Config)
 	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, Client: proxied})
-	dw := a.Family(corev1.IPv4Protocol)
-	legacy := startAllocatorsOf(t, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).Family(corev1.IPv4Protocol)
+	dw := a.For(corev1.IPv4Protocol)
+	legacy := startAllocatorsOf(t, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
 	ctx := context.Background()
 	tests := []struct {
 		name   string

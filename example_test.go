@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -44,9 +43,11 @@ func ExampleNew() {
 	factory.Start(ctx.Done()) // after New, which registers the informers
 	done := make(chan error)
 	go func() { done <- allocs.Run(ctx) }()
-	waitFor(func() bool { return allocs.ServiceCIDRs(corev1.IPv4Protocol).Ready() })
+	if err := allocs.WaitReady(ctx); err != nil { // the ServiceCIDR is synced and ready
+		panic(err)
+	}
 
-	ipv4 := allocs.Family(corev1.IPv4Protocol)
+	ipv4 := allocs.For(corev1.IPv4Protocol)
 	owner := allocator.Owner{Resource: "services", Namespace: "default", Name: "web"}
 	fmt.Println(allocs.Mode(), allocs.Families())
 	fmt.Println(ipv4.Allocate(ctx, netip.MustParseAddr("10.96.0.1"), owner))
@@ -58,7 +59,7 @@ func ExampleNew() {
 	fmt.Println(ipv4.AllocateNext(ctx, owner)) // the last free address
 	_, err = ipv4.AllocateNext(ctx, owner)
 	fmt.Println(errors.Is(err, allocator.ErrFull))
-	fmt.Println(allocs.Family(corev1.IPv6Protocol) == nil)
+	fmt.Println(allocs.For(corev1.IPv6Protocol) == nil)
 
 	cancel()
 	fmt.Println(<-done)
@@ -90,7 +91,9 @@ func ExampleAllocators_Services() {
 	defer allocs.Close()
 	factory.Start(ctx.Done())
 	go func() { _ = allocs.Run(ctx) }()
-	waitFor(func() bool { return allocs.ServiceCIDRs(corev1.IPv4Protocol).Ready() })
+	if err := allocs.WaitReady(ctx); err != nil { // the ServiceCIDR is synced and ready
+		panic(err)
+	}
 
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns"},
@@ -100,22 +103,17 @@ func ExampleAllocators_Services() {
 	if err != nil {
 		panic(err)
 	}
-	txn.Commit() // the registry stored the Service
+	if err := txn.Commit(ctx); err != nil { // the registry stored the Service
+		panic(err)
+	}
 	fmt.Println(svc.Spec.ClusterIPs, svc.Spec.IPFamilies, *svc.Spec.IPFamilyPolicy)
-	fmt.Println(allocs.Family(corev1.IPv4Protocol).Has(netip.MustParseAddr("10.96.0.10")))
+	fmt.Println(allocs.For(corev1.IPv4Protocol).Has(netip.MustParseAddr("10.96.0.10")))
 
 	fmt.Println(allocs.Services().Release(ctx, svc))
-	fmt.Println(allocs.Family(corev1.IPv4Protocol).Has(netip.MustParseAddr("10.96.0.10")))
+	fmt.Println(allocs.For(corev1.IPv4Protocol).Has(netip.MustParseAddr("10.96.0.10")))
 	// Output:
 	// [10.96.0.10] [IPv4] SingleStack
 	// true
 	// <nil>
 	// false
-}
-
-// waitFor polls cond for up to ten seconds.
-func waitFor(cond func() bool) {
-	for deadline := time.Now().Add(10 * time.Second); !cond() && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
 }

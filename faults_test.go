@@ -58,7 +58,7 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 	ctx := context.Background()
 	dual := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client})
 	legacy := startAllocatorsOf(t, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{rg}, Etcd: ec})
-	for name, a := range map[string]allocator.Interface{"DualWrite": dual.Family("IPv4"), "Legacy": legacy.Family("IPv4")} {
+	for name, a := range map[string]allocator.Interface{"DualWrite": dual.For("IPv4"), "Legacy": legacy.For("IPv4")} {
 		if err := a.Allocate(ctx, victim, testOwner); !errors.Is(err, allocator.ErrAllocated) {
 			t.Errorf("%s Allocate(%s) = %v, want ErrAllocated", name, victim, err)
 		}
@@ -66,9 +66,9 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 	// Fill the rest of the range from both: the leaked address never comes out.
 	var got []netip.Addr
 	for i := 0; ; i++ {
-		a := dual.Family("IPv4")
+		a := dual.For("IPv4")
 		if i%2 == 1 {
-			a = legacy.Family("IPv4")
+			a = legacy.For("IPv4")
 		}
 		ip, err := a.AllocateNext(ctx, testOwner)
 		if errors.Is(err, allocator.ErrFull) {
@@ -106,7 +106,7 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 	etcd, ec, api := startOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
 	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
-	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).Family("IPv4")
+	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).For("IPv4")
 
 	var mu sync.Mutex // guards handed, failures
 	var handed []netip.Addr

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -89,7 +90,7 @@ func TestLegacyStartsOverKubeAPIServersBitmapOfAnotherRange(t *testing.T) {
 		t.Fatalf("New(Legacy, %s) over kube-apiserver's bitmap of %s = %v, want nil", flagAfter, flagBefore, err)
 	}
 	defer a.Close()
-	v4 := a.Family(corev1.IPv4Protocol)
+	v4 := a.For(corev1.IPv4Protocol)
 	if _, err := v4.AllocateNext(ctx, allocator.Owner{}); !errors.Is(err, allocator.ErrMismatchedNetwork) || !strings.HasPrefix(err.Error(), kubeAPIServerRangeMismatch) {
 		t.Fatalf("AllocateNext() before the repair = %v; want ErrMismatchedNetwork beginning with %q", err, kubeAPIServerRangeMismatch)
 	}
@@ -191,9 +192,9 @@ func TestDualWriteAnswersAsKubeAPIServerOverABitmapOfAnotherRange(t *testing.T) 
 				} else {
 					// What the Service registry of a fork on clusterip does before it stores the
 					// Service (storing it here would have the stock server allocate it again).
-					var txn *allocator.Txn
+					var txn *service.Transaction
 					if txn, err = ours.allocs.Services().Allocate(ctx, svc, false); err == nil {
-						txn.Commit()
+						err = txn.Commit(ctx)
 					}
 				}
 				switch {

@@ -60,10 +60,10 @@ func startAllocatorsOf(t testing.TB, cfg Config) *Allocators {
 			t.Errorf("Close() = %v", err)
 		}
 	})
-	for _, f := range a.Families() {
-		if sc := a.ServiceCIDRs(f); sc != nil {
-			testenv.WaitFor(t, string(f)+" ServiceCIDRs to be served", sc.Ready)
-		}
+	readyCtx, cancelReady := context.WithTimeout(ctx, testenv.WaitTimeout)
+	defer cancelReady()
+	if err := a.WaitReady(readyCtx); err != nil {
+		t.Fatalf("WaitReady() = %v", err)
 	}
 	return a
 }

@@ -17,6 +17,7 @@ import (
 	basefeaturegate "k8s.io/component-base/featuregate"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/servicematrix"
@@ -71,13 +72,13 @@ type matrixRun struct {
 	mode     featuregate.Mode
 	prefix   string // EtcdPrefix of the allocators' bitmaps
 	allocs   *Allocators
-	sa       *allocator.ServiceAllocator
+	sa       *service.Allocator
 	baseBits []addrSet // per range, the bits before the first case
 	baseObjs addrSet   // the IPAddress objects before the first case
 }
 
 // TestGateServiceMatrix runs every case of testdata/services.yaml under each of the four
-// combinations of the two feature gates, through allocator.ServiceAllocator over the Allocators
+// combinations of the two feature gates, through service.Allocator over the Allocators
 // that New builds for the gates' Mode, against a real etcd and a real kube-apiserver v1.33 per
 // cluster shape (which creates the kubernetes ServiceCIDR of the shape's ranges). After each
 // create, update and release it checks that the bitmaps read from etcd and the IPAddress objects
@@ -148,9 +149,9 @@ func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrix
 	r.allocs = startAllocatorsOf(t, Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
 	families := map[corev1.IPFamily]allocator.Interface{}
 	for _, f := range r.allocs.Families() {
-		families[f] = r.allocs.Family(f)
+		families[f] = r.allocs.For(f)
 	}
-	r.sa = allocator.NewServiceAllocator(r.allocs.Families()[0], families)
+	r.sa = service.New(r.allocs.Families()[0], families)
 	r.baseObjs = apiIPAddressSet(t, cl.api)
 	for i, key := range bitmapKeys(r.prefix, cl.ranges) {
 		bits, ok := etcdBits(t, cl.etcd, key, cl.ranges[i])
@@ -185,7 +186,7 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 	var taken []netip.Addr
 	for i, s := range tc.Taken {
 		ip := netip.MustParseAddr(s)
-		a := r.allocs.Family(familyOfAddr(ip))
+		a := r.allocs.For(familyOfAddr(ip))
 		if a == nil {
 			continue
 		}
@@ -203,7 +204,9 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 	if err != nil {
 		r.check(t, tc.Name+": after a failed Allocate", taken)
 	} else {
-		txn.Commit()
+		if err := txn.Commit(ctx); err != nil {
+			t.Fatalf("Commit() = %v", err)
+		}
 		r.check(t, tc.Name+": after Allocate", append(servicematrix.Addrs(svc), taken...))
 		if tc.Update != nil {
 			if want.Update == nil {
@@ -218,7 +221,9 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 			if err != nil {
 				r.check(t, tc.Name+": after a failed Update", append(servicematrix.Addrs(svc), taken...))
 			} else {
-				utxn.Commit()
+				if err := utxn.Commit(ctx); err != nil {
+					t.Fatalf("Commit() = %v", err)
+				}
 				current = upd
 				r.check(t, tc.Name+": after Update", append(servicematrix.Addrs(upd), taken...))
 			}
@@ -228,7 +233,7 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 		}
 	}
 	for _, ip := range taken {
-		if err := r.allocs.Family(familyOfAddr(ip)).Release(ctx, ip); err != nil {
+		if err := r.allocs.For(familyOfAddr(ip)).Release(ctx, ip); err != nil {
 			t.Fatalf("%s: release taken %s: %v", tc.Name, ip, err)
 		}
 	}
@@ -317,7 +322,9 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Allocate(%v) = %v", tt.clusterIPs, err)
 			}
-			txn.Commit()
+			if err := txn.Commit(ctx); err != nil {
+				t.Fatalf("Commit() = %v", err)
+			}
 			held := servicematrix.Addrs(svc)
 			r.check(t, "after Allocate", held)
 			v6 := held[len(held)-1]

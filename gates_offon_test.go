@@ -56,7 +56,7 @@ func TestGatesOffOnRunLegacyAsKubeAPIServerDoes(t *testing.T) {
 		t.Fatalf("New(%v) = %v", mode, err)
 	}
 	defer a.Close()
-	v4 := a.Family(corev1.IPv4Protocol)
+	v4 := a.For(corev1.IPv4Protocol)
 	if err := v4.Allocate(ctx, ip, allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
 		t.Errorf("Allocate(%s), the Service's address, = %v; want ErrAllocated: the bit kube-apiserver set", ip, err)
 	}

@@ -122,7 +122,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 		t.Fatalf("create ServiceCIDR kubernetes for %s: %v", flag, err)
 	}
 	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
-	dw := a.Family(corev1.IPv4Protocol)
+	dw := a.For(corev1.IPv4Protocol)
 
 	// Chosen addresses in the static band (the first 64 of a /22), which neither side's
 	// AllocateNext takes while the rest of the range has room.
@@ -338,7 +338,7 @@ func allocateNextWithoutServiceCIDR(t testing.TB, cfg Config) error {
 		}
 	}()
 	testenv.WaitFor(t, "the ServiceCIDR allocator to sync", func() bool {
-		_, err = a.Family(corev1.IPv4Protocol).AllocateNext(ctx, testOwner)
+		_, err = a.For(corev1.IPv4Protocol).AllocateNext(ctx, testOwner)
 		return err == nil || !strings.Contains(err.Error(), "not synced yet")
 	})
 	return err

@@ -52,7 +52,7 @@ func TestConfigManagedByLabelsTheIPAddressObjects(t *testing.T) {
 			testenv.WaitFor(t, "the ServiceCIDR allocator to be ready", a.ServiceCIDRs(corev1.IPv4Protocol).Ready)
 			ip := netip.MustParseAddr("10.96.0.10")
 			owner := allocator.Owner{Resource: "services", Namespace: "default", Name: "svc"}
-			if err := a.Family(corev1.IPv4Protocol).Allocate(ctx, ip, owner); err != nil {
+			if err := a.For(corev1.IPv4Protocol).Allocate(ctx, ip, owner); err != nil {
 				t.Fatalf("Allocate(%s) = %v", ip, err)
 			}
 			obj, err := client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})

@@ -10,7 +10,7 @@ import (
 )
 
 // instrument wraps the allocator of every family in one that records its metrics on reg
-// (Config.Registerer). It must run before the ServiceAllocator is built over the allocators.
+// (Config.Registerer). It must run before the service.Allocator is built over the allocators.
 //
 // The cidr label follows kube-apiserver, which labels each per-ServiceCIDR allocator with its
 // prefix:
@@ -53,7 +53,7 @@ func (a *Allocators) instrument(reg prometheus.Registerer) error {
 		if bm := a.bitmaps[f]; bm != nil {
 			src.Bitmap = bm.Stats
 		}
-		if dw, ok := al.(*DualWriteAllocator); ok {
+		if dw := a.dual[f]; dw != nil {
 			src.Undos = func() (uint64, uint64) {
 				s := dw.Stats()
 				return s.Undone, s.UndoFailed

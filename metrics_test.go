@@ -154,13 +154,13 @@ func TestNewWithRegistererWrapsEveryFamily(t *testing.T) {
 		t.Fatalf("New() = %v", err)
 	}
 	defer a.Close()
-	al := a.Family(corev1.IPv4Protocol)
+	al := a.For(corev1.IPv4Protocol)
 	u, ok := al.(interface{ Unwrap() allocator.Interface })
 	if !ok {
-		t.Fatalf("Family(IPv4) = %T, want a metrics wrapper", al)
+		t.Fatalf("For(IPv4) = %T, want a metrics wrapper", al)
 	}
 	if got := u.Unwrap(); got != a.ServiceCIDRs(corev1.IPv4Protocol) {
-		t.Errorf("Family(IPv4).Unwrap() = %T %p, want the servicecidr allocator", got, got)
+		t.Errorf("For(IPv4).Unwrap() = %T %p, want the servicecidr allocator", got, got)
 	}
 	// The gauges are per ServiceCIDR prefix, seeded when Run creates a prefix's allocator: before
 	// Run there is none, so there is no series yet.
@@ -178,7 +178,7 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Registerer: reg})
 	ctx := context.Background()
 
-	al := a.Family(corev1.IPv4Protocol)
+	al := a.For(corev1.IPv4Protocol)
 	cidr := flagRange.String()
 	// The gauges of the flag range's label are those of the default ServiceCIDR's prefix, which
 	// kube-apiserver made from its flag: they count that prefix alone, whatever other
@@ -377,7 +377,7 @@ func TestMetricsCountLegacyCASConflictsOnEtcd(t *testing.T) {
 	if err := other.Allocate(ctx, netip.MustParseAddr("10.20.0.9"), allocator.Owner{}); err != nil {
 		t.Fatalf("other.Allocate() = %v", err)
 	}
-	if _, err := a.Family(corev1.IPv4Protocol).AllocateNext(ctx, testOwner); err != nil {
+	if _, err := a.For(corev1.IPv4Protocol).AllocateNext(ctx, testOwner); err != nil {
 		t.Fatalf("AllocateNext() = %v", err)
 	}
 	want := `

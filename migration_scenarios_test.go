@@ -179,7 +179,9 @@ func allocateService(ctx context.Context, c kubernetes.Interface, a *clusterip.A
 	if err != nil {
 		return nil, err
 	}
-	txn.Commit()
+	if err := txn.Commit(ctx); err != nil {
+		return nil, err
+	}
 	return c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 }
 
@@ -243,7 +245,7 @@ func TestServiceCIDRMigrationScenarios(t *testing.T) {
 							continue
 						}
 						// The bitmap at this key is of initial[i]: no allocation until the repair.
-						_, err := s2.allocs.Family(allocator.FamilyOf(r.Addr())).AllocateNext(ctx, allocator.Owner{})
+						_, err := s2.allocs.For(allocator.FamilyOf(r.Addr())).AllocateNext(ctx, allocator.Owner{})
 						if !errors.Is(err, allocator.ErrMismatchedNetwork) || !strings.HasPrefix(err.Error(), kubeAPIServerRangeMismatch) {
 							t.Errorf("AllocateNext from %s before the repair = %v; want ErrMismatchedNetwork beginning with %q", r, err, kubeAPIServerRangeMismatch)
 						}
@@ -270,7 +272,7 @@ func TestServiceCIDRMigrationScenarios(t *testing.T) {
 					t.Errorf("pre-migration Service's ClusterIPs = %v, %v; want %v", got.Spec.ClusterIPs, err, pre.Spec.ClusterIPs)
 				}
 				ip := netip.MustParseAddr(pre.Spec.ClusterIPs[0])
-				if a := s2.allocs.Family(allocator.FamilyOf(ip)); a != nil && served(mode, migrated, cidrs, ip) {
+				if a := s2.allocs.For(allocator.FamilyOf(ip)); a != nil && served(mode, migrated, cidrs, ip) {
 					if bm := s2.allocs.Bitmap(allocator.FamilyOf(ip)); mode == featuregate.Legacy && bm != nil {
 						if err := bm.Refresh(ctx); err != nil {
 							t.Fatal(err)

@@ -16,11 +16,6 @@
 //
 // Package allocatortest holds the conformance suite they all pass, and the checks it is made of.
 //
-// Above them, [ServiceAllocator] gives Services their ClusterIPs as kube-apiserver's Service
-// registry does: from one [Interface] per family it defaults spec.ipFamilyPolicy and
-// spec.ipFamilies, fills spec.clusterIP and spec.clusterIPs, applies the update rules (single to
-// dual stack and back, immutability), and rejects what kube-apiserver rejects with the same 422
-// Invalid errors; each call is one transaction ([Txn]). Its expected answers are the Service matrix
-// in the module's testdata/services.yaml, recorded from real kube-apiservers on four cluster shapes
-// and replayed against it by the tests. See ExampleServiceAllocator.
+// Package allocator/service gives Services their ClusterIPs over one Interface per family, as
+// kube-apiserver's Service registry does; the contract here knows only addresses and owners.
 package allocator

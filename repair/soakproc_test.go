@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	clusterip "github.com/kube-ipam/clusterip"
-	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -51,7 +51,7 @@ const (
 
 // Lines a soak process prints, after soakMarker and a space:
 //
-//	hold <service> <ip> <unix ns>   its ServiceAllocator handed ip to the Service
+//	hold <service> <ip> <unix ns>   its service.Allocator handed ip to the Service
 //	free <service> <ip> <unix ns>   just before it gives ip back (deleted, or never stored)
 //	created|deleted|taken           a Service stored and committed; deleted and released; a
 //	                                create refused because its chosen address was taken (422)
@@ -111,7 +111,7 @@ func TestSoakProcess(t *testing.T) {
 // soakProcess is the state of a running soak process.
 type soakProcess struct {
 	spec     soakSpec
-	services *allocator.ServiceAllocator
+	services *service.Allocator
 	store    *serviceStore
 	next     atomic.Int64 // the next operation number
 	paused   atomic.Bool  // the victim has stopped a worker
@@ -174,14 +174,11 @@ func runSoakProcess(spec soakSpec) error {
 		}
 		allocs.Close()
 	}()
-	if sc := allocs.ServiceCIDRs(allocator.FamilyOf(rg.Addr())); sc != nil {
-		deadline := time.Now().Add(time.Minute)
-		for !sc.Ready() {
-			if time.Now().After(deadline) {
-				return errors.New("the ServiceCIDRs were not served within a minute")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	readyCtx, cancelReady := context.WithTimeout(ctx, time.Minute)
+	err = allocs.WaitReady(readyCtx)
+	cancelReady()
+	if err != nil {
+		return err
 	}
 	store, err := newServiceStore(ec)
 	if err != nil {
@@ -289,7 +286,9 @@ func (p *soakProcess) create(r *rand.Rand, i int) {
 	stored, err := p.store.create(ctx, svc)
 	switch {
 	case stored:
-		txn.Commit()
+		if err := txn.Commit(ctx); err != nil {
+			p.fail("commit", err)
+		}
 		p.emit(soakCreated)
 		p.mu.Lock()
 		p.live = append(p.live, svc)

@@ -1,7 +1,7 @@
 // Package servicematrix loads, builds the Services of, and writes the Service ClusterIP matrix,
 // testdata/services.yaml at the module's root (testdata/README.md documents its schema). The
-// allocator package's tests and the root package's gate × Service matrix share it, so that one
-// file drives both.
+// tests of package allocator/service and the root package's gate × Service matrix share it, so
+// that one file drives both.
 package servicematrix
 
 import (
@@ -378,7 +378,7 @@ func Write(path string, m *File, source string) error {
 	}
 	b.WriteString("# The Service ClusterIP matrix: see README.md in this folder for the schema.\n")
 	b.WriteString("# Expectations recorded from " + source + ".\n")
-	b.WriteString("# Regenerate: go test ./allocator -run TestServiceMatrixKubeAPIServer -update-matrix\n")
+	b.WriteString("# Regenerate: go test ./allocator/service -run TestServiceMatrixKubeAPIServer -update-matrix\n")
 	b.WriteString("clusters:\n")
 	for _, c := range m.Clusters {
 		fmt.Fprintf(&b, "  - %s\n", line(c))

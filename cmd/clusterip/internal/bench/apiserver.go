@@ -239,7 +239,7 @@ func benchDualWriteAPIServer(ctx context.Context, etcd *clientv3.Client, client 
 	if err := waitReady(ctx, fmt.Sprintf("the DualWrite allocator of %v", cidr), served); err != nil {
 		return Result{}, err
 	}
-	return measure(ctx, DualWriteAPIServer, cidr, a.Family(family), fill, d, apiServerBatch)
+	return measure(ctx, DualWriteAPIServer, cidr, a.For(family), fill, d, apiServerBatch)
 }
 
 // waitReady polls ready until it reports true, ctx is done or readyTimeout passes.

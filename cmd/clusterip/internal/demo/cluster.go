@@ -235,14 +235,10 @@ func newMember(ctx context.Context, name string, mode featuregate.Mode, c *clust
 		defer wg.Done()
 		m.allocs.Run(runCtx)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, f := range m.allocs.Families() {
-		for !m.allocs.ServiceCIDRs(f).Ready() {
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return nil, fmt.Errorf("%s (%s): the %s allocator is not ready after 30s", name, mode, f)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	readyCtx, cancelReady := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelReady()
+	if err = m.allocs.WaitReady(readyCtx); err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", name, mode, err)
 	}
 	return m, nil
 }

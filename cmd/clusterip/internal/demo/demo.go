@@ -207,7 +207,7 @@ func Run(ctx context.Context, opts Options) error {
 //     objects only.
 //
 // In each phase their workers create and delete Services concurrently, each ClusterIP from
-// [allocator.ServiceAllocator]. Measure checks every address handed out against what the other
+// [clusterip.Allocators.Services]. Measure checks every address handed out against what the other
 // Services hold, and the Services stored at the end of each phase; it returns what it saw, and an
 // error wrapping [ErrCheckFailed] if an address was handed out twice or the cluster is not
 // consistent after the last phase.
@@ -331,7 +331,7 @@ func (d *driver) adopt(ctx context.Context, m *member) error {
 			continue
 		}
 		for _, ip := range ips {
-			a := m.allocs.Family(familyOf(ip))
+			a := m.allocs.For(familyOf(ip))
 			if a == nil {
 				continue
 			}

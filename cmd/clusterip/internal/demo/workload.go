@@ -209,7 +209,9 @@ func (w *workload) create(ctx context.Context, m *member, st *counters, f corev1
 	ips := txn.Allocated()
 	if !w.ledger.hold(svc.Name, ips) {
 		// A duplicate: keep the addresses (they are another Service's too) and stop here.
-		txn.Commit()
+		if err := txn.Commit(ctx); err != nil {
+			st.fail(fmt.Errorf("%s: commit %s: %w", m.name, svc.Name, err))
+		}
 		return
 	}
 	if _, err := w.c.client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
@@ -229,7 +231,9 @@ func (w *workload) create(ctx context.Context, m *member, st *counters, f corev1
 		}
 		return
 	}
-	txn.Commit()
+	if err := txn.Commit(ctx); err != nil {
+		st.fail(fmt.Errorf("%s: commit %s: %w", m.name, svc.Name, err))
+	}
 	st.allocated.Add(1)
 	w.ledger.add(svc)
 	if w.c.forget != nil && w.creates.Add(1)%1024 == 0 {
@@ -306,9 +310,10 @@ func addrs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
-// dualWriteStats returns the dual-write counts of m's allocator of family f, if it is one.
+// dualWriteStats returns the dual-write counts of m's allocator of family f, zero outside
+// DualWrite mode.
 func dualWriteStats(m *member, f corev1.IPFamily) clusterip.DualWriteStats {
-	if dw, ok := m.allocs.Family(f).(*clusterip.DualWriteAllocator); ok {
+	if dw := m.allocs.DualWrite(f); dw != nil {
 		return dw.Stats()
 	}
 	return clusterip.DualWriteStats{}

@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -13,16 +13,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/internal/servicematrix"
 )
 
-// matrixCluster builds in-memory bitmap allocators for a cluster shape and the ServiceAllocator
+// matrixCluster builds in-memory bitmap allocators for a cluster shape and the service.Allocator
 // over them.
 type memCluster struct {
 	families map[corev1.IPFamily]allocator.Interface
 	ranges   []netip.Prefix
-	sa       *allocator.ServiceAllocator
+	sa       *service.Allocator
 }
 
 func newMemCluster(t testing.TB, cl matrixCluster) *memCluster {
@@ -35,7 +36,7 @@ func newMemCluster(t testing.TB, cl matrixCluster) *memCluster {
 		}
 		mc.families[a.Family()] = a
 	}
-	mc.sa = allocator.NewServiceAllocator(familyOfPrefix(mc.ranges[0]), mc.families)
+	mc.sa = service.New(familyOfPrefix(mc.ranges[0]), mc.families)
 	return mc
 }
 
@@ -88,7 +89,7 @@ func (mc *memCluster) checkHeld(t *testing.T, when string, want []string) {
 	}
 }
 
-// TestServiceAllocatorMatrix runs every case of testdata/services.yaml against ServiceAllocator
+// TestServiceAllocatorMatrix runs every case of testdata/services.yaml against service.Allocator
 // over in-memory bitmaps, for every cluster shape, and checks the results, the error texts (those
 // of Legacy mode, whose allocators are bitmaps), and that the allocators hold exactly what the
 // Services hold, after Commit, Revert and Release.
@@ -106,7 +107,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				name := fmt.Sprintf("m%d", i)
 
 				// allocate builds a fresh cluster holding tc.Taken and allocates tc.Create in it.
-				allocate := func(dryRun bool) (*memCluster, []string, *corev1.Service, *allocator.Txn, error) {
+				allocate := func(dryRun bool) (*memCluster, []string, *corev1.Service, *service.Transaction, error) {
 					mc := newMemCluster(t, cl)
 					taken := mc.take(t, tc.Taken)
 					svc := matrixService(name, tc.Create)
@@ -126,7 +127,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 					mc.checkHeld(t, "after a failed Allocate", taken)
 					return
 				}
-				txn.Commit()
+				if err := txn.Commit(ctx); err != nil {
+					t.Fatalf("Commit() = %v", err)
+				}
 				mc.checkHeld(t, "after Allocate and Commit", wantHeld(taken, svc))
 				current := svc
 				if tc.Update != nil {
@@ -146,7 +149,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 					if err != nil {
 						mc.checkHeld(t, "after a failed Update", wantHeld(taken, created))
 					} else {
-						txn.Commit()
+						if err := txn.Commit(ctx); err != nil {
+							t.Fatalf("Commit() = %v", err)
+						}
 						mc.checkHeld(t, "after Update and Commit", wantHeld(taken, upd))
 						current = upd
 					}
@@ -162,7 +167,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 					t.Fatalf("second Allocate: %v", err)
 				}
 				if tc.Update != nil && want.Update.Error == nil {
-					txn.Commit()
+					if err := txn.Commit(ctx); err != nil {
+						t.Fatalf("Commit() = %v", err)
+					}
 					created := svc.DeepCopy()
 					upd := created.DeepCopy()
 					applySpec(upd, *tc.Update, created)
@@ -189,7 +196,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if got := textOf(t, tc, mc.ranges, nil, err); !cmp.Equal(want.CreateText.In(legacy), got) {
 					t.Errorf("dry-run Allocate: error text (-want +got):\n%s", cmp.Diff(want.CreateText.In(legacy), got))
 				}
-				txn.Commit()
+				if err := txn.Commit(ctx); err != nil {
+					t.Fatalf("Commit() = %v", err)
+				}
 				mc.checkHeld(t, "after a dry-run Allocate", taken)
 				if tc.Update == nil {
 					return
@@ -199,7 +208,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if err != nil {
 					t.Fatalf("third Allocate: %v", err)
 				}
-				txn.Commit()
+				if err := txn.Commit(ctx); err != nil {
+					t.Fatalf("Commit() = %v", err)
+				}
 				created := svc.DeepCopy()
 				upd := created.DeepCopy()
 				applySpec(upd, *tc.Update, created)
@@ -210,7 +221,9 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if got := textOf(t, tc, mc.ranges, created, err); !cmp.Equal(want.UpdateText.In(legacy), got) {
 					t.Errorf("dry-run Update: error text (-want +got):\n%s", cmp.Diff(want.UpdateText.In(legacy), got))
 				}
-				utxn.Commit()
+				if err := utxn.Commit(ctx); err != nil {
+					t.Fatalf("Commit() = %v", err)
+				}
 				mc.checkHeld(t, "after a dry-run Update", wantHeld(taken, created))
 			})
 		}
@@ -229,7 +242,7 @@ func TestServiceAllocatorFullRangeIsInternalError(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sa := allocator.NewServiceAllocator(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
+	sa := service.New(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
 		corev1.IPv4Protocol: v4, corev1.IPv6Protocol: v6})
 	require := corev1.IPFamilyPolicyRequireDualStack
 	svc := matrixService("full", matrixSpec{})
@@ -277,7 +290,7 @@ func TestServiceAllocatorFailureInSecondFamilyReleasesFirst(t *testing.T) {
 			fams := map[corev1.IPFamily]allocator.Interface{corev1.IPv4Protocol: v4, corev1.IPv6Protocol: v6}
 			healthy := fams[otherFamilyOf(tt.failing)]
 			fams[tt.failing] = failingAllocator{Interface: fams[tt.failing], err: outage}
-			sa := allocator.NewServiceAllocator(tt.primary, fams)
+			sa := service.New(tt.primary, fams)
 			require := corev1.IPFamilyPolicyRequireDualStack
 			svc := matrixService("txn", matrixSpec{})
 			svc.Spec.IPFamilyPolicy = &require

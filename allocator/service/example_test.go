@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -10,14 +10,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 )
 
-func ExampleServiceAllocator() {
+// ExampleAllocator gives a dual-stack Service its ClusterIPs from two in-memory bitmaps,
+// downgrades it to single-stack, and shows the 422 another Service gets for the same address.
+func ExampleAllocator() {
 	ctx := context.Background()
 	v4, _ := bitmap.New(netip.MustParsePrefix("10.96.0.0/16"))
 	v6, _ := bitmap.New(netip.MustParsePrefix("fd00:10:96::/112"))
-	services := allocator.NewServiceAllocator(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
+	services := service.New(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
 		corev1.IPv4Protocol: v4,
 		corev1.IPv6Protocol: v6,
 	})
@@ -36,7 +39,9 @@ func ExampleServiceAllocator() {
 	if err != nil {
 		panic(err)
 	}
-	txn.Commit() // the registry stored the Service
+	if err := txn.Commit(ctx); err != nil { // the registry stored the Service
+		panic(err)
+	}
 	fmt.Println(svc.Spec.ClusterIPs[0], svc.Spec.IPFamilies, *svc.Spec.IPFamilyPolicy, v6.Used())
 
 	// Downgrade it to single-stack: the IPv6 address is released when the update commits.
@@ -47,7 +52,9 @@ func ExampleServiceAllocator() {
 	if err != nil {
 		panic(err)
 	}
-	txn.Commit()
+	if err := txn.Commit(ctx); err != nil { // releases the IPv6 address
+		panic(err)
+	}
 	fmt.Println(updated.Spec.ClusterIPs, updated.Spec.IPFamilies, v6.Used())
 
 	// Another Service may not take the same address: a 422 at spec.clusterIPs, as from kube-apiserver.

@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-var updateMatrix = flag.Bool("update-matrix", false, "rewrite ../testdata/services.yaml from what real kube-apiservers answer")
+var updateMatrix = flag.Bool("update-matrix", false, "rewrite ../../testdata/services.yaml from what real kube-apiservers answer")
 
 // TestServiceMatrixKubeAPIServer runs every case of the Service matrix against a real
 // kube-apiserver v1.33.13 per cluster shape, one at a time, in its default mode and in Legacy

@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -35,7 +35,9 @@ func TestServiceAllocatorAcceptsClusterIPSpellingsOfV133(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Allocate(%q) error = %v", tt.written, err)
 			}
-			txn.Commit()
+			if err := txn.Commit(ctx); err != nil {
+				t.Fatalf("Commit() = %v", err)
+			}
 			if got, want := svc.Spec.ClusterIPs, []string{tt.written}; !slices.Equal(got, want) {
 				t.Errorf("spec.clusterIPs = %q, want %q as written", got, want)
 			}
@@ -61,7 +63,9 @@ func TestServiceAllocatorAcceptsClusterIPSpellingsOfV133(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Update to ExternalName: %v", err)
 			}
-			utxn.Commit()
+			if err := utxn.Commit(ctx); err != nil {
+				t.Fatalf("Commit() = %v", err)
+			}
 			mc.checkHeld(t, "after an update to ExternalName", nil)
 
 			// Release gives the parsed address back too.
@@ -70,7 +74,9 @@ func TestServiceAllocatorAcceptsClusterIPSpellingsOfV133(t *testing.T) {
 			if err != nil {
 				t.Fatalf("second Allocate(%q) error = %v", tt.written, err)
 			}
-			txn.Commit()
+			if err := txn.Commit(ctx); err != nil {
+				t.Fatalf("Commit() = %v", err)
+			}
 			if err := mc.sa.Release(ctx, svc2); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
@@ -92,7 +98,9 @@ func TestServiceAllocatorDowngradeReleasesParsedSecondary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	txn.Commit()
+	if err := txn.Commit(ctx); err != nil {
+		t.Fatalf("Commit() = %v", err)
+	}
 	mc.checkHeld(t, "after Allocate", []string{"10.96.0.12", "fd00:10:96::c"})
 	upd := svc.DeepCopy()
 	single := corev1.IPFamilyPolicySingleStack
@@ -101,7 +109,9 @@ func TestServiceAllocatorDowngradeReleasesParsedSecondary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	utxn.Commit()
+	if err := utxn.Commit(ctx); err != nil {
+		t.Fatalf("Commit() = %v", err)
+	}
 	if got, want := upd.Spec.ClusterIPs, []string{primary}; !slices.Equal(got, want) {
 		t.Errorf("spec.clusterIPs after the downgrade = %q, want %q", got, want)
 	}

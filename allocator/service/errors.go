@@ -1,4 +1,4 @@
-package allocator
+package service
 
 import (
 	"errors"
@@ -6,25 +6,18 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-)
 
-// UndoTimeout bounds each release that undoes or completes a transaction after the call that
-// began it: Txn.Revert, the revert of a failed Allocate or Update, and the releases of
-// Txn.Commit. Those releases run on a context of their own (context.WithoutCancel of the
-// caller's, with this timeout), so that a caller whose deadline ran out during the call does not
-// leave an address held for no Service. Implementations that undo half of a write of their own
-// should use the same bound.
-const UndoTimeout = 30 * time.Second
+	"github.com/kube-ipam/clusterip/allocator"
+)
 
 // The texts of kube-apiserver v1.33's ipallocator errors (pkg/registry/core/service/ipallocator),
 // which its Service registry puts in the errors a client sees and which tools parse. Our
-// sentinels keep their own, package-prefixed, texts; ServiceAllocator maps them to these.
+// sentinels keep their own, package-prefixed, texts; Allocator maps them to these.
 const (
 	textFull              = "range is full"
 	textAllocated         = "provided IP is already allocated"
@@ -37,43 +30,45 @@ const (
 // chosenErrorText returns the text kube-apiserver v1.33 gives for err, the failure to allocate a
 // chosen address. An address outside the range of a single-range allocator is ipallocator's
 // ErrNotInRange, with the range; one outside every range of a multi-CIDR allocator (a range-less
-// *NotInRangeError), or only in ServiceCIDRs that are not ready, is ErrMismatchedNetwork, as
-// v1.33's MetaAllocator looks for the address among ready ServiceCIDRs only; any other
-// ErrMismatchedNetwork is a stored bitmap of another range. Any other error keeps its own text.
+// *allocator.NotInRangeError), or only in ServiceCIDRs that are not ready, is
+// allocator.ErrMismatchedNetwork, as v1.33's MetaAllocator looks for the address among ready
+// ServiceCIDRs only; any other allocator.ErrMismatchedNetwork is a stored bitmap of another range.
+// Any other error keeps its own text.
 func chosenErrorText(err error) string {
-	var nir *NotInRangeError
+	var nir *allocator.NotInRangeError
 	switch {
-	case errors.Is(err, ErrAllocated):
+	case errors.Is(err, allocator.ErrAllocated):
 		return textAllocated
 	case errors.As(err, &nir):
 		if nir.Range.IsValid() {
 			return fmt.Sprintf("the provided IP (%s) is not in the valid range. The range of valid IPs is %s", nir.IP, nir.Range)
 		}
 		return textMismatchedNetwork
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, allocator.ErrNotReady):
 		return textMismatchedNetwork
-	case errors.Is(err, ErrMismatchedNetwork):
+	case errors.Is(err, allocator.ErrMismatchedNetwork):
 		return textMismatchedRange
-	case errors.Is(err, ErrFull):
+	case errors.Is(err, allocator.ErrFull):
 		return textFull
 	}
 	return err.Error()
 }
 
 // nextErrorText returns the text kube-apiserver v1.33 gives for err, the failure to allocate a
-// fresh address. v1.33's MetaAllocator skips ServiceCIDRs that are not ready and reports the
-// range full when none served, so ErrNotReady reads as ErrFull; ErrMismatchedNetwork is a stored
-// bitmap of another range. Any other error keeps its own text.
+// fresh address. v1.33's MetaAllocator skips ServiceCIDRs that are not ready and reports the range
+// full when none served, so allocator.ErrNotReady reads as allocator.ErrFull;
+// allocator.ErrMismatchedNetwork is a stored bitmap of another range. Any other error keeps its own
+// text.
 func nextErrorText(err error) string {
-	var nir *NotInRangeError
+	var nir *allocator.NotInRangeError
 	switch {
-	case errors.Is(err, ErrFull), errors.Is(err, ErrNotReady):
+	case errors.Is(err, allocator.ErrFull), errors.Is(err, allocator.ErrNotReady):
 		return textFull
 	case errors.As(err, &nir):
 		return textMismatchedNetwork
-	case errors.Is(err, ErrMismatchedNetwork):
+	case errors.Is(err, allocator.ErrMismatchedNetwork):
 		return textMismatchedRange
-	case errors.Is(err, ErrAllocated):
+	case errors.Is(err, allocator.ErrAllocated):
 		return textAllocated
 	}
 	return err.Error()

@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 )
 
 // ctxBound is an allocator whose Release fails once its context is done, as an API call does,
@@ -50,16 +51,17 @@ func (s stalled) AllocateNext(ctx context.Context, _ allocator.Owner) (netip.Add
 // TestServiceAllocatorUndoOutlivesCallersContext checks that the releases that undo a failed or
 // reverted call, and those Commit makes, run with a context of their own, bounded by
 // allocator.UndoTimeout: a caller whose deadline ran out while the second family was being
-// allocated does not leave the first family's address taken.
+// allocated does not leave the first family's address taken, and a caller whose request ended
+// after the Service was stored still frees what its update dropped.
 func TestServiceAllocatorUndoOutlivesCallersContext(t *testing.T) {
 	require := corev1.IPFamilyPolicyRequireDualStack
-	newCluster := func(t *testing.T, stallV6 bool) (*ctxBound, *allocator.ServiceAllocator) {
+	newCluster := func(t *testing.T, stallV6 bool) (*ctxBound, *service.Allocator) {
 		v4 := &ctxBound{Interface: mustBitmap(t, "10.0.0.0/24")}
 		var v6 allocator.Interface = mustBitmap(t, "fd00::/112")
 		if stallV6 {
 			v6 = stalled{v6}
 		}
-		return v4, allocator.NewServiceAllocator(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
+		return v4, service.New(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
 			corev1.IPv4Protocol: v4, corev1.IPv6Protocol: v6})
 	}
 	dual := func() *corev1.Service {
@@ -104,7 +106,9 @@ func TestServiceAllocatorUndoOutlivesCallersContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		txn.Commit()
+		if err := txn.Commit(ctx); err != nil {
+			t.Fatalf("Commit() = %v", err)
+		}
 		upd := svc.DeepCopy()
 		upd.Spec.Type = corev1.ServiceTypeExternalName
 		upd.Spec.ExternalName = "example.com"
@@ -112,7 +116,9 @@ func TestServiceAllocatorUndoOutlivesCallersContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		utxn.Commit()
+		if err := utxn.Commit(ctx); err != nil {
+			t.Fatalf("Commit() = %v", err)
+		}
 		if got := v4.Used(); got != 0 {
 			t.Errorf("IPv4 addresses held after Commit = %d, want 0", got)
 		}
@@ -122,6 +128,36 @@ func TestServiceAllocatorUndoOutlivesCallersContext(t *testing.T) {
 			if !ok {
 				t.Errorf("Release %d of Commit ran without a deadline", i)
 			}
+		}
+	})
+
+	t.Run("Commit with a cancelled context", func(t *testing.T) {
+		v4, sa := newCluster(t, false)
+		ctx, cancel := context.WithCancel(context.Background())
+		svc := dual()
+		txn, err := sa.Allocate(ctx, svc, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.Commit(ctx); err != nil {
+			t.Fatalf("Commit() = %v", err)
+		}
+		upd := svc.DeepCopy()
+		upd.Spec.Type = corev1.ServiceTypeExternalName
+		upd.Spec.ExternalName = "example.com"
+		utxn, err := sa.Update(ctx, svc, upd, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel() // the registry stored the update, then its request ended
+		if err := utxn.Commit(ctx); err != nil {
+			t.Errorf("Commit() = %v, want nil", err)
+		}
+		if got := v4.Used(); got != 0 {
+			t.Errorf("IPv4 addresses held after Commit = %d, want 0", got)
+		}
+		if err := utxn.Commit(ctx); err != nil {
+			t.Errorf("second Commit() = %v, want nil", err)
 		}
 	})
 

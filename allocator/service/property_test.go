@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 )
 
 // TestServiceAllocatorHoldsExactlyLiveServices applies random creates, updates, deletes and
@@ -69,7 +70,7 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 		for f, a := range mc.families {
 			fams[f] = flakyAllocator{Interface: a, rng: rng}
 		}
-		mc.sa = allocator.NewServiceAllocator(familyOfPrefix(mc.ranges[0]), fams)
+		mc.sa = service.New(familyOfPrefix(mc.ranges[0]), fams)
 	}
 	live := map[string]*corev1.Service{}
 	var names []string
@@ -77,7 +78,7 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 	// settle counts a failed call and commits a successful one or, one time in five, reverts it,
 	// as a registry does when storing the Service succeeds or fails. It reports whether the
 	// Service is stored.
-	settle := func(step int, txn *allocator.Txn, err error) bool {
+	settle := func(step int, txn *service.Transaction, err error) bool {
 		if err != nil {
 			failures++
 			return false
@@ -88,7 +89,9 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 			}
 			return false
 		}
-		txn.Commit()
+		if err := txn.Commit(ctx); err != nil {
+			t.Fatalf("Commit() = %v", err)
+		}
 		return true
 	}
 	for step := range steps {

@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 )
 
@@ -66,7 +67,7 @@ func invalid(field, msg string) metav1.StatusCause {
 	return metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: field, Message: msg}
 }
 
-// TestServiceAllocatorErrorsAreKubeAPIServers checks that every error ServiceAllocator returns for
+// TestServiceAllocatorErrorsAreKubeAPIServers checks that every error service.Allocator returns for
 // a chosen or a fresh address carries kube-apiserver v1.33's status code, reason, field path and
 // text, whichever of the allocator package's errors caused it. The texts are those of v1.33's
 // Service registry (pkg/registry/core/service/storage/alloc.go: "failed to allocate IP %v: %v" as
@@ -253,7 +254,7 @@ func TestServiceAllocatorErrorsAreKubeAPIServers(t *testing.T) {
 			if tt.v4Err != nil {
 				a4 = refusing{Interface: v4, err: tt.v4Err}
 			}
-			sa := allocator.NewServiceAllocator(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
+			sa := service.New(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
 				corev1.IPv4Protocol: a4, corev1.IPv6Protocol: mustBitmap(t, "fd00::/112")})
 			svc := matrixService("s", matrixSpec{})
 			svc.Spec.IPFamilyPolicy = tt.policy

@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"net/netip"
@@ -14,7 +14,7 @@ import (
 // its schema and internal/servicematrix loads it. These names keep this package's tests short.
 
 // matrixPath is the matrix file, relative to this package.
-var matrixPath = filepath.Join("..", "testdata", "services.yaml")
+var matrixPath = filepath.Join("..", "..", "testdata", "services.yaml")
 
 type (
 	matrixFile    = servicematrix.File

@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"context"
@@ -19,17 +19,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
-// sharedCluster is a real kube-apiserver v1.33 in its default mode and a ServiceAllocator over
+// sharedCluster is a real kube-apiserver v1.33 in its default mode and a service.Allocator over
 // servicecidr allocators fed by the same server: both allocate from the same ServiceCIDRs and
 // IPAddress objects, so that the same request can be put to each.
 type sharedCluster struct {
 	api      kubernetes.Interface
 	families map[corev1.IPFamily]*servicecidr.Allocator
-	sa       *allocator.ServiceAllocator
+	sa       *service.Allocator
 }
 
 func newSharedCluster(t *testing.T, ranges string) *sharedCluster {
@@ -67,7 +68,7 @@ func newSharedCluster(t *testing.T, ranges string) *sharedCluster {
 		}
 		return true
 	})
-	sc.sa = allocator.NewServiceAllocator(primary, fams)
+	sc.sa = service.New(primary, fams)
 	return sc
 }
 
@@ -152,7 +153,7 @@ func (sc *sharedCluster) ipAddressNames(t *testing.T, name string) []string {
 }
 
 // TestServiceAllocatorAnswersAsKubeAPIServer puts the same Service to a real kube-apiserver
-// v1.33.13 and to ServiceAllocator over servicecidr allocators of the same cluster, and checks
+// v1.33.13 and to service.Allocator over servicecidr allocators of the same cluster, and checks
 // that the two agree: on failure the status code, reason, field paths and texts; on success the
 // stored ClusterIP fields and the IPAddress objects the address got.
 func TestServiceAllocatorAnswersAsKubeAPIServer(t *testing.T) {
@@ -231,10 +232,10 @@ func TestServiceAllocatorAnswersAsKubeAPIServer(t *testing.T) {
 			sc.waitHeld(t, svc, before)
 			_, err := sc.sa.Allocate(ctx, svc.DeepCopy(), false)
 			if err == nil {
-				t.Fatalf("ServiceAllocator accepted what kube-apiserver refused with %v", apiErr)
+				t.Fatalf("service.Allocator accepted what kube-apiserver refused with %v", apiErr)
 			}
 			if diff := cmp.Diff(statusOfErr(t, apiErr), statusOfErr(t, err)); diff != "" {
-				t.Errorf("ServiceAllocator's status differs from kube-apiserver's (-v1.33 +ours):\n%s", diff)
+				t.Errorf("service.Allocator's status differs from kube-apiserver's (-v1.33 +ours):\n%s", diff)
 			}
 		})
 	}
@@ -266,9 +267,11 @@ func TestServiceAllocatorAnswersAsKubeAPIServer(t *testing.T) {
 			ours := svc.DeepCopy()
 			txn, err := sc.sa.Allocate(ctx, ours, false)
 			if err != nil {
-				t.Fatalf("ServiceAllocator refused what kube-apiserver accepted: %v", err)
+				t.Fatalf("service.Allocator refused what kube-apiserver accepted: %v", err)
 			}
-			txn.Commit()
+			if err := txn.Commit(ctx); err != nil {
+				t.Fatalf("Commit() = %v", err)
+			}
 			type fields struct {
 				ClusterIP  string
 				ClusterIPs []string
@@ -279,7 +282,7 @@ func TestServiceAllocatorAnswersAsKubeAPIServer(t *testing.T) {
 			want := fields{got.Spec.ClusterIP, got.Spec.ClusterIPs, got.Spec.IPFamilies, got.Spec.IPFamilyPolicy, wantObjs}
 			have := fields{ours.Spec.ClusterIP, ours.Spec.ClusterIPs, ours.Spec.IPFamilies, ours.Spec.IPFamilyPolicy, sc.ipAddressNames(t, name)}
 			if diff := cmp.Diff(want, have); diff != "" {
-				t.Errorf("ServiceAllocator's Service and IPAddress objects differ from kube-apiserver's (-v1.33 +ours):\n%s", diff)
+				t.Errorf("service.Allocator's Service and IPAddress objects differ from kube-apiserver's (-v1.33 +ours):\n%s", diff)
 			}
 			if err := sc.sa.Release(ctx, ours); err != nil {
 				t.Fatal(err)
@@ -295,7 +298,7 @@ func TestServiceAllocatorAnswersAsKubeAPIServer(t *testing.T) {
 // the update TestServiceAllocatorUpdateOfServiceWithoutClusterIPs makes: a stored Service with
 // ipFamilies but no clusterIPs (written straight to etcd, as an older or foreign writer could),
 // upgraded to RequireDualStack. v1.33 indexes past the end of clusterIPs and the request ends in a
-// panic, with no Status, so there is no answer to copy; ServiceAllocator answers with a 422.
+// panic, with no Status, so there is no answer to copy; service.Allocator answers with a 422.
 func TestServiceUpdateWithoutClusterIPsKubeAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
@@ -338,9 +341,9 @@ func TestServiceUpdateWithoutClusterIPsKubeAPIServer(t *testing.T) {
 	var se *apierrors.StatusError
 	switch {
 	case apiErr == nil:
-		t.Errorf("kube-apiserver accepted the upgrade; the 422 of ServiceAllocator needs another look")
+		t.Errorf("kube-apiserver accepted the upgrade; the 422 of service.Allocator needs another look")
 	case errors.As(apiErr, &se):
-		t.Errorf("kube-apiserver answered with a Status (%d %s: %s); ServiceAllocator should answer the same", se.Status().Code, se.Status().Reason, se.Status().Message)
+		t.Errorf("kube-apiserver answered with a Status (%d %s: %s); service.Allocator should answer the same", se.Status().Code, se.Status().Reason, se.Status().Message)
 	default:
 		t.Logf("kube-apiserver v1.33 answers with no Status: %v", apiErr)
 	}
@@ -348,7 +351,7 @@ func TestServiceUpdateWithoutClusterIPsKubeAPIServer(t *testing.T) {
 	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}})
 	_, err = mc.sa.Update(ctx, old, upgrade(old), false)
 	if st := statusOfErr(t, err); st.Code != 422 {
-		t.Errorf("ServiceAllocator.Update() status = %d %s, want 422", st.Code, st.Reason)
+		t.Errorf("service.Allocator.Update() status = %d %s, want 422", st.Code, st.Reason)
 	}
 	mc.checkHeld(t, "after the refused update", nil)
 }

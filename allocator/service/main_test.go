@@ -1,4 +1,4 @@
-package allocator_test
+package service_test
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package allocator
+package service
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kube-ipam/clusterip/allocator"
 )
 
 // serviceKind is the GroupKind kube-apiserver names in a Service's Invalid errors.
@@ -22,24 +24,24 @@ var (
 	pathIPFamilyPolicy = field.NewPath("spec", "ipFamilyPolicy")
 )
 
-// ServiceAllocator gives Services their ClusterIPs the way kube-apiserver's Service registry does:
+// Allocator gives Services their ClusterIPs the way kube-apiserver's Service registry does:
 // it defaults spec.ipFamilyPolicy and spec.ipFamilies from the cluster's families, allocates
-// spec.clusterIPs from one Interface per family, and rejects what kube-apiserver rejects with the
-// same 422 Invalid errors (field paths and error types).
+// spec.clusterIPs from one allocator.Interface per family, and rejects what kube-apiserver
+// rejects with the same 422 Invalid errors (field paths and error types).
 //
-// A ServiceAllocator keeps no state of its own beyond its allocators; it is safe for concurrent
-// use when they are. The zero ServiceAllocator serves no family and rejects every Service that
-// needs a ClusterIP; use NewServiceAllocator.
-type ServiceAllocator struct {
+// An Allocator keeps no state of its own beyond its allocators; it is safe for concurrent use
+// when they are. The zero Allocator serves no family and rejects every Service that needs a
+// ClusterIP; use New.
+type Allocator struct {
 	primary  corev1.IPFamily
-	families map[corev1.IPFamily]Interface
+	families map[corev1.IPFamily]allocator.Interface
 }
 
-// NewServiceAllocator returns a ServiceAllocator for a cluster whose default family is primary
-// (the family of the first --service-cluster-ip-range) and which serves the families in
-// families. Entries with a nil Interface are ignored. The map is copied.
-func NewServiceAllocator(primary corev1.IPFamily, families map[corev1.IPFamily]Interface) *ServiceAllocator {
-	s := &ServiceAllocator{primary: primary, families: make(map[corev1.IPFamily]Interface, len(families))}
+// New returns an Allocator for a cluster whose default family is primary (the family of the
+// first --service-cluster-ip-range) and which serves the families in families. Entries with a
+// nil allocator.Interface are ignored. The map is copied.
+func New(primary corev1.IPFamily, families map[corev1.IPFamily]allocator.Interface) *Allocator {
+	s := &Allocator{primary: primary, families: make(map[corev1.IPFamily]allocator.Interface, len(families))}
 	for f, a := range families {
 		if a != nil {
 			s.families[f] = a
@@ -49,43 +51,48 @@ func NewServiceAllocator(primary corev1.IPFamily, families map[corev1.IPFamily]I
 }
 
 // dualStack reports whether the cluster serves two families.
-func (s *ServiceAllocator) dualStack() bool { return len(s.families) > 1 }
+func (s *Allocator) dualStack() bool { return len(s.families) > 1 }
 
-// Txn is the outcome of one successful Allocate or Update: the addresses it took and those an
-// update dropped. Exactly one of Commit or Revert should be called once the caller knows whether
-// the Service was stored. A nil *Txn is valid and does nothing. A Txn is not safe for concurrent
-// use.
-type Txn struct {
-	s         *ServiceAllocator
+// Transaction is the outcome of one successful Allocate or Update: the addresses it took and
+// those an update dropped. Exactly one of Commit or Revert should be called once the caller
+// knows whether the Service was stored. A nil *Transaction is valid and does nothing. A
+// Transaction is not safe for concurrent use.
+type Transaction struct {
+	s         *Allocator
 	dryRun    bool
 	done      bool
 	allocated []netip.Addr // taken by the call; released by Revert
 	released  []netip.Addr // dropped by an update; released by Commit
 }
 
-// Commit finalizes the transaction: it releases the addresses an update dropped (the secondary IP
-// of a dual-stack to single-stack downgrade, or every IP of a change to ExternalName), bounded by
-// UndoTimeout. A release that fails leaves the address to the repair loop, as kube-apiserver
-// does. Commit after Commit or Revert does nothing.
-func (t *Txn) Commit() {
+// Commit finalizes the transaction once the Service is stored: it releases the addresses an
+// update dropped (the secondary IP of a dual-stack to single-stack downgrade, or every IP of a
+// change to ExternalName) and keeps those the call allocated. The releases run on a context of
+// their own, bounded by allocator.UndoTimeout, which keeps ctx's values but not its
+// cancellation or deadline: the Service is stored whatever happened to the caller, so its
+// dropped addresses are freed all the same. It returns the first release error, having tried
+// every address; an address whose release failed is left to the repair loop, as
+// kube-apiserver does. Commit after Commit or Revert does nothing and returns nil.
+func (t *Transaction) Commit(ctx context.Context) error {
 	if t == nil || t.done {
-		return
+		return nil
 	}
 	t.done = true
 	if t.dryRun || len(t.released) == 0 {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), UndoTimeout)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), allocator.UndoTimeout)
 	defer cancel()
-	_ = t.s.release(ctx, t.released)
+	return t.s.release(uctx, t.released)
 }
 
-// Revert undoes the transaction: it releases the addresses the call allocated and keeps those an
-// update would have dropped. The releases run on a context of their own, bounded by UndoTimeout,
-// which keeps ctx's values but not its cancellation or deadline: a caller whose deadline has
-// passed still gets its addresses back. It returns the first release error, having tried every
-// address. Revert after Commit or Revert does nothing.
-func (t *Txn) Revert(ctx context.Context) error {
+// Revert undoes the transaction once the Service could not be stored: it releases the addresses
+// the call allocated and keeps those an update would have dropped. The releases run on a
+// context of their own, bounded by allocator.UndoTimeout, which keeps ctx's values but not its
+// cancellation or deadline: a caller whose deadline has passed still gets its addresses back.
+// It returns the first release error, having tried every address. Revert after Commit or Revert
+// does nothing and returns nil.
+func (t *Transaction) Revert(ctx context.Context) error {
 	if t == nil || t.done {
 		return nil
 	}
@@ -93,13 +100,13 @@ func (t *Txn) Revert(ctx context.Context) error {
 	if t.dryRun || len(t.allocated) == 0 {
 		return nil
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), UndoTimeout)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), allocator.UndoTimeout)
 	defer cancel()
 	return t.s.release(uctx, t.allocated)
 }
 
 // Allocated returns the addresses the call took, in family order.
-func (t *Txn) Allocated() []netip.Addr {
+func (t *Transaction) Allocated() []netip.Addr {
 	if t == nil {
 		return nil
 	}
@@ -107,7 +114,7 @@ func (t *Txn) Allocated() []netip.Addr {
 }
 
 // Released returns the addresses Commit releases.
-func (t *Txn) Released() []netip.Addr {
+func (t *Transaction) Released() []netip.Addr {
 	if t == nil {
 		return nil
 	}
@@ -119,31 +126,33 @@ func (t *Txn) Released() []netip.Addr {
 //
 // An ExternalName Service gets nothing; a headless Service ("None") gets families and a policy but
 // no address. A chosen ClusterIP may be written in any spelling kube-apiserver v1.33 accepts (see
-// ParseClusterIP): the Service keeps it as written and the allocator takes the parsed address.
+// allocator.ParseClusterIP): the Service keeps it as written and the allocator takes the parsed
+// address.
 //
 // Errors are kube-apiserver v1.33's, with its status codes, field paths and texts, so that a
 // registry passes them to clients as they are. A request kube-apiserver rejects returns a 422
 // Invalid *errors.StatusError built from a field.ErrorList. Any failure to allocate a chosen
 // address is a 422 at spec.clusterIPs, "failed to allocate IP <ip>: <reason>", whose reason is
-// v1.33's text for the allocator's error: "provided IP is already allocated" (ErrAllocated), "the
-// provided IP (<ip>) is not in the valid range. The range of valid IPs is <range>" (a
-// *NotInRangeError with a Range), "the provided network does not match the current range" (a
-// range-less *NotInRangeError or ErrNotReady: the address is in no ready ServiceCIDR), "the
-// provided range does not match the current range" (another ErrMismatchedNetwork: a stored bitmap
-// of another range), or the error's own text. A failure to allocate a fresh address is a 500
-// InternalError, "failed to allocate a serviceIP: <reason>", where ErrFull and ErrNotReady read
-// "range is full" and the others as for a chosen address. On any error nothing stays allocated.
-// With dryRun the allocators' DryRun views validate and pick addresses, and nothing is taken; the
-// returned Txn then does nothing.
-func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Txn, error) {
+// v1.33's text for the allocator's error: "provided IP is already allocated"
+// (allocator.ErrAllocated), "the provided IP (<ip>) is not in the valid range. The range of valid
+// IPs is <range>" (a *allocator.NotInRangeError with a Range), "the provided network does not
+// match the current range" (a range-less *allocator.NotInRangeError or allocator.ErrNotReady: the
+// address is in no ready ServiceCIDR), "the provided range does not match the current range"
+// (another allocator.ErrMismatchedNetwork: a stored bitmap of another range), or the error's own
+// text. A failure to allocate a fresh address is a 500 InternalError, "failed to allocate a
+// serviceIP: <reason>", where allocator.ErrFull and allocator.ErrNotReady read "range is full" and
+// the others as for a chosen address. On any error nothing stays allocated. With dryRun the
+// allocators' DryRun views validate and pick addresses, and nothing is taken; the returned
+// Transaction then does nothing.
+func (s *Allocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Transaction, error) {
 	if svc == nil {
-		return nil, errors.New("allocator: nil Service")
+		return nil, errors.New("service: nil Service")
 	}
 	normalizeClusterIPs(svc, nil)
 	if err := s.initIPFamilyFields(svc, nil); err != nil {
 		return nil, err
 	}
-	txn := &Txn{s: s, dryRun: dryRun}
+	txn := &Transaction{s: s, dryRun: dryRun}
 	if err := s.allocClusterIPs(ctx, svc, txn); err != nil {
 		return nil, err
 	}
@@ -157,19 +166,19 @@ func (s *ServiceAllocator) Allocate(ctx context.Context, svc *corev1.Service, dr
 // Update applies kube-apiserver's update rules to svc, the new version of old, changing svc in
 // place: values the client left out are kept from old, a single-stack Service asking for two
 // families gets its secondary address, a dual-stack Service set to SingleStack drops its secondary
-// address (released by Txn.Commit), a change from ExternalName allocates and a change to
+// address (released by Transaction.Commit), a change from ExternalName allocates and a change to
 // ExternalName releases (on Commit), and ClusterIPs and families that are set may not change.
 // old is not changed. Errors and dryRun are as for Allocate; on error nothing is taken or dropped.
-func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service, dryRun bool) (*Txn, error) {
+func (s *Allocator) Update(ctx context.Context, old, svc *corev1.Service, dryRun bool) (*Transaction, error) {
 	if svc == nil || old == nil {
-		return nil, errors.New("allocator: nil Service")
+		return nil, errors.New("service: nil Service")
 	}
 	patchAllocatedValues(svc, old)
 	normalizeClusterIPs(svc, old)
 	if err := s.initIPFamilyFields(svc, old); err != nil {
 		return nil, err
 	}
-	txn := &Txn{s: s, dryRun: dryRun}
+	txn := &Transaction{s: s, dryRun: dryRun}
 	if err := s.updateClusterIPs(ctx, svc, old, txn); err != nil {
 		return nil, err
 	}
@@ -181,10 +190,10 @@ func (s *ServiceAllocator) Update(ctx context.Context, old, svc *corev1.Service,
 	return txn, nil
 }
 
-// Release frees every ClusterIP svc holds, read with ParseClusterIP, in the allocator of its
-// family. Addresses that do not parse, "None", and families the cluster does not serve are
+// Release frees every ClusterIP svc holds, read with allocator.ParseClusterIP, in the allocator of
+// its family. Addresses that do not parse, "None", and families the cluster does not serve are
 // skipped. It returns the first error, having tried every address.
-func (s *ServiceAllocator) Release(ctx context.Context, svc *corev1.Service) error {
+func (s *Allocator) Release(ctx context.Context, svc *corev1.Service) error {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
@@ -196,15 +205,15 @@ func (s *ServiceAllocator) Release(ctx context.Context, svc *corev1.Service) err
 }
 
 // release frees each address in the allocator of its family and returns the first error.
-func (s *ServiceAllocator) release(ctx context.Context, ips []netip.Addr) error {
+func (s *Allocator) release(ctx context.Context, ips []netip.Addr) error {
 	var first error
 	for _, ip := range ips {
-		a := s.families[FamilyOf(ip)]
+		a := s.families[allocator.FamilyOf(ip)]
 		if a == nil {
 			continue
 		}
 		if err := a.Release(ctx, ip); err != nil && first == nil {
-			first = fmt.Errorf("allocator: release %s: %w", ip, err)
+			first = fmt.Errorf("service: release %s: %w", ip, err)
 		}
 	}
 	return first
@@ -212,7 +221,7 @@ func (s *ServiceAllocator) release(ctx context.Context, ips []netip.Addr) error 
 
 // allocClusterIPs gives svc an address for each of its families, keeping chosen ones, and records
 // them in txn. On error it releases what it took.
-func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Service, txn *Txn) error {
+func (s *Allocator) allocClusterIPs(ctx context.Context, svc *corev1.Service, txn *Transaction) error {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName || isNone(svc) {
 		return nil
 	}
@@ -232,11 +241,11 @@ func (s *ServiceAllocator) allocClusterIPs(ctx context.Context, svc *corev1.Serv
 	return nil
 }
 
-// allocIndex allocates svc.Spec.ClusterIPs[i] (any free address when empty) from the allocator
-// of svc.Spec.IPFamilies[i] and records it in txn. A chosen address, kept as written, is read with
-// ParseClusterIP and the parsed address allocated. requested is clusterIPs as the client asked for
-// them (fresh ones ""), which kube-apiserver shows in the error of a chosen address.
-func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, requested []string, txn *Txn) error {
+// allocIndex allocates svc.Spec.ClusterIPs[i] (any free address when empty) from the allocator of
+// svc.Spec.IPFamilies[i] and records it in txn. A chosen address, kept as written, is read with
+// allocator.ParseClusterIP and the parsed address allocated. requested is clusterIPs as the client
+// asked for them (fresh ones ""), which kube-apiserver shows in the error of a chosen address.
+func (s *Allocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, requested []string, txn *Transaction) error {
 	family := svc.Spec.IPFamilies[i]
 	a := s.families[family]
 	if a == nil { // initIPFamilyFields has checked this; keep it from panicking anyway
@@ -246,7 +255,7 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 	if txn.dryRun {
 		a = a.DryRun()
 	}
-	owner := ServiceOwner(svc)
+	owner := allocator.ServiceOwner(svc)
 	if svc.Spec.ClusterIPs[i] == "" {
 		ip, err := a.AllocateNext(ctx, owner)
 		if err != nil {
@@ -259,7 +268,7 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 		return nil
 	}
 	written := svc.Spec.ClusterIPs[i]
-	ip, err := ParseClusterIP(written)
+	ip, err := allocator.ParseClusterIP(written)
 	if err == nil {
 		err = a.Allocate(ctx, ip, owner)
 	}
@@ -275,7 +284,7 @@ func (s *ServiceAllocator) allocIndex(ctx context.Context, svc *corev1.Service, 
 // updateClusterIPs allocates or drops addresses for an update, as kube-apiserver does: every
 // address on a change from ExternalName, the secondary on an upgrade to dual-stack; on a change to
 // ExternalName every old address, and on a downgrade the old secondary, are left for Commit.
-func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev1.Service, txn *Txn) error {
+func (s *Allocator) updateClusterIPs(ctx context.Context, svc, old *corev1.Service, txn *Transaction) error {
 	if isMatchingPreferDualStack(svc, old) {
 		return nil
 	}
@@ -315,11 +324,11 @@ func (s *ServiceAllocator) updateClusterIPs(ctx context.Context, svc, old *corev
 	return nil
 }
 
-// parseAll returns the addresses among ips that parse, read with ParseClusterIP.
+// parseAll returns the addresses among ips that parse, read with allocator.ParseClusterIP.
 func parseAll(ips []string) []netip.Addr {
 	var out []netip.Addr
 	for _, v := range ips {
-		if ip, err := ParseClusterIP(v); err == nil {
+		if ip, err := allocator.ParseClusterIP(v); err == nil {
 			out = append(out, ip)
 		}
 	}
@@ -358,7 +367,7 @@ func otherFamily(f corev1.IPFamily) corev1.IPFamily {
 // familyOfString returns the family of a ClusterIP as kube-apiserver v1.33 judges it (an
 // IPv4-mapped IPv6 spelling is IPv4), IPv4 when it does not parse.
 func familyOfString(s string) corev1.IPFamily {
-	if ip, err := ParseClusterIP(s); err == nil && ip.Is6() {
+	if ip, err := allocator.ParseClusterIP(s); err == nil && ip.Is6() {
 		return corev1.IPv6Protocol
 	}
 	return corev1.IPv4Protocol
@@ -366,7 +375,7 @@ func familyOfString(s string) corev1.IPFamily {
 
 // initIPFamilyFields defaults ipFamilyPolicy and ipFamilies from the request and the cluster and
 // rejects combinations the cluster cannot serve, following kube-apiserver's Service registry.
-func (s *ServiceAllocator) initIPFamilyFields(svc, old *corev1.Service) error {
+func (s *Allocator) initIPFamilyFields(svc, old *corev1.Service) error {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}

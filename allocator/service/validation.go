@@ -1,10 +1,12 @@
-package allocator
+package service
 
 import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kube-ipam/clusterip/allocator"
 )
 
 // The checks below are the part of kube-apiserver's Service validation that concerns the
@@ -99,11 +101,11 @@ func holdsBothFamilies(ips []string) bool {
 	return v4 && v6
 }
 
-// validIPText reports whether s is an address kube-apiserver v1.33 accepts in clusterIPs (with
-// its StrictIPCIDRValidation gate off, the default): one that ParseClusterIP reads, or one the
-// Service already had.
+// validIPText reports whether s is an address kube-apiserver v1.33 accepts in clusterIPs (with its
+// StrictIPCIDRValidation gate off, the default): one that allocator.ParseClusterIP reads, or one
+// the Service already had.
 func validIPText(s string, old *corev1.Service) bool {
-	if _, err := ParseClusterIP(s); err == nil {
+	if _, err := allocator.ParseClusterIP(s); err == nil {
 		return true
 	}
 	if old != nil {
