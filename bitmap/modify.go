@@ -18,6 +18,7 @@ type ModifyOption func(*modifyOptions)
 
 type modifyOptions struct {
 	project  bool
+	existing bool // a missing bitmap is an error
 	rev      int64
 	pinned   bool // rev is set: one compare-and-swap at rev, a conflict returned
 	attempts int
@@ -41,6 +42,13 @@ func buildModifyOptions(opts []ModifyOption) (modifyOptions, error) {
 // Legacy repair rewrites it. By default such a bitmap is a *RangeMismatchError.
 func WithProjection() ModifyOption {
 	return func(o *modifyOptions) { o.project = true }
+}
+
+// WithoutCreate makes Modify fail with an error wrapping allocator.ErrNotReady, without calling
+// its function, when nothing is stored, for a caller that must not create a bitmap that someone
+// deleted. By default a missing bitmap reads as empty and a change creates it. Load ignores it.
+func WithoutCreate() ModifyOption {
+	return func(o *modifyOptions) { o.existing = true }
 }
 
 // WithRevision makes Modify act only on the state stored at rev, a revision the caller read
@@ -113,7 +121,7 @@ func decode(s Snapshot, rev int64, cidr netip.Prefix, project bool) (*Allocator,
 // carried by a *ConflictError), so apply must be safe to run more than once and must decide from
 // the bitmap it is given; after WithAttempts attempts (default DefaultModifyAttempts) it gives up
 // with an error wrapping ErrConflict. A missing bitmap is read as empty, and a change to it
-// creates it (compare-and-swap at revision 0).
+// creates it (compare-and-swap at revision 0), unless WithoutCreate.
 //
 // If apply returns an error, Modify returns it and stores nothing; if it reports no change,
 // Modify stores nothing and returns nil (but see WithProjection). With WithRevision, Modify makes
@@ -141,6 +149,9 @@ func Modify(ctx context.Context, store Store, cidr netip.Prefix, apply func(*All
 		}
 		if o.pinned && rev != o.rev {
 			return &ConflictError{Current: s, Rev: rev}
+		}
+		if o.existing && rev == 0 {
+			return fmt.Errorf("%w: no snapshot of %s is stored", allocator.ErrNotReady, cidr)
 		}
 		a, projected, err := decode(s, rev, cidr, o.project)
 		if err != nil {

@@ -51,6 +51,21 @@ func TestModifyCreatesAMissingBitmap(t *testing.T) {
 	}
 }
 
+func TestModifyWithoutCreate(t *testing.T) {
+	m := bitmap.NewMemStore()
+	called := false
+	err := bitmap.Modify(t.Context(), m, cidr24, func(a *bitmap.Allocator) (bool, error) {
+		called = true
+		return setBit("10.96.0.7")(a)
+	}, bitmap.WithoutCreate())
+	if !errors.Is(err, allocator.ErrNotReady) || called {
+		t.Errorf("Modify(WithoutCreate()) of nothing = %v, called %v; want ErrNotReady without a call", err, called)
+	}
+	if _, rev, _ := m.Get(t.Context()); rev != 0 {
+		t.Errorf("Modify(WithoutCreate()) created the bitmap")
+	}
+}
+
 func TestModifyStoresNothingWithoutAChange(t *testing.T) {
 	m := bitmap.NewMemStore()
 	if err := bitmap.Modify(t.Context(), m, cidr24, func(*bitmap.Allocator) (bool, error) { return false, nil }); err != nil {
