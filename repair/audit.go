@@ -147,7 +147,7 @@ func bitmapKey(prefix string, i int) string {
 
 // readBitmap reads the bitmap of r from store and returns it with its revision; a missing one is
 // empty, at revision 0. A bitmap stored for another range (the flag range changed) is read as
-// what the repair pass will rewrite it to (see projectOnto), and other reports so.
+// what the repair pass will rewrite it to (see bitmap.Project), and other reports so.
 func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (b *bitmap.Allocator, rev int64, other bool, err error) {
 	snap, rev, err := store.Get(ctx)
 	if err != nil {
@@ -156,39 +156,11 @@ func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (b 
 	if rev == 0 {
 		snap = bitmap.Snapshot{}
 	}
-	b, other, err = projectOnto(ctx, snap, r)
+	b, other, err = bitmap.Project(snap, r)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("repair: the bitmap at %s: %w", store.Key(), err)
 	}
 	return b, rev, other, nil
-}
-
-// projectOnto returns the bitmap of r that snap becomes when the range is r: snap itself if it
-// is of r (or empty), else the bits of snap's range that r serves, as kube-apiserver's Legacy
-// repair keeps them when it rewrites a bitmap of another range; other reports that case. A
-// snapshot whose range or data does not decode gives an error.
-func projectOnto(ctx context.Context, snap bitmap.Snapshot, r netip.Prefix) (b *bitmap.Allocator, other bool, err error) {
-	if b, err = bitmap.New(r); err != nil {
-		return nil, false, fmt.Errorf("repair: bitmap of %s: %w", r, err)
-	}
-	if snap.Range == "" {
-		return b, false, nil
-	}
-	stored, err := netip.ParsePrefix(snap.Range)
-	if err != nil || stored.Masked() == r {
-		return b, false, b.Restore(snap)
-	}
-	prev, err := bitmap.New(stored.Masked())
-	if err != nil {
-		return nil, false, fmt.Errorf("repair: the stored bitmap of %s: %w", snap.Range, err)
-	}
-	if err := prev.Restore(snap); err != nil {
-		return nil, false, err
-	}
-	for ip := range prev.All() {
-		_ = b.Allocate(ctx, ip, allocator.Owner{}) // an address r does not serve is dropped
-	}
-	return b, true, nil
 }
 
 // listServices lists every Service, a page at a time.
@@ -276,9 +248,10 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 	var bms []*bitmap.Allocator
 	if w.mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, _, _, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			store := etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i))
+			b, _, err := bitmap.Load(ctx, store, r, bitmap.WithProjection())
 			if err != nil {
-				return result{}, fmt.Errorf("repair: confirm missing bits: %w", err)
+				return result{}, fmt.Errorf("repair: confirm missing bits: the bitmap of %s at %s: %w", r, store.Key(), err)
 			}
 			bms = append(bms, b)
 		}

@@ -375,7 +375,12 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 			continue
 		}
 		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
-		if _, err := store.Update(ctx, w.revs[i], t.b.Snapshot()); err != nil {
+		// The bitmap stored at the audit's revision is the one the audit read, so t, worked out
+		// from that read, is what to store; if the revision moved on, the write fails.
+		err := bitmap.Modify(ctx, store, c.cfg.Ranges[i], func(a *bitmap.Allocator) (bool, error) {
+			return true, a.Restore(t.b.Snapshot())
+		}, bitmap.WithRevision(w.revs[i]), bitmap.WithProjection())
+		if err != nil {
 			errs = append(errs, fmt.Errorf("repair: write the bitmap of %s at %s: %w", t.b.CIDR(), store.Key(), err))
 			continue
 		}
@@ -432,11 +437,14 @@ func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
 		if rev == 0 {
 			continue
 		}
-		b, other, err := projectOnto(ctx, snap, r)
+		b, other, err := bitmap.Project(snap, r)
 		if err != nil || !other {
 			continue // a bitmap that does not decode is the audit's to report
 		}
-		if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
+		// The projection is the change: Modify writes it back at rev, once.
+		err = bitmap.Modify(ctx, store, r, func(*bitmap.Allocator) (bool, error) { return false, nil },
+			bitmap.WithRevision(rev), bitmap.WithProjection())
+		if err != nil {
 			return fmt.Errorf("repair: rewrite the bitmap of %s at %s to %s: %w", snap.Range, store.Key(), r, err)
 		}
 		klog.FromContext(ctx).Info("Rewrote a bitmap of another range to the flag range", "key", store.Key(), "stored", snap.Range, "range", r, "kept", b.Used())
