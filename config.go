@@ -13,7 +13,6 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 )
 
@@ -204,14 +203,6 @@ func (c *Config) check() error {
 		}
 	}
 	return nil
-}
-
-// bitmapKey returns the etcd key of the bitmap of the range at index i of Ranges.
-func (c *Config) bitmapKey(i int) string {
-	if i == 0 {
-		return etcdstore.ServiceIPsKey(c.EtcdPrefix)
-	}
-	return etcdstore.SecondaryServiceIPsKey(c.EtcdPrefix)
 }
 
 // familyOf returns the IP family of a range.

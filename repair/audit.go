@@ -120,7 +120,7 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 	}
 	if cfg.Mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, rev, other, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			b, rev, other, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i)), r)
 			if err != nil {
 				return nil, err
 			}
@@ -135,14 +135,6 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 		return nil, err
 	}
 	return w, nil
-}
-
-// bitmapKey returns the etcd key of the bitmap of the range at index i of Config.Ranges.
-func bitmapKey(prefix string, i int) string {
-	if i == 0 {
-		return etcdstore.ServiceIPsKey(prefix)
-	}
-	return etcdstore.SecondaryServiceIPsKey(prefix)
 }
 
 // readBitmap reads the bitmap of r from store and returns it with its revision; a missing one is
@@ -248,7 +240,7 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 	var bms []*bitmap.Allocator
 	if w.mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			store := etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i))
+			store := etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i))
 			b, _, err := bitmap.Load(ctx, store, r, bitmap.WithProjection())
 			if err != nil {
 				return result{}, fmt.Errorf("repair: confirm missing bits: the bitmap of %s at %s: %w", r, store.Key(), err)

@@ -306,7 +306,7 @@ func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
 		if r.Addr().Is4() != ip.Is4() {
 			continue
 		}
-		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
 		cleared := false
 		err := bitmap.Modify(ctx, store, r, func(b *bitmap.Allocator) (bool, error) {
 			cleared = b.Has(ip)

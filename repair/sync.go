@@ -374,7 +374,7 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 		if !t.changed {
 			continue
 		}
-		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
 		// The bitmap stored at the audit's revision is the one the audit read, so t, worked out
 		// from that read, is what to store; if the revision moved on, the write fails.
 		err := bitmap.Modify(ctx, store, c.cfg.Ranges[i], func(a *bitmap.Allocator) (bool, error) {
@@ -429,7 +429,7 @@ type bitmapTarget struct {
 // unreadable is left for read to judge.
 func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
 	for i, r := range c.cfg.Ranges {
-		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
 		snap, rev, err := store.Get(ctx)
 		if err != nil {
 			return fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
