@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	clusterip "github.com/kube-ipam/clusterip"
-	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -76,29 +75,17 @@ func audit(ctx context.Context, cfg *clusterip.Config) (*world, result, error) {
 	return w, res, nil
 }
 
-// checkConfig returns what Audit needs of cfg that it lacks.
+// checkConfig returns what Audit needs of cfg that it lacks: what Config.Validate checks, then
+// the clients.
 func checkConfig(cfg *clusterip.Config) error {
-	switch cfg.Mode {
-	case featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly:
-	default:
-		return &clusterip.ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %v", cfg.Mode)}
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	switch {
-	case len(cfg.Ranges) == 0:
-		return &clusterip.ConfigError{Field: "Ranges", Reason: "required: the Service CIDRs of --service-cluster-ip-range"}
-	case len(cfg.Ranges) > 2:
-		return &clusterip.ConfigError{Field: "Ranges", Reason: fmt.Sprintf("%d ranges given, at most one per IP family", len(cfg.Ranges))}
-	case len(cfg.Ranges) == 2 && cfg.Ranges[0].Addr().Is4() == cfg.Ranges[1].Addr().Is4():
-		return &clusterip.ConfigError{Field: "Ranges[1]", Reason: "of the same IP family as Ranges[0]"}
 	case cfg.Client == nil:
 		return &clusterip.ConfigError{Field: "Client", Reason: "required to audit: Services are read from the API server"}
 	case cfg.Mode != featuregate.IPAddressOnly && cfg.Etcd == nil:
 		return &clusterip.ConfigError{Field: "Etcd", Reason: "required in " + cfg.Mode.String() + " mode, to read the bitmaps"}
-	}
-	for i, r := range cfg.Ranges {
-		if err := allocator.CheckPrefix(r); err != nil {
-			return &clusterip.ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "not a usable range", Err: err}
-		}
 	}
 	return nil
 }
