@@ -84,7 +84,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, ips[1], metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete IPAddress %s: %v", ips[1], err)
 	}
-	wrong := newIPAddress(netip.MustParseAddr(ips[1]), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}}, ipaddress.DefaultManagedBy)
+	wrong := ipaddress.ObjectFor(netip.MustParseAddr(ips[1]), allocator.Owner{Resource: "services", Namespace: "default", Name: "other"}, ipaddress.DefaultManagedBy)
 	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, wrong, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed wrong parent: %v", err)
 	}

@@ -424,8 +424,7 @@ func bitmapOf(bms []*bitmap.Allocator, ip netip.Addr) (int, bool) {
 
 // isParent reports whether ipa's parentRef names svc.
 func isParent(ipa *networkingv1.IPAddress, svc *corev1.Service) bool {
-	p := ipa.Spec.ParentRef
-	return p != nil && p.Group == "" && p.Resource == "services" && p.Namespace == svc.Namespace && p.Name == svc.Name
+	return ipaddress.HasParent(ipa, allocator.ServiceOwner(svc))
 }
 
 // parentString describes ipa's parentRef.

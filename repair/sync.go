@@ -19,6 +19,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // Event reasons and actions, as kube-apiserver's repair controllers emit them.
@@ -150,20 +151,6 @@ func (c *Controller) liveUnchanged(ctx context.Context, ipa *networkingv1.IPAddr
 // relabels: Config.ManagedBy, or ipaddress.DefaultManagedBy, kube-apiserver's, when that is empty.
 func (c *Controller) managedBy() string { return managedByOrDefault(c.cfg.ManagedBy) }
 
-// newIPAddress returns the IPAddress object of ip held by svc, labelled as kube-apiserver's
-// allocator labels its own, with managed-by managedBy.
-func newIPAddress(ip netip.Addr, svc *corev1.Service, managedBy string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip.String(), Labels: map[string]string{
-			networkingv1.LabelIPAddressFamily: string(allocator.FamilyOf(ip)),
-			networkingv1.LabelManagedBy:       managedBy,
-		}},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Resource: "services", Namespace: svc.Namespace, Name: svc.Name,
-		}},
-	}
-}
-
 // createMissing creates the IPAddress of a Service that has none, once a live Get confirms the
 // Service still holds the IP.
 func (c *Controller) createMissing(ctx context.Context, f *finding) error {
@@ -173,7 +160,7 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 	}
 	c.event(svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
 	c.metrics.IPErrors(metrics.RepairRepair, 1)
-	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, newIPAddress(f.addr, svc, c.managedBy()), metav1.CreateOptions{})
+	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(f.addr, allocator.ServiceOwner(svc), c.managedBy()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil // created meanwhile; the next pass judges it
 	}
@@ -283,7 +270,7 @@ func (c *Controller) fixParent(ctx context.Context, f *finding) error {
 	case err != nil:
 		return err
 	}
-	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, newIPAddress(f.addr, svc, c.managedBy()), metav1.CreateOptions{})
+	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(f.addr, allocator.ServiceOwner(svc), c.managedBy()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
