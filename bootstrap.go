@@ -8,15 +8,13 @@ import (
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // catchUpTiming paces bootstrap's catch-up; see bootstrap.
@@ -187,14 +185,7 @@ func listIPAddresses(ctx context.Context, client kubernetes.Interface, fn func(n
 
 // listIPAddressObjects is listIPAddresses, passing each object's UID too.
 func listIPAddressObjects(ctx context.Context, client kubernetes.Interface, fn func(netip.Addr, types.UID)) error {
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return client.NetworkingV1().IPAddresses().List(ctx, opts)
-	})
-	return p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
-		ipa, ok := obj.(*networkingv1.IPAddress)
-		if !ok {
-			return nil
-		}
+	return ipaddress.List(ctx, client, func(ipa *networkingv1.IPAddress) error {
 		if ip, err := allocator.ParseAddr(ipa.Name); err == nil {
 			fn(ip, ipa.UID)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // listPageSize is the Limit of each List call: the API server answers a paginated List from one
@@ -147,9 +148,17 @@ func listServices(ctx context.Context, c kubernetes.Interface) ([]*corev1.Servic
 	return listPages(ctx, "Services", c.CoreV1().Services(metav1.NamespaceAll).List, func(l *corev1.ServiceList) []corev1.Service { return l.Items })
 }
 
-// listIPAddresses lists every IPAddress object, a page at a time.
+// listIPAddresses lists every IPAddress object, a page at a time (ipaddress.List).
 func listIPAddresses(ctx context.Context, c kubernetes.Interface) ([]*networkingv1.IPAddress, error) {
-	return listPages(ctx, "IPAddresses", c.NetworkingV1().IPAddresses().List, func(l *networkingv1.IPAddressList) []networkingv1.IPAddress { return l.Items })
+	var out []*networkingv1.IPAddress
+	err := ipaddress.List(ctx, c, func(ipa *networkingv1.IPAddress) error {
+		out = append(out, ipa)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("repair: list IPAddresses: %w", err)
+	}
+	return out, nil
 }
 
 // listServiceCIDRs lists every ServiceCIDR, a page at a time.
