@@ -13,7 +13,8 @@ import (
 // with an error wrapping ErrConflict.
 const DefaultModifyAttempts = 100
 
-// ModifyOption configures Load and Modify.
+// ModifyOption configures Load and Modify. A nil ModifyOption makes them fail with an error
+// matching allocator.ErrInvalid.
 type ModifyOption func(*modifyOptions)
 
 type modifyOptions struct {
@@ -52,11 +53,11 @@ func WithoutCreate() ModifyOption {
 }
 
 // WithRevision makes Modify act only on the state stored at rev, a revision the caller read
-// earlier (0: nothing stored): if the store has moved on, Modify returns a *ConflictError without
-// calling its function; otherwise it makes exactly one compare-and-swap at rev, and a conflict is
-// returned, not retried. It is for a caller whose decisions rest on what it read at rev, such as
-// a repair pass acting on its audit. By default Modify reads the store afresh on every attempt.
-// Load ignores it.
+// earlier (0: nothing stored): Modify reads the store once, and if it has moved on returns a
+// *ConflictError without calling its function; otherwise it makes exactly one compare-and-swap at
+// rev, and a conflict is returned, not retried. It is for a caller whose decisions rest on what it
+// read at rev, such as a repair pass acting on its audit. By default Modify acts on whatever is
+// stored, and retries on the state that won. Load ignores it.
 func WithRevision(rev int64) ModifyOption {
 	return func(o *modifyOptions) { o.rev, o.pinned = rev, true }
 }
