@@ -8,20 +8,14 @@ import (
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
-
-// maxMergeAttempts bounds the compare-and-swaps of one merge of bootstrap's catch-up against
-// concurrent writers.
-const maxMergeAttempts = 100
 
 // catchUpTiming paces bootstrap's catch-up; see bootstrap.
 type catchUpTiming struct {
@@ -168,18 +162,15 @@ func withoutBits(ctx context.Context, client kubernetes.Interface, cidr netip.Pr
 	if err != nil {
 		return nil, fmt.Errorf("list IPAddress objects: %w", err)
 	}
-	s, rev, err := store.Get(ctx)
+	stored, rev, err := bitmap.Load(ctx, store, cidr)
 	if err != nil {
 		return nil, err
 	}
 	if rev == 0 {
 		return nil, errors.New("the bitmap was deleted meanwhile")
 	}
-	if err := a.Restore(s); err != nil {
-		return nil, err
-	}
 	for ip := range objs {
-		if a.Has(ip) {
+		if stored.Has(ip) {
 			delete(objs, ip)
 		}
 	}
@@ -194,14 +185,7 @@ func listIPAddresses(ctx context.Context, client kubernetes.Interface, fn func(n
 
 // listIPAddressObjects is listIPAddresses, passing each object's UID too.
 func listIPAddressObjects(ctx context.Context, client kubernetes.Interface, fn func(netip.Addr, types.UID)) error {
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return client.NetworkingV1().IPAddresses().List(ctx, opts)
-	})
-	return p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
-		ipa, ok := obj.(*networkingv1.IPAddress)
-		if !ok {
-			return nil
-		}
+	return ipaddress.List(ctx, client, func(ipa *networkingv1.IPAddress) error {
 		if ip, err := allocator.ParseAddr(ipa.Name); err == nil {
 			fn(ip, ipa.UID)
 		}
@@ -224,36 +208,20 @@ func setListed(ctx context.Context, client kubernetes.Interface, a *bitmap.Alloc
 }
 
 // mergeBits sets the bits of ips (those inside cidr's window) in the stored bitmap with
-// compare-and-swap, and returns how many it set.
+// compare-and-swap, retried on conflicts, and returns how many it set.
 func mergeBits(ctx context.Context, cidr netip.Prefix, store bitmap.Store, ips []netip.Addr) (int, error) {
-	for range maxMergeAttempts {
-		s, rev, err := store.Get(ctx)
-		if err != nil {
-			return 0, err
-		}
-		a, err := bitmap.New(cidr)
-		if err != nil {
-			return 0, err
-		}
-		if err := a.Restore(s); err != nil {
-			return 0, err
-		}
-		added := 0
+	var added int
+	err := bitmap.Modify(ctx, store, cidr, func(a *bitmap.Allocator) (bool, error) {
+		added = 0
 		for _, ip := range ips {
 			if a.Allocate(ctx, ip, allocator.Owner{}) == nil {
 				added++
 			}
 		}
-		if added == 0 {
-			return 0, nil
-		}
-		if _, err := store.Update(ctx, rev, a.Snapshot()); err != nil {
-			if errors.Is(err, bitmap.ErrConflict) {
-				continue
-			}
-			return 0, err
-		}
-		return added, nil
+		return added > 0, nil
+	}, bitmap.WithoutCreate()) // a bitmap deleted meanwhile is not recreated with these bits alone
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("gave up after %d attempts: %w", maxMergeAttempts, bitmap.ErrConflict)
+	return added, nil
 }

@@ -108,7 +108,7 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 	if cfg.Mode == featuregate.IPAddressOnly {
 		return nil
 	}
-	store := etcdstore.New(cfg.Etcd, cfg.bitmapKey(i))
+	store := etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i))
 	if cfg.Mode == featuregate.DualWrite {
 		if err := bootstrap(ctx, cfg.Client, r, store); err != nil {
 			return fmt.Errorf("clusterip: create the bitmap of %s at %s: %w", r, store.Key(), err)

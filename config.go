@@ -13,7 +13,6 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 )
 
@@ -177,8 +176,13 @@ func checkBitmapRanges(ranges []netip.Prefix) error {
 	return nil
 }
 
-// check returns the first problem New would have with c.
-func (c *Config) check() error {
+// Validate returns a *ConfigError for the first problem of c that every user of a Config has with
+// it, New and package repair alike: Ranges that kube-apiserver's --service-cluster-ip-range would
+// not take in any mode (none, more than two, two of one family, a range allocator.CheckPrefix
+// refuses, a primary range of fewer than 8 addresses), or an unknown Mode. It returns nil
+// otherwise. It does not check the clients: each user of a Config checks those it needs, and New
+// also refuses a range too large for the bitmap of a Legacy or DualWrite mode.
+func (c *Config) Validate() error {
 	if err := checkRanges(c.Ranges); err != nil {
 		return err
 	}
@@ -186,6 +190,14 @@ func (c *Config) check() error {
 	case featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly:
 	default:
 		return &ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %v", c.Mode)}
+	}
+	return nil
+}
+
+// check returns the first problem New would have with c.
+func (c *Config) check() error {
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	if c.Mode != featuregate.IPAddressOnly {
 		if err := checkBitmapRanges(c.Ranges); err != nil {
@@ -204,14 +216,6 @@ func (c *Config) check() error {
 		}
 	}
 	return nil
-}
-
-// bitmapKey returns the etcd key of the bitmap of the range at index i of Ranges.
-func (c *Config) bitmapKey(i int) string {
-	if i == 0 {
-		return etcdstore.ServiceIPsKey(c.EtcdPrefix)
-	}
-	return etcdstore.SecondaryServiceIPsKey(c.EtcdPrefix)
 }
 
 // familyOf returns the IP family of a range.

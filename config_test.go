@@ -52,6 +52,37 @@ func TestNewNamesTheMissingField(t *testing.T) {
 	}
 }
 
+func TestValidateChecksRangesAndModeOnly(t *testing.T) {
+	v4 := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string // "" for nil
+	}{
+		{name: "no clients", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4}},
+		{name: "a range too large for a bitmap", cfg: Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}}},
+		{name: "no ranges", cfg: Config{}, field: "Ranges"},
+		{name: "two IPv4 ranges", cfg: Config{Ranges: []netip.Prefix{v4[0], netip.MustParsePrefix("10.0.0.0/24")}}, field: "Ranges[1]"},
+		{name: "a primary of 4 addresses", cfg: Config{Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/30")}}, field: "Ranges[0]"},
+		{name: "unknown mode", cfg: Config{Mode: 9, Ranges: v4}, field: "Mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Errorf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tt.field {
+				t.Errorf("Validate() = %v, want a *ConfigError naming %q", err, tt.field)
+			}
+		})
+	}
+}
+
 func TestNewIPAddressOnlyNeedsNoEtcd(t *testing.T) {
 	client := fake.NewSimpleClientset() //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	inf := informers.NewSharedInformerFactory(client, 0)

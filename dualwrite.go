@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +19,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 var _ allocator.Interface = (*DualWriteAllocator)(nil)
@@ -225,17 +225,11 @@ func (d *DualWriteAllocator) confirm(ctx context.Context, ip netip.Addr, owner a
 	case err != nil:
 		logger.Info("IPAddress create had an ambiguous answer, and reading the object failed; keeping its bit for repair", "ip", ip, "err", cause, "readErr", err)
 		return outcomeUnknown
-	case parentIs(obj, owner):
+	case ipaddress.HasParent(obj, owner):
 		return outcomeOurs
 	}
 	logger.Info("IPAddress create had an ambiguous answer, and the object has another parent; keeping its bit", "ip", ip, "err", cause, "parentRef", obj.Spec.ParentRef)
 	return outcomeOthers
-}
-
-// parentIs reports whether obj's parentRef names owner.
-func parentIs(obj *networkingv1.IPAddress, owner allocator.Owner) bool {
-	r := obj.Spec.ParentRef
-	return r != nil && r.Group == owner.Group && r.Resource == owner.Resource && r.Namespace == owner.Namespace && r.Name == owner.Name
 }
 
 // settle ends a dual write whose bit for ip is set and whose IPAddress create returned err: it

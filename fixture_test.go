@@ -208,9 +208,10 @@ func bitsOf(t testing.TB, cidr netip.Prefix, s bitmap.Snapshot) []netip.Addr {
 }
 
 func (f *dualFixture) describeBits() string {
-	s, _, _ := f.store.Get(context.Background())
-	a, _ := bitmap.New(f.flag)
-	_ = a.Restore(s)
+	a, _, err := bitmap.Load(context.Background(), f.store, f.flag)
+	if err != nil {
+		return fmt.Sprint([]netip.Addr(nil))
+	}
 	return fmt.Sprint(slices.Collect(a.All()))
 }
 
@@ -232,9 +233,8 @@ func (f *dualFixture) objects() []netip.Addr {
 // setBits stores bits directly, as a Legacy peer would have.
 func (f *dualFixture) setBits(ips ...netip.Addr) {
 	f.t.Helper()
-	s, _, _ := f.store.Get(context.Background())
-	a, _ := bitmap.New(f.flag)
-	if err := a.Restore(s); err != nil {
+	a, _, err := bitmap.Load(context.Background(), f.store, f.flag)
+	if err != nil {
 		f.t.Fatal(err)
 	}
 	for _, ip := range ips {

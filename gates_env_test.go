@@ -225,9 +225,9 @@ func apiIPAddressSet(t testing.TB, c kubernetes.Interface) addrSet {
 
 // bitmapKeys returns the etcd key of each range's bitmap under prefix, in the order of ranges.
 func bitmapKeys(prefix string, ranges []netip.Prefix) []string {
-	keys := []string{etcdstore.ServiceIPsKey(prefix)}
-	if len(ranges) > 1 {
-		keys = append(keys, etcdstore.SecondaryServiceIPsKey(prefix))
+	keys := make([]string, len(ranges))
+	for i := range ranges {
+		keys[i] = etcdstore.KeyFor(prefix, i)
 	}
 	return keys
 }

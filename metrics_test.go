@@ -369,7 +369,7 @@ func TestMetricsCountLegacyCASConflictsOnEtcd(t *testing.T) {
 	cfg := Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}, Etcd: etcd, EtcdPrefix: "/metrics-legacy-cas", Registerer: reg}
 	a := startAllocatorsOf(t, cfg)
 	ctx := context.Background()
-	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, cfg.bitmapKey(0)))
+	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, etcdstore.KeyFor(cfg.EtcdPrefix, 0)))
 	if err != nil {
 		t.Fatalf("NewPersistent() = %v", err)
 	}

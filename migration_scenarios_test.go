@@ -258,9 +258,9 @@ func TestServiceCIDRMigrationScenarios(t *testing.T) {
 						t.Fatalf("repair RunOnce() = %v", err)
 					}
 					for i, r := range migrated {
-						snap, _, err := etcdstore.New(cli, bitmapKey(prefix, i)).Get(ctx)
+						snap, _, err := etcdstore.New(cli, etcdstore.KeyFor(prefix, i)).Get(ctx)
 						if err != nil || snap.Range != r.String() {
-							t.Errorf("bitmap at %s after the repair is of %q, %v; want %s", bitmapKey(prefix, i), snap.Range, err, r)
+							t.Errorf("bitmap at %s after the repair is of %q, %v; want %s", etcdstore.KeyFor(prefix, i), snap.Range, err, r)
 						}
 					}
 				}
@@ -321,13 +321,6 @@ func prefixes(t testing.TB, ss []string) []netip.Prefix {
 func cidrContains(cidr, ip string) bool {
 	a, err := netip.ParseAddr(ip)
 	return err == nil && netip.MustParsePrefix(cidr).Contains(a)
-}
-
-func bitmapKey(prefix string, i int) string {
-	if i == 0 {
-		return etcdstore.ServiceIPsKey(prefix)
-	}
-	return etcdstore.SecondaryServiceIPsKey(prefix)
 }
 
 // setDefaultServiceCIDR creates or updates the default ServiceCIDR "kubernetes", Ready, as

@@ -9,7 +9,10 @@
 //
 // Allocator keeps the bit set in memory. Persistent keeps it in a Store with compare-and-swap, such
 // as the etcd key of package etcdstore that kube-apiserver itself reads and writes. Snapshot and
-// Restore use kube-apiserver's RangeAllocation encoding.
+// Restore use kube-apiserver's RangeAllocation encoding. Load reads a stored bitmap, and Modify
+// changes one with compare-and-swap, retried on conflicts, for callers that change a stored bitmap
+// by hand (bootstrap, repair); Project reads a bitmap stored for another range as the new range
+// keeps it.
 //
 // New accepts IPv4 ranges down to a /8 (MinIPv4Bits); NewPersistent accepts IPv4 ranges only down
 // to a /12 (MaxPersistentHostBits), kube-apiserver's own cap, because a wider snapshot is too large

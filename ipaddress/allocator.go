@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
@@ -181,30 +180,9 @@ func (a *Allocator) addrAt(off uint64) netip.Addr {
 	return ip
 }
 
-// newIPAddress returns the object that records ip for owner.
-func (a *Allocator) newIPAddress(ip netip.Addr, owner allocator.Owner) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: ip.String(),
-			Labels: map[string]string{
-				networkingv1.LabelIPAddressFamily: string(a.family),
-				networkingv1.LabelManagedBy:       a.managedBy,
-			},
-		},
-		Spec: networkingv1.IPAddressSpec{
-			ParentRef: &networkingv1.ParentReference{
-				Group:     owner.Group,
-				Resource:  owner.Resource,
-				Namespace: owner.Namespace,
-				Name:      owner.Name,
-			},
-		},
-	}
-}
-
 // create creates the IPAddress of ip and settles the pending write on off.
 func (a *Allocator) create(ctx context.Context, off uint64, ip netip.Addr, owner allocator.Owner) error {
-	obj, err := a.client.Create(ctx, a.newIPAddress(ip, owner), metav1.CreateOptions{})
+	obj, err := a.client.Create(ctx, ObjectFor(ip, owner, a.managedBy), metav1.CreateOptions{})
 	r := writeResult{kind: writeFailed}
 	switch {
 	case err == nil:

@@ -490,7 +490,7 @@ func TestAPIServerRejectsOwnersWeRejectFirst(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// The server's verdict on the object the Allocator would have sent.
-			_, err := s.Client.NetworkingV1().IPAddresses().Create(ctx, a.newIPAddress(ip, tt.owner), metav1.CreateOptions{})
+			_, err := s.Client.NetworkingV1().IPAddresses().Create(ctx, ObjectFor(ip, tt.owner, a.managedBy), metav1.CreateOptions{})
 			if !apierrors.IsInvalid(err) {
 				t.Fatalf("direct Create with parentRef %+v = %v, want apierrors.IsInvalid", tt.owner, err)
 			}
@@ -543,7 +543,7 @@ func TestAPIServerReleaseNotFoundHidesNoLaterObject(t *testing.T) {
 	}
 	other := newClient(t, s)
 	stale := staleEvents(a)
-	if _, err := other.NetworkingV1().IPAddresses().Create(ctx, a.newIPAddress(ip, testOwner), metav1.CreateOptions{}); err != nil {
+	if _, err := other.NetworkingV1().IPAddresses().Create(ctx, ObjectFor(ip, testOwner, a.managedBy), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitHandled(t, a, ip, stale)

@@ -35,7 +35,7 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Own
 	if !a.serverDryRun {
 		return nil
 	}
-	_, err := a.client.Create(ctx, a.newIPAddress(ip, owner), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err := a.client.Create(ctx, ObjectFor(ip, owner, a.managedBy), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
 		return nil

@@ -14,6 +14,7 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -78,12 +79,12 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	}
 	// A stale bit: set in kube-apiserver's bitmap with nothing behind it.
 	store := etcdstore.New(cli, etcdstore.ServiceIPsKey(""))
-	seedBit(t, store, "10.96.0.201")
+	seedBit(t, store, "10.96.0.0/24", "10.96.0.201")
 	// A wrong parent: s2's IPAddress recreated naming another Service.
 	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, ips[1], metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete IPAddress %s: %v", ips[1], err)
 	}
-	wrong := newIPAddress(netip.MustParseAddr(ips[1]), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}}, ipaddress.DefaultManagedBy)
+	wrong := ipaddress.ObjectFor(netip.MustParseAddr(ips[1]), allocator.Owner{Resource: "services", Namespace: "default", Name: "other"}, ipaddress.DefaultManagedBy)
 	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, wrong, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed wrong parent: %v", err)
 	}
@@ -138,7 +139,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 
 	// Legacy repair frees a stale bit in kube-apiserver's own bitmap on the third pass, with a
 	// compare-and-swap on the key kube-apiserver writes.
-	seedBit(t, store, "10.96.0.202")
+	seedBit(t, store, "10.96.0.0/24", "10.96.0.202")
 	lc, err := NewController(withMode(cfg, featuregate.Legacy), Options{LeakGrace: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -168,21 +169,13 @@ func auditConsistent(t *testing.T, cfg clusterip.Config, when string) {
 	}
 }
 
-// seedBit sets ip in the bitmap at store with a compare-and-swap.
-func seedBit(t *testing.T, store *etcdstore.Store, ip string) {
+// seedBit sets ip in the bitmap of cidr at store with a compare-and-swap.
+func seedBit(t *testing.T, store *etcdstore.Store, cidr, ip string) {
 	t.Helper()
-	snap, rev, err := store.Get(t.Context())
+	err := bitmap.Modify(t.Context(), store, netip.MustParsePrefix(cidr), func(b *bitmap.Allocator) (bool, error) {
+		return true, b.Allocate(t.Context(), netip.MustParseAddr(ip), allocator.Owner{})
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	b := bits(t, snap.Range)
-	if err := b.Restore(snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Allocate(t.Context(), netip.MustParseAddr(ip), allocator.Owner{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Update(t.Context(), rev, b.Snapshot()); err != nil {
 		t.Fatalf("seed stale bit %s: %v", ip, err)
 	}
 }

@@ -13,10 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	clusterip "github.com/kube-ipam/clusterip"
-	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // listPageSize is the Limit of each List call: the API server answers a paginated List from one
@@ -76,29 +76,17 @@ func audit(ctx context.Context, cfg *clusterip.Config) (*world, result, error) {
 	return w, res, nil
 }
 
-// checkConfig returns what Audit needs of cfg that it lacks.
+// checkConfig returns what Audit needs of cfg that it lacks: what Config.Validate checks, then
+// the clients.
 func checkConfig(cfg *clusterip.Config) error {
-	switch cfg.Mode {
-	case featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly:
-	default:
-		return &clusterip.ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %v", cfg.Mode)}
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	switch {
-	case len(cfg.Ranges) == 0:
-		return &clusterip.ConfigError{Field: "Ranges", Reason: "required: the Service CIDRs of --service-cluster-ip-range"}
-	case len(cfg.Ranges) > 2:
-		return &clusterip.ConfigError{Field: "Ranges", Reason: fmt.Sprintf("%d ranges given, at most one per IP family", len(cfg.Ranges))}
-	case len(cfg.Ranges) == 2 && cfg.Ranges[0].Addr().Is4() == cfg.Ranges[1].Addr().Is4():
-		return &clusterip.ConfigError{Field: "Ranges[1]", Reason: "of the same IP family as Ranges[0]"}
 	case cfg.Client == nil:
 		return &clusterip.ConfigError{Field: "Client", Reason: "required to audit: Services are read from the API server"}
 	case cfg.Mode != featuregate.IPAddressOnly && cfg.Etcd == nil:
 		return &clusterip.ConfigError{Field: "Etcd", Reason: "required in " + cfg.Mode.String() + " mode, to read the bitmaps"}
-	}
-	for i, r := range cfg.Ranges {
-		if err := allocator.CheckPrefix(r); err != nil {
-			return &clusterip.ConfigError{Field: fmt.Sprintf("Ranges[%d]", i), Reason: "not a usable range", Err: err}
-		}
 	}
 	return nil
 }
@@ -120,7 +108,7 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 	}
 	if cfg.Mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, rev, other, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			b, rev, other, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i)), r)
 			if err != nil {
 				return nil, err
 			}
@@ -137,17 +125,9 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 	return w, nil
 }
 
-// bitmapKey returns the etcd key of the bitmap of the range at index i of Config.Ranges.
-func bitmapKey(prefix string, i int) string {
-	if i == 0 {
-		return etcdstore.ServiceIPsKey(prefix)
-	}
-	return etcdstore.SecondaryServiceIPsKey(prefix)
-}
-
 // readBitmap reads the bitmap of r from store and returns it with its revision; a missing one is
 // empty, at revision 0. A bitmap stored for another range (the flag range changed) is read as
-// what the repair pass will rewrite it to (see projectOnto), and other reports so.
+// what the repair pass will rewrite it to (see bitmap.Project), and other reports so.
 func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (b *bitmap.Allocator, rev int64, other bool, err error) {
 	snap, rev, err := store.Get(ctx)
 	if err != nil {
@@ -156,39 +136,11 @@ func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (b 
 	if rev == 0 {
 		snap = bitmap.Snapshot{}
 	}
-	b, other, err = projectOnto(ctx, snap, r)
+	b, other, err = bitmap.Project(snap, r)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("repair: the bitmap at %s: %w", store.Key(), err)
 	}
 	return b, rev, other, nil
-}
-
-// projectOnto returns the bitmap of r that snap becomes when the range is r: snap itself if it
-// is of r (or empty), else the bits of snap's range that r serves, as kube-apiserver's Legacy
-// repair keeps them when it rewrites a bitmap of another range; other reports that case. A
-// snapshot whose range or data does not decode gives an error.
-func projectOnto(ctx context.Context, snap bitmap.Snapshot, r netip.Prefix) (b *bitmap.Allocator, other bool, err error) {
-	if b, err = bitmap.New(r); err != nil {
-		return nil, false, fmt.Errorf("repair: bitmap of %s: %w", r, err)
-	}
-	if snap.Range == "" {
-		return b, false, nil
-	}
-	stored, err := netip.ParsePrefix(snap.Range)
-	if err != nil || stored.Masked() == r {
-		return b, false, b.Restore(snap)
-	}
-	prev, err := bitmap.New(stored.Masked())
-	if err != nil {
-		return nil, false, fmt.Errorf("repair: the stored bitmap of %s: %w", snap.Range, err)
-	}
-	if err := prev.Restore(snap); err != nil {
-		return nil, false, err
-	}
-	for ip := range prev.All() {
-		_ = b.Allocate(ctx, ip, allocator.Owner{}) // an address r does not serve is dropped
-	}
-	return b, true, nil
 }
 
 // listServices lists every Service, a page at a time.
@@ -196,9 +148,17 @@ func listServices(ctx context.Context, c kubernetes.Interface) ([]*corev1.Servic
 	return listPages(ctx, "Services", c.CoreV1().Services(metav1.NamespaceAll).List, func(l *corev1.ServiceList) []corev1.Service { return l.Items })
 }
 
-// listIPAddresses lists every IPAddress object, a page at a time.
+// listIPAddresses lists every IPAddress object, a page at a time (ipaddress.List).
 func listIPAddresses(ctx context.Context, c kubernetes.Interface) ([]*networkingv1.IPAddress, error) {
-	return listPages(ctx, "IPAddresses", c.NetworkingV1().IPAddresses().List, func(l *networkingv1.IPAddressList) []networkingv1.IPAddress { return l.Items })
+	var out []*networkingv1.IPAddress
+	err := ipaddress.List(ctx, c, func(ipa *networkingv1.IPAddress) error {
+		out = append(out, ipa)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("repair: list IPAddresses: %w", err)
+	}
+	return out, nil
 }
 
 // listServiceCIDRs lists every ServiceCIDR, a page at a time.
@@ -276,9 +236,10 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 	var bms []*bitmap.Allocator
 	if w.mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, _, _, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, bitmapKey(cfg.EtcdPrefix, i)), r)
+			store := etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i))
+			b, _, err := bitmap.Load(ctx, store, r, bitmap.WithProjection())
 			if err != nil {
-				return result{}, fmt.Errorf("repair: confirm missing bits: %w", err)
+				return result{}, fmt.Errorf("repair: confirm missing bits: the bitmap of %s at %s: %w", r, store.Key(), err)
 			}
 			bms = append(bms, b)
 		}

@@ -92,7 +92,7 @@ func classify(w *world) result {
 	}
 	n := nbits
 	for _, svc := range w.services {
-		n += len(serviceIPs(svc))
+		n += len(allocator.RawClusterIPs(svc))
 	}
 	if useIPAs {
 		n += len(w.ipAddresses)
@@ -121,7 +121,7 @@ func classify(w *world) result {
 	var held []netip.Addr // the addresses of one Service, reused
 	for _, svc := range w.services {
 		held = held[:0]
-		for _, s := range serviceIPs(svc) {
+		for _, s := range allocator.RawClusterIPs(svc) {
 			ip, err := allocator.ParseClusterIP(s)
 			if err != nil {
 				if e := getInvalid(s); len(e.services) == 0 || e.services[len(e.services)-1] != svc {
@@ -344,28 +344,10 @@ func judgeInvalid(s string, e *invalidEntry) finding {
 	return f
 }
 
-// serviceIPs returns the ClusterIPs a Service holds: spec.clusterIPs, or spec.clusterIP when
-// that is empty, leaving out "" and "None" (headless).
-func serviceIPs(svc *corev1.Service) []string {
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	if len(ips) == 0 || ips[0] == corev1.ClusterIPNone || ips[0] == "" {
-		return nil
-	}
-	return ips
-}
-
 // holds reports whether svc holds ip: whether one of its ClusterIPs, in any spelling
-// kube-apiserver v1.33 accepts, is ip.
+// kube-apiserver v1.33 accepts, is ip (allocator.ClusterIPs).
 func holds(svc *corev1.Service, ip netip.Addr) bool {
-	for _, s := range serviceIPs(svc) {
-		if a, err := allocator.ParseClusterIP(s); err == nil && a == ip {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(allocator.ClusterIPs(svc), ip)
 }
 
 // parseCanonical parses s and reports whether it is an address an allocator accepts, written in
@@ -424,8 +406,7 @@ func bitmapOf(bms []*bitmap.Allocator, ip netip.Addr) (int, bool) {
 
 // isParent reports whether ipa's parentRef names svc.
 func isParent(ipa *networkingv1.IPAddress, svc *corev1.Service) bool {
-	p := ipa.Spec.ParentRef
-	return p != nil && p.Group == "" && p.Resource == "services" && p.Namespace == svc.Namespace && p.Name == svc.Name
+	return ipaddress.HasParent(ipa, allocator.ServiceOwner(svc))
 }
 
 // parentString describes ipa's parentRef.

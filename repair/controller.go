@@ -14,6 +14,7 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics"
@@ -294,26 +295,31 @@ func (c *Controller) runItem(ctx context.Context, q workqueue.TypedRateLimitingI
 	}
 }
 
-// releaseBit clears ip's bit in the bitmap of its family with a compare-and-swap on the revision
-// it reads, once repair deleted the leaked IPAddress of ip outside a pass (a pass clears such a bit
-// itself). A bit that is set blocks every allocator that writes bits, so none can have taken ip
-// meanwhile. A failed or conflicting write is returned, and the next pass finds the bit
-// bitmap-only.
+// releaseBit clears ip's bit in the bitmap of its family with one compare-and-swap on the
+// revision it reads (bitmap.Modify with one attempt), once repair deleted the leaked IPAddress of
+// ip outside a pass (a pass clears such a bit itself). A bitmap of another range is read, and
+// written, as the pass's rewrite leaves it. A bit that is set blocks every allocator that writes
+// bits, so none can have taken ip meanwhile. A failed or conflicting write is returned, and the
+// next pass finds the bit bitmap-only.
 func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
 	for i, r := range c.cfg.Ranges {
 		if r.Addr().Is4() != ip.Is4() {
 			continue
 		}
-		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
-		b, rev, _, err := readBitmap(ctx, store, r)
-		if err != nil || rev == 0 || !b.Has(ip) {
-			return err
+		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
+		cleared := false
+		err := bitmap.Modify(ctx, store, r, func(b *bitmap.Allocator) (bool, error) {
+			cleared = b.Has(ip)
+			if !cleared {
+				return false, nil
+			}
+			return true, b.Release(ctx, ip)
+		}, bitmap.WithProjection(), bitmap.WithAttempts(1))
+		if err != nil {
+			return fmt.Errorf("repair: clear bit %s in the bitmap of %s at %s: %w", ip, r, store.Key(), err)
 		}
-		if err := b.Release(ctx, ip); err != nil {
-			return fmt.Errorf("repair: clear bit %s: %w", ip, err)
-		}
-		if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
-			return fmt.Errorf("repair: write the bitmap of %s at %s: %w", r, store.Key(), err)
+		if !cleared {
+			return nil
 		}
 		klog.FromContext(ctx).V(2).Info("cleared the bit of a deleted leak", "ip", ip)
 	}

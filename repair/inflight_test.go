@@ -65,7 +65,7 @@ func TestAuditConfirmsAMissingRecordWithALiveRead(t *testing.T) {
 					return false, nil, nil
 				}
 				// An allocator's order: the bit, the IPAddress, then the Service.
-				seedBit(t, bitmapStore, "10.0.0.20")
+				seedBit(t, bitmapStore, "10.0.0.0/24", "10.0.0.20")
 				if err := client.Tracker().Create(ipAddressesResource, aged(ipAddr("10.0.0.20", "a/new"), 0), ""); err != nil {
 					t.Errorf("hook: create IPAddress: %v", err)
 				}

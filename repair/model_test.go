@@ -38,7 +38,7 @@ func naiveClass(w *world, s string) (Class, string) {
 	isAddr := err == nil && canonical(s)
 	var owners []string
 	for _, svc := range w.services {
-		for _, c := range serviceIPs(svc) {
+		for _, c := range allocator.RawClusterIPs(svc) {
 			a, ok := sloppy(c)
 			if ((isAddr && ok && a == ip) || (!isAddr && !ok && c == s)) && !slices.Contains(owners, serviceKey(svc)) {
 				owners = append(owners, serviceKey(svc))

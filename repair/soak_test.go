@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	clusterip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -272,7 +273,7 @@ func soakDuplicateClusterIPs(t *testing.T, ctx context.Context, c kubernetes.Int
 	}
 	by := map[string][]string{}
 	for i := range l.Items {
-		for _, ip := range serviceIPs(&l.Items[i]) {
+		for _, ip := range allocator.RawClusterIPs(&l.Items[i]) {
 			by[ip] = append(by[ip], serviceKey(&l.Items[i]))
 		}
 	}

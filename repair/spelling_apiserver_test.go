@@ -76,7 +76,7 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 
 	held := map[bool]*bitmap.Allocator{}
 	for i, r := range cfg.Ranges {
-		b, _, _, err := readBitmap(ctx, etcdstore.New(cli, bitmapKey("", i)), r)
+		b, _, _, err := readBitmap(ctx, etcdstore.New(cli, etcdstore.KeyFor("", i)), r)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // Event reasons and actions, as kube-apiserver's repair controllers emit them.
@@ -150,20 +151,6 @@ func (c *Controller) liveUnchanged(ctx context.Context, ipa *networkingv1.IPAddr
 // relabels: Config.ManagedBy, or ipaddress.DefaultManagedBy, kube-apiserver's, when that is empty.
 func (c *Controller) managedBy() string { return managedByOrDefault(c.cfg.ManagedBy) }
 
-// newIPAddress returns the IPAddress object of ip held by svc, labelled as kube-apiserver's
-// allocator labels its own, with managed-by managedBy.
-func newIPAddress(ip netip.Addr, svc *corev1.Service, managedBy string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip.String(), Labels: map[string]string{
-			networkingv1.LabelIPAddressFamily: string(allocator.FamilyOf(ip)),
-			networkingv1.LabelManagedBy:       managedBy,
-		}},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Resource: "services", Namespace: svc.Namespace, Name: svc.Name,
-		}},
-	}
-}
-
 // createMissing creates the IPAddress of a Service that has none, once a live Get confirms the
 // Service still holds the IP.
 func (c *Controller) createMissing(ctx context.Context, f *finding) error {
@@ -173,7 +160,7 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 	}
 	c.event(svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
 	c.metrics.IPErrors(metrics.RepairRepair, 1)
-	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, newIPAddress(f.addr, svc, c.managedBy()), metav1.CreateOptions{})
+	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(f.addr, allocator.ServiceOwner(svc), c.managedBy()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil // created meanwhile; the next pass judges it
 	}
@@ -283,7 +270,7 @@ func (c *Controller) fixParent(ctx context.Context, f *finding) error {
 	case err != nil:
 		return err
 	}
-	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, newIPAddress(f.addr, svc, c.managedBy()), metav1.CreateOptions{})
+	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(f.addr, allocator.ServiceOwner(svc), c.managedBy()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
@@ -374,8 +361,13 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 		if !t.changed {
 			continue
 		}
-		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
-		if _, err := store.Update(ctx, w.revs[i], t.b.Snapshot()); err != nil {
+		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
+		// The bitmap stored at the audit's revision is the one the audit read, so t, worked out
+		// from that read, is what to store; if the revision moved on, the write fails.
+		err := bitmap.Modify(ctx, store, c.cfg.Ranges[i], func(a *bitmap.Allocator) (bool, error) {
+			return true, a.Restore(t.b.Snapshot())
+		}, bitmap.WithRevision(w.revs[i]), bitmap.WithProjection())
+		if err != nil {
 			errs = append(errs, fmt.Errorf("repair: write the bitmap of %s at %s: %w", t.b.CIDR(), store.Key(), err))
 			continue
 		}
@@ -424,7 +416,7 @@ type bitmapTarget struct {
 // unreadable is left for read to judge.
 func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
 	for i, r := range c.cfg.Ranges {
-		store := etcdstore.New(c.cfg.Etcd, bitmapKey(c.cfg.EtcdPrefix, i))
+		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
 		snap, rev, err := store.Get(ctx)
 		if err != nil {
 			return fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
@@ -432,11 +424,14 @@ func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
 		if rev == 0 {
 			continue
 		}
-		b, other, err := projectOnto(ctx, snap, r)
+		b, other, err := bitmap.Project(snap, r)
 		if err != nil || !other {
 			continue // a bitmap that does not decode is the audit's to report
 		}
-		if _, err := store.Update(ctx, rev, b.Snapshot()); err != nil {
+		// The projection is the change: Modify writes it back at rev, once.
+		err = bitmap.Modify(ctx, store, r, func(*bitmap.Allocator) (bool, error) { return false, nil },
+			bitmap.WithRevision(rev), bitmap.WithProjection())
+		if err != nil {
 			return fmt.Errorf("repair: rewrite the bitmap of %s at %s to %s: %w", snap.Range, store.Key(), r, err)
 		}
 		klog.FromContext(ctx).Info("Rewrote a bitmap of another range to the flag range", "key", store.Key(), "stored", snap.Range, "range", r, "kept", b.Used())

@@ -181,6 +181,12 @@ func TestKeys(t *testing.T) {
 		if got := etcdstore.SecondaryServiceIPsKey(tt.prefix); got != tt.secondary {
 			t.Errorf("SecondaryServiceIPsKey(%q) = %q, want %q", tt.prefix, got, tt.secondary)
 		}
+		if got := etcdstore.KeyFor(tt.prefix, 0); got != tt.primary {
+			t.Errorf("KeyFor(%q, 0) = %q, want %q", tt.prefix, got, tt.primary)
+		}
+		if got := etcdstore.KeyFor(tt.prefix, 1); got != tt.secondary {
+			t.Errorf("KeyFor(%q, 1) = %q, want %q", tt.prefix, got, tt.secondary)
+		}
 	}
 	if etcdstore.DefaultServiceIPsKey != etcdstore.ServiceIPsKey("") || etcdstore.DefaultSecondaryServiceIPsKey != etcdstore.SecondaryServiceIPsKey("") {
 		t.Error("Default keys differ from the keys for the default prefix")

@@ -41,6 +41,17 @@ func ServiceIPsKey(prefix string) string { return key(prefix, ServiceIPsPath) }
 // ServiceIPsKey does for the primary one: "/registry/ranges/secondaryserviceips" by default.
 func SecondaryServiceIPsKey(prefix string) string { return key(prefix, SecondaryServiceIPsPath) }
 
+// KeyFor returns the key of the bitmap of the range at index i of kube-apiserver's
+// --service-cluster-ip-range (and of clusterip.Config.Ranges) for prefix: ServiceIPsKey for the
+// primary range (i == 0), SecondaryServiceIPsKey for the secondary one. Any other i is taken as
+// the secondary range, the only other one a flag holds.
+func KeyFor(prefix string, i int) string {
+	if i == 0 {
+		return ServiceIPsKey(prefix)
+	}
+	return SecondaryServiceIPsKey(prefix)
+}
+
 func key(prefix, p string) string {
 	if prefix == "" {
 		prefix = DefaultPrefix

@@ -316,18 +316,9 @@ func symbolizeText(msg string, lits []string, ranges []netip.Prefix, created *co
 	})
 }
 
-// Addrs returns the addresses svc holds, read as kube-apiserver v1.33 reads a ClusterIP (see
-// allocator.ParseClusterIP: the matrix writes some in non-canonical spellings). "None" and
-// what does not parse are left out.
-func Addrs(svc *corev1.Service) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range svc.Spec.ClusterIPs {
-		if ip, err := allocator.ParseClusterIP(s); err == nil {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
+// Addrs returns the addresses svc holds, read as kube-apiserver v1.33 reads a ClusterIP: it is
+// allocator.ClusterIPs (the matrix writes some ClusterIPs in non-canonical spellings).
+func Addrs(svc *corev1.Service) []netip.Addr { return allocator.ClusterIPs(svc) }
 
 // symbolOf names an address of a result as the matrix does.
 func symbolOf(ip string, lits []string, ranges []netip.Prefix, created *corev1.Service) (string, error) {

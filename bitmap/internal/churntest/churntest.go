@@ -189,16 +189,9 @@ func Stored(t testing.TB, store bitmap.Store, cidr string) []netip.Addr {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, rev, err := store.Get(ctx)
+	a, rev, err := bitmap.Load(ctx, store, netip.MustParsePrefix(cidr))
 	if err != nil || rev == 0 {
-		t.Fatalf("store.Get() = rev %d, %v", rev, err)
-	}
-	a, err := bitmap.New(netip.MustParsePrefix(cidr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Restore(s); err != nil {
-		t.Fatal(err)
+		t.Fatalf("bitmap.Load() = rev %d, %v", rev, err)
 	}
 	return slices.Collect(a.All())
 }
