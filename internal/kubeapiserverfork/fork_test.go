@@ -1,0 +1,372 @@
+package kubeapiserverfork_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
+)
+
+// The feature gates of each mode, as kube-apiserver v1.33 reads them.
+var modeGates = []struct {
+	mode  featuregate.Mode
+	gates string
+}{
+	{featuregate.DualWrite, ""}, // v1.33's default
+	{featuregate.Legacy, "MultiCIDRServiceAllocator=false"},
+	{featuregate.Legacy, "MultiCIDRServiceAllocator=false,DisableAllocatorDualWrite=true"},
+	{featuregate.IPAddressOnly, "DisableAllocatorDualWrite=true"},
+}
+
+// forkBinary returns the fork's binary, building it if needed; it skips t in -short mode.
+func forkBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping kube-apiserver fork test in -short mode")
+	}
+	bin, err := localcluster.KubeAPIServerForkBinary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// stockBinary returns the stock kube-apiserver v1.33.13, building it if needed.
+func stockBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := localcluster.KubeAPIServerBinary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func TestForkAnswersVersion(t *testing.T) {
+	bin := forkBinary(t)
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", bin, err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), "Kubernetes "+localcluster.KubeAPIServerVersion; got != want {
+		t.Errorf("--version = %q, want %q", got, want)
+	}
+}
+
+const (
+	v4Range = "10.96.0.0/24"
+	v6Range = "fd00:10:96::/112"
+)
+
+// TestForkAllocatesInEveryMode starts the fork in each mode with a dual-stack range and checks
+// that single- and dual-stack Services get addresses from the flag ranges, that a chosen free
+// address is granted and a taken one refused with v1.33's message, and that a Service's delete
+// frees its addresses for reuse.
+func TestForkAllocatesInEveryMode(t *testing.T) {
+	bin := forkBinary(t)
+	ranges, err := clusterip.ParseRanges(v4Range + "," + v6Range)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mg := range modeGates {
+		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+			etcd := testenv.NewEtcd(t)
+			s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
+				Binary: bin, ServiceClusterIPRange: v4Range + "," + v6Range, FeatureGates: mg.gates,
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			svcs := s.Client.CoreV1().Services(metav1.NamespaceDefault)
+
+			var got []*corev1.Service
+			for i := range 10 {
+				svc := testenv.ClusterIPService(fmt.Sprintf("single-%d", i), "")
+				if i%2 == 1 {
+					svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+				}
+				created, err := svcs.Create(ctx, svc, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("create %s: %v", svc.Name, err)
+				}
+				got = append(got, created)
+			}
+			for i := range 5 {
+				svc := testenv.ClusterIPService(fmt.Sprintf("dual-%d", i), "")
+				svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+				created, err := svcs.Create(ctx, svc, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("create %s: %v", svc.Name, err)
+				}
+				if len(created.Spec.ClusterIPs) != 2 {
+					t.Errorf("%s: clusterIPs = %v, want one of each family", svc.Name, created.Spec.ClusterIPs)
+				}
+				got = append(got, created)
+			}
+			seen := map[netip.Addr]string{}
+			for _, svc := range got {
+				for _, s := range svc.Spec.ClusterIPs {
+					ip, err := netip.ParseAddr(s)
+					if err != nil {
+						t.Fatalf("%s: clusterIP %q: %v", svc.Name, s, err)
+					}
+					if !slices.ContainsFunc(ranges, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+						t.Errorf("%s: clusterIP %s is in no range of %v", svc.Name, ip, ranges)
+					}
+					if other, dup := seen[ip]; dup {
+						t.Errorf("%s and %s both got %s", other, svc.Name, ip)
+					}
+					seen[ip] = svc.Name
+				}
+			}
+
+			// A chosen free address, then the same address again.
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService("chosen", "10.96.0.5"), metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create with a free chosen IP: %v", err)
+			}
+			_, err := svcs.Create(ctx, testenv.ClusterIPService("taken", "10.96.0.5"), metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "failed to allocate IP 10.96.0.5: provided IP is already allocated") {
+				t.Errorf("create with a taken IP: %v, want 422 Invalid with %q", err, "failed to allocate IP 10.96.0.5: provided IP is already allocated")
+			}
+
+			// Release, then reuse.
+			if err := svcs.Delete(ctx, "chosen", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService("reused", "10.96.0.5"), metav1.CreateOptions{}); err != nil {
+				t.Errorf("create with a released IP: %v", err)
+			}
+			t.Logf("%s: %d Services, %d ClusterIPs, none duplicated", mg.mode, len(got)+1, len(seen)+1)
+		})
+	}
+}
+
+// TestForkErrorsMatchStock asks the fork and stock kube-apiserver v1.33.13, in the same mode,
+// for the same refused ClusterIPs, and compares the messages.
+func TestForkErrorsMatchStock(t *testing.T) {
+	fork := forkBinary(t)
+	stock := stockBinary(t)
+	cases := []struct{ name, first, ip string }{
+		{"taken", "10.96.0.7", "10.96.0.7"},
+		{"out of range", "", "10.97.0.7"},
+		{"network address", "", "10.96.0.0"},
+		{"broadcast address", "", "10.96.0.255"},
+		{"other family", "", "fd00::7"},
+	}
+	for _, mg := range modeGates {
+		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+			messages := map[string][]string{}
+			for _, bin := range []string{stock, fork} {
+				etcd := testenv.NewEtcd(t)
+				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: v4Range, FeatureGates: mg.gates})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				svcs := s.Client.CoreV1().Services(metav1.NamespaceDefault)
+				for i, c := range cases {
+					if c.first != "" {
+						if _, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("first-%d", i), c.first), metav1.CreateOptions{}); err != nil {
+							t.Fatalf("%s: %v", c.name, err)
+						}
+					}
+					_, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), c.ip), metav1.CreateOptions{})
+					msg := "<nil>"
+					if err != nil {
+						msg = err.Error()
+					}
+					messages[bin] = append(messages[bin], msg)
+				}
+				cancel()
+				s.Stop()
+			}
+			for i, c := range cases {
+				if got, want := messages[fork][i], messages[stock][i]; got != want {
+					t.Errorf("%s (%s):\nfork:  %s\nstock: %s", c.name, c.ip, got, want)
+				} else {
+					t.Logf("%s: %s", c.name, got)
+				}
+			}
+		})
+	}
+}
+
+// TestForkBesideStockNoDuplicates runs the fork in DualWrite mode beside a stock kube-apiserver
+// v1.33.13 on one etcd, stock in Legacy mode and then in its default dual write. In each of 3
+// rounds both create Services concurrently until the range is nearly full, and no two Services
+// may get the same ClusterIP; between rounds the Services are deleted, beside the dual-writing
+// peer each server deleting the other's. Then it
+// audits the cluster as "clusterip check" does, restarts the fork, and audits again: the fork
+// reports ready only after its first repair pass, which creates the IPAddress objects of the
+// Legacy peer's Services.
+func TestForkBesideStockNoDuplicates(t *testing.T) {
+	fork := forkBinary(t)
+	stock := stockBinary(t)
+	const (
+		perServer = 120 // of the 254 addresses of the /24, 1 taken by the kubernetes Service
+		workers   = 8
+		rounds    = 3
+	)
+	for _, peer := range []struct {
+		name  string
+		gates string
+		// crossDelete makes the stock server delete the fork's Services between rounds, and the
+		// fork the stock's; otherwise the fork deletes all. A Legacy peer's delete of a fork's
+		// Service clears the bit and leaves its IPAddress object until repair frees it after its
+		// hold-off, so the next round would find the range full of such objects, as it would
+		// with a stock dual-writing server instead of the fork.
+		crossDelete bool
+	}{
+		{"stock-Legacy", "MultiCIDRServiceAllocator=false", false},
+		{"stock-DualWrite", "", true},
+	} {
+		t.Run("fork-DualWrite/"+peer.name, func(t *testing.T) {
+			etcd := testenv.NewEtcd(t)
+			f := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: fork, ServiceClusterIPRange: v4Range})
+			s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: stock, ServiceClusterIPRange: v4Range, FeatureGates: peer.gates})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			servers := []server{{"fork", f.Client}, {"stock", s.Client}}
+
+			created, dups := 0, 0
+			for round := range rounds {
+				start := time.Now()
+				names := map[string][]string{}
+				for _, srv := range servers {
+					for i := range perServer {
+						names[srv.name] = append(names[srv.name], fmt.Sprintf("%s-%d-%d", srv.name, round, i))
+					}
+				}
+				parallel(t, workers, servers, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
+					_, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
+					return err
+				})
+				created += 2 * perServer
+				n, d := countDuplicates(ctx, t, f.Client)
+				dups += d
+				t.Logf("round %d: %d Services created by each server with %d workers each in %v; %d Services hold %d duplicated ClusterIPs",
+					round, perServer, workers, time.Since(start).Round(time.Millisecond), n, d)
+				if round == rounds-1 {
+					break
+				}
+				deleters := []server{{"fork", f.Client}, {"stock", f.Client}}
+				if peer.crossDelete {
+					deleters = []server{{"fork", s.Client}, {"stock", f.Client}}
+				}
+				parallel(t, workers, deleters, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
+					return c.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{})
+				})
+			}
+			t.Logf("%d Services created in %d rounds, %d duplicate ClusterIPs", created, rounds, dups)
+
+			// Audit as "clusterip check" does, in the fork's mode.
+			audit(ctx, t, etcd, f.Client)
+
+			// Restart the fork: ready means its first repair pass is done.
+			f.Stop()
+			f = testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: fork, ServiceClusterIPRange: v4Range})
+			rep := audit(ctx, t, etcd, f.Client)
+			if n := rep.Counts[string(repair.Missing)]; n != 0 {
+				t.Errorf("after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
+			}
+		})
+	}
+}
+
+// server is a kube-apiserver under test, by name.
+type server struct {
+	name   string
+	client kubernetes.Interface
+}
+
+// parallel calls op for each name of names[srv.name] through srv's client, from workers
+// goroutines per server, all servers at once, and fails t with each error.
+func parallel(t *testing.T, workers int, servers []server, names map[string][]string, op func(context.Context, kubernetes.Interface, string) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, srv := range servers {
+		next := make(chan string)
+		go func() {
+			defer close(next)
+			for _, n := range names[srv.name] {
+				next <- n
+			}
+		}()
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for name := range next {
+					if err := op(ctx, srv.client, name); err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %s: %w", srv.name, name, err))
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+}
+
+// countDuplicates lists every Service and returns how many there are and how many ClusterIPs
+// more than one of them holds, failing t with each.
+func countDuplicates(ctx context.Context, t *testing.T, c kubernetes.Interface) (services, dups int) {
+	t.Helper()
+	list, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string][]string{}
+	for _, svc := range list.Items {
+		for _, ip := range svc.Spec.ClusterIPs {
+			owners[ip] = append(owners[ip], svc.Namespace+"/"+svc.Name)
+		}
+	}
+	for ip, o := range owners {
+		if len(o) > 1 {
+			dups++
+			t.Errorf("ClusterIP %s held by %v", ip, o)
+		}
+	}
+	return len(list.Items), dups
+}
+
+// audit runs repair.Audit in DualWrite mode, logs the report in short and fails t for a
+// duplicate owner.
+func audit(ctx context.Context, t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface) *repair.Report {
+	t.Helper()
+	rng, _ := clusterip.ParseRanges(v4Range)
+	rep, err := repair.Audit(ctx, clusterip.Config{Mode: featuregate.DualWrite, Ranges: rng, Etcd: etcd.TestClient(t), Client: c})
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	t.Logf("audit: consistent=%v counts=%v", rep.Consistent, rep.Counts)
+	for i, fd := range rep.Findings {
+		if fd.Class == repair.DuplicateOwner {
+			t.Errorf("audit: %s %s %s: %s", fd.IP, fd.Class, fd.Service, fd.Detail)
+		} else if i < 5 {
+			t.Logf("audit finding: %s %s %s: %s", fd.IP, fd.Class, fd.Service, fd.Detail)
+		}
+	}
+	return rep
+}
