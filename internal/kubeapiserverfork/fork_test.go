@@ -135,11 +135,36 @@ func TestForkAllocatesInEveryMode(t *testing.T) {
 				}
 			}
 
+			// Single to dual stack, then back.
+			up := got[0].DeepCopy()
+			up.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+			up.Spec.IPFamilies = append(up.Spec.IPFamilies, corev1.IPv6Protocol)
+			up, err := svcs.Update(ctx, up, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatalf("upgrade %s to dual stack: %v", got[0].Name, err)
+			}
+			if len(up.Spec.ClusterIPs) != 2 || up.Spec.ClusterIPs[0] != got[0].Spec.ClusterIPs[0] {
+				t.Errorf("upgrade to dual stack: clusterIPs %v, want %s and an IPv6 address", up.Spec.ClusterIPs, got[0].Spec.ClusterIPs[0])
+			} else if seen[netip.MustParseAddr(up.Spec.ClusterIPs[1])] != "" {
+				t.Errorf("upgrade to dual stack: %s got %s, which %s holds", up.Name, up.Spec.ClusterIPs[1], seen[netip.MustParseAddr(up.Spec.ClusterIPs[1])])
+			}
+			down := up.DeepCopy()
+			down.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+			down.Spec.IPFamilies = down.Spec.IPFamilies[:1]
+			down.Spec.ClusterIPs = down.Spec.ClusterIPs[:1]
+			if _, err := svcs.Update(ctx, down, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("downgrade %s to single stack: %v", got[0].Name, err)
+			}
+			// The released IPv6 address can be taken again.
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService("after-downgrade", up.Spec.ClusterIPs[1]), metav1.CreateOptions{}); err != nil {
+				t.Errorf("create with the IP the downgrade released: %v", err)
+			}
+
 			// A chosen free address, then the same address again.
 			if _, err := svcs.Create(ctx, testenv.ClusterIPService("chosen", "10.96.0.5"), metav1.CreateOptions{}); err != nil {
 				t.Fatalf("create with a free chosen IP: %v", err)
 			}
-			_, err := svcs.Create(ctx, testenv.ClusterIPService("taken", "10.96.0.5"), metav1.CreateOptions{})
+			_, err = svcs.Create(ctx, testenv.ClusterIPService("taken", "10.96.0.5"), metav1.CreateOptions{})
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "failed to allocate IP 10.96.0.5: provided IP is already allocated") {
 				t.Errorf("create with a taken IP: %v, want 422 Invalid with %q", err, "failed to allocate IP 10.96.0.5: provided IP is already allocated")
 			}
@@ -151,7 +176,7 @@ func TestForkAllocatesInEveryMode(t *testing.T) {
 			if _, err := svcs.Create(ctx, testenv.ClusterIPService("reused", "10.96.0.5"), metav1.CreateOptions{}); err != nil {
 				t.Errorf("create with a released IP: %v", err)
 			}
-			t.Logf("%s: %d Services, %d ClusterIPs, none duplicated", mg.mode, len(got)+1, len(seen)+1)
+			t.Logf("%s: %d Services, %d ClusterIPs, none duplicated; dual-stack upgrade and downgrade", mg.mode, len(got)+1, len(seen)+1)
 		})
 	}
 }
@@ -161,12 +186,19 @@ func TestForkAllocatesInEveryMode(t *testing.T) {
 func TestForkErrorsMatchStock(t *testing.T) {
 	fork := forkBinary(t)
 	stock := stockBinary(t)
-	cases := []struct{ name, first, ip string }{
-		{"taken", "10.96.0.7", "10.96.0.7"},
-		{"out of range", "", "10.97.0.7"},
-		{"network address", "", "10.96.0.0"},
-		{"broadcast address", "", "10.96.0.255"},
-		{"other family", "", "fd00::7"},
+	cases := []struct {
+		name, first, ip string
+		dryRun          bool
+		// improved is the fork's answer where it knowingly differs from stock: v1.33's dry
+		// run admits a taken ClusterIP that the real request then refuses.
+		improved string
+	}{
+		{"taken", "10.96.0.7", "10.96.0.7", false, ""},
+		{"taken, dry run", "", "10.96.0.7", true, "failed to allocate IP 10.96.0.7: provided IP is already allocated"},
+		{"out of range", "", "10.97.0.7", false, ""},
+		{"network address", "", "10.96.0.0", false, ""},
+		{"broadcast address", "", "10.96.0.255", false, ""},
+		{"other family", "", "fd00::7", false, ""},
 	}
 	for _, mg := range modeGates {
 		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
@@ -182,7 +214,11 @@ func TestForkErrorsMatchStock(t *testing.T) {
 							t.Fatalf("%s: %v", c.name, err)
 						}
 					}
-					_, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), c.ip), metav1.CreateOptions{})
+					opts := metav1.CreateOptions{}
+					if c.dryRun {
+						opts.DryRun = []string{metav1.DryRunAll}
+					}
+					_, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), c.ip), opts)
 					msg := "<nil>"
 					if err != nil {
 						msg = err.Error()
@@ -193,11 +229,58 @@ func TestForkErrorsMatchStock(t *testing.T) {
 				s.Stop()
 			}
 			for i, c := range cases {
+				if c.improved != "" {
+					if got := messages[fork][i]; !strings.Contains(got, c.improved) {
+						t.Errorf("%s (%s): fork: %s, want %q", c.name, c.ip, got, c.improved)
+					}
+					t.Logf("%s: fork: %s; stock v1.33: %s", c.name, messages[fork][i], messages[stock][i])
+					continue
+				}
 				if got, want := messages[fork][i], messages[stock][i]; got != want {
 					t.Errorf("%s (%s):\nfork:  %s\nstock: %s", c.name, c.ip, got, want)
 				} else {
 					t.Logf("%s: %s", c.name, got)
 				}
+			}
+		})
+	}
+}
+
+// TestForkFullRangeMatchesStock fills a /29 (6 addresses, 1 the kubernetes Service's) through
+// the fork and through stock kube-apiserver v1.33.13 in each mode and compares how many
+// Services each admits and the refusal that follows.
+func TestForkFullRangeMatchesStock(t *testing.T) {
+	fork := forkBinary(t)
+	stock := stockBinary(t)
+	for _, mg := range modeGates {
+		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+			type outcome struct {
+				admitted int
+				refusal  string
+			}
+			got := map[string]outcome{}
+			for _, bin := range []string{stock, fork} {
+				etcd := testenv.NewEtcd(t)
+				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: "10.96.0.0/29", FeatureGates: mg.gates})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				waitForKubernetesService(ctx, t, s.Client)
+				var o outcome
+				for i := range 10 {
+					_, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), ""), metav1.CreateOptions{})
+					if err != nil {
+						o.refusal = err.Error()
+						break
+					}
+					o.admitted++
+				}
+				cancel()
+				s.Stop()
+				got[bin] = o
+			}
+			if got[fork] != got[stock] {
+				t.Errorf("fork admitted %d, then: %s\nstock admitted %d, then: %s", got[fork].admitted, got[fork].refusal, got[stock].admitted, got[stock].refusal)
+			} else {
+				t.Logf("both admitted %d, then: %s", got[fork].admitted, got[fork].refusal)
 			}
 		})
 	}
@@ -282,6 +365,23 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 				t.Errorf("after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
 			}
 		})
+	}
+}
+
+// waitForKubernetesService waits until the kubernetes Service, which the server creates itself
+// soon after it is ready, holds its ClusterIP.
+func waitForKubernetesService(ctx context.Context, t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	for {
+		svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err == nil && svc.Spec.ClusterIP != "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the kubernetes Service: %v (last error %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
