@@ -48,6 +48,10 @@ const (
 	// DualWrite mode creating a missing one from the IPAddress objects).
 	clusterIPStartTimeout = 20 * time.Second
 
+	// clusterIPReadyTimeout bounds the wait, at start-up in DualWrite and IPAddressOnly mode,
+	// for a ready ServiceCIDR of every IP family.
+	clusterIPReadyTimeout = 20 * time.Second
+
 	// clusterIPRetryPeriod is how long the start-up waits after a failed attempt to build the
 	// allocators or a failed first repair pass before it tries again.
 	clusterIPRetryPeriod = time.Second
@@ -240,6 +244,29 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 				return
 			}
 		}
+		// Let the ServiceCIDR allocators see the ServiceCIDRs of the flags (which the
+		// kubernetes-service-cidr-controller creates on a new cluster) before the first
+		// pass, so that it judges Services against them and the server, once ready, can
+		// allocate. Bounded, as the hook has a minute in all.
+		if a.mode != featuregate.Legacy {
+			rctx, rcancel := context.WithTimeout(ctx, clusterIPReadyTimeout)
+			err := wait.PollUntilContextCancel(rctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+				for _, f := range allocs.Families() {
+					if !allocs.ServiceCIDRs(f).Ready() {
+						return false, nil
+					}
+				}
+				return true, nil
+			})
+			rcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				logger.Info("No ready ServiceCIDR yet for every IP family; repairing anyway", "waited", clusterIPReadyTimeout)
+			}
+		}
+
 		// The first pass, retried until it succeeds, before the hook may report done.
 		err = wait.PollUntilContextCancel(ctx, clusterIPRetryPeriod, true, func(ctx context.Context) (bool, error) {
 			if _, err := ctrl.RunOnce(ctx); err != nil {
