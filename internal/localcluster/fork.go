@@ -275,3 +275,32 @@ func copyFile(src, dst string) error {
 	}
 	return out.Close()
 }
+
+// KubeAPIServerForkGoFlags returns the flags that make a go command run in the fork module's
+// directory (dir) build k8s.io/kubernetes packages as the fork's build does, patched: -modfile,
+// -overlay and -trimpath. Run such commands with GOWORK=off. They use a copy of the build's
+// go.mod and go.sum in scratch, so that -mod=mod, which upstream's own tests need for modules
+// kube-apiserver does not, changes neither the build nor the repository. It builds the fork
+// first if needed (see [KubeAPIServerForkBinary]), and fails if $CLUSTERIP_KUBE_APISERVER_FORK
+// names a binary built elsewhere.
+func KubeAPIServerForkGoFlags(ctx context.Context, scratch string) (dir string, flags []string, err error) {
+	if p := os.Getenv(KubeAPIServerForkEnv); p != "" {
+		return "", nil, fmt.Errorf("localcluster: $%s is set: the fork was built elsewhere, so its build flags are unknown", KubeAPIServerForkEnv)
+	}
+	bin, err := KubeAPIServerForkBinary(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", nil, err
+	}
+	src := filepath.Join(filepath.Dir(bin), "src")
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if err := copyFile(filepath.Join(src, f), filepath.Join(scratch, f)); err != nil {
+			return "", nil, err
+		}
+	}
+	return filepath.Join(root, filepath.FromSlash(forkModuleDir)),
+		[]string{"-modfile", filepath.Join(scratch, "go.mod"), "-overlay", filepath.Join(src, "overlay.json"), "-trimpath"}, nil
+}
