@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,12 +59,19 @@ func TestUpstreamIntegration(t *testing.T) {
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "KUBE_INTEGRATION_ETCD_URL="+etcd.Endpoints()[0],
 				"TEST_SRCDIR="+strings.TrimSpace(string(modCache)), "TEST_WORKSPACE=.")
-			logPath := filepath.Join(t.TempDir(), "upstream.log")
-			log, err := os.Create(logPath)
+			log, err := os.CreateTemp("", "kubeapiserverfork-upstream-"+pkg+"-*.log")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer log.Close()
+			logPath := log.Name()
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the whole log is kept in %s", logPath)
+				} else {
+					os.Remove(logPath)
+				}
+			})
 			cmd.Stdout, cmd.Stderr = log, log
 			start := time.Now()
 			runErr := cmd.Run()

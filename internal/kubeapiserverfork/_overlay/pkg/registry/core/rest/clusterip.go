@@ -20,10 +20,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -34,6 +39,8 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/repair"
 )
@@ -198,6 +205,9 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 			}
 			nctx, ncancel := context.WithTimeout(ctx, clusterIPStartTimeout)
 			allocs, err = clusterip.New(nctx, cfg)
+			if errors.Is(err, allocator.ErrMismatchedNetwork) {
+				allocs, err = a.newMismatched(nctx, &cfg, err)
+			}
 			ncancel()
 			if err != nil {
 				if cfg.Etcd != nil {
@@ -219,8 +229,12 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 		if !a.start(allocs) {
 			return // destroyed meanwhile
 		}
+		var missing *missingIPAddresses
+		if cfg.Mode != featuregate.Legacy {
+			missing = newMissingIPAddresses(cfg.Informers)
+		}
 		if cfg.Informers != nil {
-			cfg.Informers.Start(ctx.Done()) // the informers clusterip.New added, if the server's started already
+			cfg.Informers.Start(ctx.Done()) // the informers added since the server started them
 		}
 		go func() {
 			if err := allocs.Run(ctx); err != nil {
@@ -248,7 +262,7 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 		// kubernetes-service-cidr-controller creates on a new cluster) before the first
 		// pass, so that it judges Services against them and the server, once ready, can
 		// allocate. Bounded, as the hook has a minute in all.
-		if a.mode != featuregate.Legacy {
+		if cfg.Mode != featuregate.Legacy {
 			rctx, rcancel := context.WithTimeout(ctx, clusterIPReadyTimeout)
 			err := wait.PollUntilContextCancel(rctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 				for _, f := range allocs.Families() {
@@ -279,10 +293,180 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 			return // stopped
 		}
 		onFirstSuccess()
+		if missing != nil {
+			go missing.run(ctx, ctrl)
+		}
 		if err := ctrl.Run(ctx); err != nil {
 			logger.Error(err, "ClusterIP repair stopped")
 		}
 	}
+}
+
+// missingIPAddresses makes a repair pass soon after a Service shows up holding a ClusterIP
+// without an IPAddress object, as kube-apiserver's IPAddress repair loop, which follows Service
+// events, does within seconds: a Legacy peer's Services (upstream's skew and migration tests wait
+// 10 s for it). clusterip's repair controller otherwise only makes a pass every interval. The
+// zero value is not usable; it is safe for concurrent use.
+type missingIPAddresses struct {
+	services   corev1listers.ServiceLister
+	ipAddrs    networkingv1listers.IPAddressLister
+	servicesOK cache.InformerSynced
+	ipAddrsOK  cache.InformerSynced
+
+	mu      sync.Mutex // guards pending
+	pending map[string]bool
+	kick    chan struct{} // a pending Service was added; buffered 1
+}
+
+// missingIPAddressesDelay is how long a Service's IPAddress may lag behind it in the cache
+// before a repair pass is made: our own allocations create it before the Service is stored.
+const missingIPAddressesDelay = time.Second
+
+// newMissingIPAddresses registers the Service and IPAddress informers of f and a Service event
+// handler that notes Services whose ClusterIPs lack an IPAddress object.
+func newMissingIPAddresses(f informers.SharedInformerFactory) *missingIPAddresses {
+	svcs := f.Core().V1().Services()
+	ips := f.Networking().V1().IPAddresses()
+	m := &missingIPAddresses{
+		services: svcs.Lister(), ipAddrs: ips.Lister(),
+		servicesOK: svcs.Informer().HasSynced, ipAddrsOK: ips.Informer().HasSynced,
+		pending: map[string]bool{}, kick: make(chan struct{}, 1),
+	}
+	note := func(obj any) {
+		if svc, ok := obj.(*corev1.Service); ok && m.lacksIPAddress(svc) {
+			m.mu.Lock()
+			m.pending[svc.Namespace+"/"+svc.Name] = true
+			m.mu.Unlock()
+			select {
+			case m.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	svcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    note,
+		UpdateFunc: func(_, obj any) { note(obj) },
+	})
+	return m
+}
+
+// lacksIPAddress reports whether one of svc's ClusterIPs has no IPAddress object in the cache.
+func (m *missingIPAddresses) lacksIPAddress(svc *corev1.Service) bool {
+	for _, s := range svc.Spec.ClusterIPs {
+		ip, err := allocator.ParseClusterIP(s)
+		if err != nil {
+			continue // invalid: repair only reports it
+		}
+		if _, err := m.ipAddrs.Get(ip.String()); err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// run makes a repair pass each time noted Services still lack an IPAddress object
+// missingIPAddressesDelay after they were noted, until ctx is done.
+func (m *missingIPAddresses) run(ctx context.Context, ctrl *repair.Controller) {
+	if !cache.WaitForCacheSync(ctx.Done(), m.servicesOK, m.ipAddrsOK) {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(missingIPAddressesDelay):
+		}
+		m.mu.Lock()
+		keys := m.pending
+		m.pending = map[string]bool{}
+		m.mu.Unlock()
+		stillMissing := 0
+		for key := range keys {
+			ns, name, _ := strings.Cut(key, "/")
+			if svc, err := m.services.Services(ns).Get(name); err == nil && m.lacksIPAddress(svc) {
+				stillMissing++
+			}
+		}
+		if stillMissing == 0 {
+			continue
+		}
+		logger.V(2).Info("Services hold ClusterIPs without IPAddress objects; repairing now", "services", stillMissing)
+		if _, err := ctrl.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "ClusterIP repair pass for Services without IPAddress objects failed")
+		}
+	}
+}
+
+// newMismatched builds the allocators when a bitmap stored in etcd is of another range than the
+// flags (the flags changed: a family added, removed or swapped), err being what clusterip.New
+// said of it. It does what kube-apiserver v1.33 does with such a bitmap:
+//
+//   - DualWrite: kube-apiserver's dual write finds the bitmap unusable and allocates from the
+//     ServiceCIDRs alone, so cfg becomes IPAddressOnly (allocators and repair), and the bitmap is
+//     left as it is for whoever still uses it.
+//   - Legacy: kube-apiserver's repair rewrites the bitmap for the flag's range from the Services
+//     on its first pass, so this rewrites every mismatched bitmap of cfg.Ranges (see
+//     rewriteBitmap) and tries again.
+func (a *clusterIPAllocators) newMismatched(ctx context.Context, cfg *clusterip.Config, err error) (*clusterip.Allocators, error) {
+	logger := klog.FromContext(ctx)
+	switch cfg.Mode {
+	case featuregate.DualWrite:
+		logger.Error(err, "A stored Service IP bitmap is of another range than --service-cluster-ip-range; allocating from ServiceCIDRs only (no bitmap mirror), as kube-apiserver's dual write does")
+		cfg.Mode = featuregate.IPAddressOnly
+		return clusterip.New(ctx, *cfg)
+	case featuregate.Legacy:
+		for i, r := range cfg.Ranges {
+			key := etcdstore.ServiceIPsKey(cfg.EtcdPrefix)
+			if i > 0 {
+				key = etcdstore.SecondaryServiceIPsKey(cfg.EtcdPrefix)
+			}
+			if err := rewriteBitmap(ctx, cfg.Client, etcdstore.New(cfg.Etcd, key), r); err != nil {
+				return nil, fmt.Errorf("rewrite the bitmap at %s for %s: %w", key, r, err)
+			}
+		}
+		return clusterip.New(ctx, *cfg)
+	}
+	return nil, err
+}
+
+// rewriteBitmap replaces the bitmap in store, if it is of another range than r, with one of r
+// holding the ClusterIPs in r of every Service, as kube-apiserver's repair does when the range
+// changed. The write is a compare-and-swap on the revision read before the Services are
+// listed, so a concurrent write makes it fail rather than be lost.
+func rewriteBitmap(ctx context.Context, client kubernetes.Interface, store *etcdstore.Store, r netip.Prefix) error {
+	old, rev, err := store.Get(ctx)
+	if err != nil {
+		return err
+	}
+	if stored, err := netip.ParsePrefix(old.Range); rev == 0 || err == nil && stored.Masked() == r.Masked() {
+		return nil // missing, or of r: New creates or uses it
+	}
+	bm, err := bitmap.New(r)
+	if err != nil {
+		return err
+	}
+	svcs, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, svc := range svcs.Items {
+		for _, s := range svc.Spec.ClusterIPs {
+			if ip, err := allocator.ParseClusterIP(s); err == nil && r.Contains(ip) {
+				_ = bm.Allocate(ctx, ip, allocator.Owner{}) // a duplicate or reserved address stays as it is
+			}
+		}
+	}
+	if _, err := store.Update(ctx, rev, bm.Snapshot()); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Rewrote the Service IP bitmap for the changed range, as kube-apiserver's repair does", "key", store.Key(), "from", old.Range, "to", r, "allocated", bm.Used())
+	return nil
 }
 
 // start makes allocs the allocators that the registry's calls go to. It reports false, and
