@@ -290,10 +290,10 @@ func TestForkFullRangeMatchesStock(t *testing.T) {
 // v1.33.13 on one etcd, stock in Legacy mode and then in its default dual write. In each of 3
 // rounds both create Services concurrently until the range is nearly full, and no two Services
 // may get the same ClusterIP; between rounds the Services are deleted, beside the dual-writing
-// peer each server deleting the other's. Then it
-// audits the cluster as "clusterip check" does, restarts the fork, and audits again: the fork
-// reports ready only after its first repair pass, which creates the IPAddress objects of the
-// Legacy peer's Services.
+// peer each server deleting the other's. Then it audits the cluster as "clusterip check" does
+// until the fork's repair has created the IPAddress objects of a Legacy peer's Services, stops
+// the fork while stock creates more, and audits right after the fork is ready again: it reports
+// ready only after its first repair pass, so nothing may be missing then.
 func TestForkBesideStockNoDuplicates(t *testing.T) {
 	fork := forkBinary(t)
 	stock := stockBinary(t)
@@ -354,15 +354,32 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 			}
 			t.Logf("%d Services created in %d rounds, %d duplicate ClusterIPs", created, rounds, dups)
 
-			// Audit as "clusterip check" does, in the fork's mode.
-			audit(ctx, t, etcd, f.Client)
+			// Audit as "clusterip check" does, in the fork's mode. A Legacy peer's Services
+			// have no IPAddress objects: the fork's repair creates them within seconds.
+			start := time.Now()
+			for rep := audit(ctx, t, etcd, f.Client); rep.Counts[string(repair.Missing)] > 0; rep = audit(ctx, t, etcd, f.Client) {
+				if time.Since(start) > 20*time.Second {
+					t.Fatalf("the fork left %d Services' IPs without IPAddress objects for 20 s", rep.Counts[string(repair.Missing)])
+				}
+				time.Sleep(time.Second)
+			}
+			t.Logf("no IPAddress object missing %v after the last create", time.Since(start).Round(100*time.Millisecond))
 
-			// Restart the fork: ready means its first repair pass is done.
+			// Stop the fork, let stock create Services meanwhile, and start the fork again:
+			// ready means its first repair pass is done, so nothing is missing then.
 			f.Stop()
+			for i := range 10 {
+				if _, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("while-fork-down-%d", i), ""), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			f = testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: fork, ServiceClusterIPRange: v4Range})
 			rep := audit(ctx, t, etcd, f.Client)
 			if n := rep.Counts[string(repair.Missing)]; n != 0 {
-				t.Errorf("after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
+				t.Errorf("right after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
+			}
+			if _, d := countDuplicates(ctx, t, f.Client); d != 0 {
+				t.Errorf("%d duplicates after the restart", d)
 			}
 		})
 	}
