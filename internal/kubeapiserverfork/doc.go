@@ -15,6 +15,13 @@
 //     timeout, and the start of the allocators and of repair from the PostStartHook
 //     start-service-ip-repair-controllers, which keeps waiting for the first repair pass.
 //
+// Where clusterip alone would behave otherwise than kube-apiserver v1.33, the adapter does as
+// kube-apiserver does: the allocators are built in the hook (clusterip.New may list IPAddress
+// objects, which needs the server serving); a Service holding a ClusterIP without an IPAddress
+// object (a Legacy peer's) gets a repair pass within seconds, not at the next interval; and a
+// bitmap stored for another range than the flags does not stop start-up (DualWrite allocates
+// from ServiceCIDRs only, Legacy rewrites the bitmap for the flag's range from the Services).
+//
 // Node ports, and everything else, stay kube-apiserver's. Build the fork with
 //
 //	go run ./internal/localcluster/cmd/build-kube-apiserver -fork
@@ -29,4 +36,10 @@
 // is not in the repository's go.work:
 //
 //	cd internal/kubeapiserverfork && GOWORK=off go test -v .
+//
+// TestUpstreamIntegration also runs kube-apiserver's own integration tests of Service
+// ClusterIPs on the fork's code (they start kube-apiserver in-process, built with the fork's
+// patches and overlay), about 10 minutes:
+//
+//	CLUSTERIP_FORK_UPSTREAM_TESTS=servicecidr,dualstack GOWORK=off go test -v -timeout 60m -run TestUpstreamIntegration .
 package kubeapiserverfork
