@@ -264,14 +264,7 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 		// allocate. Bounded, as the hook has a minute in all.
 		if cfg.Mode != featuregate.Legacy {
 			rctx, rcancel := context.WithTimeout(ctx, clusterIPReadyTimeout)
-			err := wait.PollUntilContextCancel(rctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-				for _, f := range allocs.Families() {
-					if !allocs.ServiceCIDRs(f).Ready() {
-						return false, nil
-					}
-				}
-				return true, nil
-			})
+			err := allocs.WaitReady(rctx)
 			rcancel()
 			if ctx.Err() != nil {
 				return
@@ -516,7 +509,7 @@ func (c *clusterIPAllocator) get() (allocator.Interface, error) {
 	if allocs == nil {
 		return nil, ipallocator.ErrNotReady
 	}
-	al := allocs.Family(corev1.IPFamily(c.family))
+	al := allocs.For(corev1.IPFamily(c.family))
 	if al == nil {
 		return nil, ipallocator.ErrNotReady
 	}
