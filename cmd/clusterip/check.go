@@ -53,6 +53,12 @@ delete that record while its Service is being created, and the Service then hold
 that another Service can be given. Use 0 only on a cluster where nothing allocates meanwhile
 (kube-apiserver's own repair waits 60s); the default 1m covers an allocation in flight.
 
+Permissions: check reads Services, ServiceCIDRs and IPAddress objects (get, list); --repair also
+creates, updates and deletes IPAddress objects. The ClusterRoles clusterip-check and
+clusterip-check-repair in deploy/rbac of the clusterip repository grant exactly that. Before it
+reads anything, check asks the API server whether it has them (SelfSubjectAccessReview) and names
+any it lacks.
+
 Exit codes: 0 consistent; 1 inconsistencies found; 2 could not run (bad flags, no kubeconfig,
 an unreachable or silent API server or etcd, no RangeAllocation under --etcd-prefix, missing RBAC
 permissions, --repair past --repair-timeout), with one line on stderr saying why.`
@@ -175,6 +181,14 @@ func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 			note = fmt.Sprintf("the bitmaps were not read (no --etcd-endpoints): DualWrite mode (kube-apiserver %s, --mode %s) audited as IPAddressOnly, the IPAddress objects only", info.GitVersion, o.mode)
 		}
 	}
+	what := "check"
+	if o.repair {
+		what = "check --repair"
+	}
+	need := neededPermissions(cfg.Mode, o.repair, etcd != nil)
+	if err := checkAccess(ctx, client, host, fmt.Sprintf("%s in %s mode", what, cfg.Mode), need); err != nil {
+		return err
+	}
 	if cfg.Ranges, err = o.flagRanges(ctx, client, etcd, host); err != nil {
 		return err
 	}
@@ -274,7 +288,7 @@ func apiError(host string, err error) error {
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("API server at %s rejects the kubeconfig's credentials: %w", host, err)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("missing RBAC permission at API server %s: %w; check needs get and list on services and on servicecidrs and ipaddresses of networking.k8s.io, and --repair also create and delete on ipaddresses", host, err)
+		return fmt.Errorf("missing RBAC permission at API server %s: %w; check needs get and list on services, and on servicecidrs and ipaddresses of networking.k8s.io (ClusterRole %s), and --repair also create, update and delete on ipaddresses (ClusterRole %s)", host, err, checkRole, checkRepairRole)
 	case errors.Is(err, context.Canceled):
 		return err
 	}
