@@ -334,6 +334,9 @@ func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error)
 	resp, err := client.Get(ctx, key, clientv3.WithCountOnly())
 	if err != nil {
 		client.Close()
+		if tlsErr := etcdTLSProblem(o.etcdEndpoints, cfg.TLS, o.requestTimeout); tlsErr != nil {
+			return nil, tlsErr
+		}
 		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdEndpoints, ","), err)
 	}
 	if resp.Count == 0 {
