@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	// Named cip: the tests of this package have a helper named clusterip.
@@ -226,6 +227,7 @@ func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
+	moveURLCredentials(restConfig)
 	restConfig.Timeout = o.requestTimeout
 	restConfig.QPS, restConfig.Burst = 50, 100 // kubectl's QPS; repair makes a few calls per finding
 	client, err := kubernetes.NewForConfig(restConfig)
@@ -233,6 +235,25 @@ func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	return client, restConfig.Host, nil
+}
+
+// moveURLCredentials moves a user name and password written into the server URL
+// (https://user:password@host) to the config's basic-auth fields, where client-go sends them
+// just the same but masks them in what it logs, and so that no message of check, which names
+// the server, prints them. If the config has a user name or password already, the URL's are
+// dropped: client-go sends those of the config. A token set as well is then refused by client-go,
+// as for any config with both.
+func moveURLCredentials(c *rest.Config) {
+	u, err := url.Parse(c.Host)
+	if err != nil || u.User == nil {
+		return // client-go reports a bad URL itself
+	}
+	if c.Username == "" && c.Password == "" {
+		c.Username = u.User.Username()
+		c.Password, _ = u.User.Password()
+	}
+	u.User = nil
+	c.Host = u.String()
 }
 
 // Defaults of --request-timeout, which bounds each call to the API server and etcd, and of
