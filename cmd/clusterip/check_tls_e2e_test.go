@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/repair"
@@ -70,6 +71,9 @@ func TestCheckReadsAnEtcdThatRequiresClientCertificates(t *testing.T) {
 		t.Fatalf("etcd endpoint %s, want https", endpoint)
 	}
 	waitForDefaultServiceCIDR(t, api.Client)
+	if modRevision(t, e, etcdstore.ServiceIPsKey("")) == 0 { // through Etcd.Client, with the client certificate
+		t.Fatalf("kube-apiserver stored no bitmap at %s", etcdstore.ServiceIPsKey(""))
+	}
 
 	base := []string{"check", "--kubeconfig", kubeconfig, "--etcd-endpoints", endpoint, "--request-timeout", "5s"}
 	t.Run("with the client certificate", func(t *testing.T) {
