@@ -284,3 +284,39 @@ func ExampleModify() {
 	// <nil>
 	// 2 used at revision 1
 }
+
+// conflictThenBrokenStore answers its first Update with a bare ErrConflict (no state carried)
+// and every Get after that with readErr.
+type conflictThenBrokenStore struct {
+	bitmap.Store
+	conflicted bool
+	readErr    error
+}
+
+func (s *conflictThenBrokenStore) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
+	if s.conflicted {
+		return bitmap.Snapshot{}, 0, s.readErr
+	}
+	return s.Store.Get(ctx)
+}
+
+func (s *conflictThenBrokenStore) Update(ctx context.Context, rev int64, snap bitmap.Snapshot) (int64, error) {
+	s.conflicted = true
+	return 0, fmt.Errorf("lost a race: %w", bitmap.ErrConflict)
+}
+
+func TestModifyReturnsTheErrorOfTheReadAfterAConflict(t *testing.T) {
+	readErr := errors.New("etcd is gone")
+	s := &conflictThenBrokenStore{Store: bitmap.NewMemStore(), readErr: readErr}
+	calls := 0
+	err := bitmap.Modify(t.Context(), s, cidr24, func(a *bitmap.Allocator) (bool, error) {
+		calls++
+		return setBit("10.96.0.1")(a)
+	})
+	if !errors.Is(err, readErr) {
+		t.Errorf("Modify() = %v, want the error of the read after the conflict", err)
+	}
+	if calls != 1 {
+		t.Errorf("the function ran %d times, want 1: nothing was read after the conflict", calls)
+	}
+}
