@@ -1,0 +1,18 @@
+// Package linearizability records histories of ClusterIP operations run against real components
+// under injected faults, and checks them against a model of the ClusterIP space with porcupine.
+//
+// The model: each address is free or held by one owner. Allocate and AllocateNext take a free
+// address for an owner, Release frees one. An operation whose outcome is unknown (a timeout, a
+// lost answer, a process killed before it answered) may or may not have taken effect, at any time
+// between its call and the end of the history. A history is linearizable when some order of its
+// operations, each at one instant between its call and its return, explains every answer. That
+// rules out two owners holding one address, an acknowledged allocation being lost and an
+// acknowledged release being undone.
+//
+// Operations on different addresses commute, so a history is checked one address at a time
+// ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in
+// every address's part as an allocation that may have happened.
+//
+// The harness (the tests of this package) runs allocator processes in mixed modes beside a real
+// kube-apiserver v1.33.13 on a three-member etcd, with the faults of nemesis_test.go.
+package linearizability

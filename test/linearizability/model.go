@@ -1,0 +1,248 @@
+package linearizability
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Kind is what an operation asks for.
+type Kind uint8
+
+// The kinds of operation. A Service create through kube-apiserver is an Allocate when it names
+// its ClusterIP and an AllocateNext when it does not; a Service delete is a Release.
+const (
+	Allocate Kind = iota
+	AllocateNext
+	Release
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Allocate:
+		return "Allocate"
+	case AllocateNext:
+		return "AllocateNext"
+	case Release:
+		return "Release"
+	}
+	return fmt.Sprintf("Kind(%d)", k)
+}
+
+// Outcome is what the caller learnt of an operation.
+type Outcome uint8
+
+// The outcomes of an operation.
+const (
+	// OK: the operation took effect.
+	OK Outcome = iota
+	// Refused: the operation did not take effect, for a reason the model checks: Allocate of a
+	// held address (ErrAllocated, or kube-apiserver's 422 "already allocated"), or AllocateNext
+	// of a full range (ErrFull).
+	Refused
+	// Unknown: the operation may or may not have taken effect (a timeout, a lost answer, any
+	// other error, or no answer at all).
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Refused:
+		return "refused"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// Op is one recorded operation. The zero Op is an Allocate of the zero address.
+type Op struct {
+	// Client numbers the caller, a sequential thread of operations; porcupine's timeline has one
+	// row per client.
+	Client int `json:"client"`
+	// Process names who ran it, such as "legacy-0#1" (incarnation 1 of an allocator process) or
+	// "kube-apiserver".
+	Process string     `json:"process"`
+	Kind    Kind       `json:"kind"`
+	Addr    netip.Addr `json:"addr"`  // the address asked for, released, or returned by an AllocateNext that is OK
+	Owner   string     `json:"owner"` // who the address is allocated for; empty for a Release
+	// Call and Return are when the operation was called and when its answer came back, in
+	// nanoseconds since the Unix epoch. An operation that was never answered returns at the end
+	// of the history.
+	Call    int64   `json:"call"`
+	Return  int64   `json:"return"`
+	Outcome Outcome `json:"outcome"`
+	Err     string  `json:"err,omitempty"` // the error, for a person reading a failure
+}
+
+func (op Op) String() string {
+	s := op.Kind.String() + "("
+	switch op.Kind {
+	case Allocate:
+		s += op.Addr.String() + ", " + op.Owner
+	case AllocateNext:
+		s += op.Owner
+	case Release:
+		s += op.Addr.String()
+	}
+	s += ") → " + op.Outcome.String()
+	if op.Kind == AllocateNext && op.Outcome == OK {
+		s += " " + op.Addr.String()
+	}
+	return s
+}
+
+// free is the holder of a free address in a state.
+const free = "(free)"
+
+// A state of the model is the set of the holders one address may have, given the outcomes that
+// are unknown: sorted, distinct, joined by newlines; free stands for no holder. A string, so that
+// porcupine compares and hashes states as they are.
+
+func stateOf(holders []string) string {
+	sort.Strings(holders)
+	return strings.Join(slices.Compact(holders), "\n")
+}
+
+// step applies op to every holder the address may have, and returns the holders it may have
+// after; ok is false when no holder explains op's outcome.
+func step(state string, op Op) (bool, string) {
+	var next []string
+	for _, h := range strings.Split(state, "\n") {
+		switch {
+		case op.Kind == Release && op.Outcome == OK:
+			next = append(next, free)
+		case op.Kind == Release:
+			next = append(next, h, free)
+		case op.Outcome == OK: // Allocate, AllocateNext
+			if h == free {
+				next = append(next, op.Owner)
+			}
+		case op.Outcome == Refused: // Allocate of a held address
+			if h != free {
+				next = append(next, h)
+			}
+		default: // an allocation that may have happened
+			next = append(next, h)
+			if h == free {
+				next = append(next, op.Owner)
+			}
+		}
+	}
+	if len(next) == 0 {
+		return false, state
+	}
+	return true, stateOf(next)
+}
+
+// Model is the porcupine model of the ClusterIP space: the history of every address is checked
+// on its own, starting free. Operations are [Op] values, as input and as output.
+var Model = porcupine.Model{
+	Partition: partition,
+	Init:      func() interface{} { return free },
+	Step: func(state, input, _ interface{}) (bool, interface{}) {
+		return step(state.(string), input.(Op))
+	},
+	DescribeOperation: func(input, _ interface{}) string {
+		op := input.(Op)
+		return op.Process + ": " + op.String()
+	},
+	DescribeState: func(state interface{}) string {
+		return "{" + strings.ReplaceAll(state.(string), "\n", " | ") + "}"
+	},
+	DescribeOperationMetadata: func(info interface{}) string {
+		if info == nil {
+			return ""
+		}
+		return info.(string)
+	},
+}
+
+// partition splits a history by address. An AllocateNext refused as full names no address and
+// is left out; one whose outcome is unknown goes into every part, as an allocation of that
+// address that may have happened.
+func partition(history []porcupine.Operation) [][]porcupine.Operation {
+	byAddr := map[netip.Addr][]porcupine.Operation{}
+	var anywhere []porcupine.Operation
+	for _, o := range history {
+		op := o.Input.(Op)
+		switch {
+		case op.Kind == AllocateNext && op.Outcome == Unknown:
+			anywhere = append(anywhere, o)
+		case op.Kind == AllocateNext && op.Outcome == Refused:
+		default:
+			byAddr[op.Addr] = append(byAddr[op.Addr], o)
+		}
+	}
+	addrs := make([]netip.Addr, 0, len(byAddr))
+	for a := range byAddr {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	parts := make([][]porcupine.Operation, 0, len(addrs))
+	for _, a := range addrs {
+		parts = append(parts, append(byAddr[a], anywhere...))
+	}
+	return parts
+}
+
+// Result is what [Check] found.
+type Result struct {
+	// Verdict is porcupine's: porcupine.Ok when the history is linearizable, porcupine.Illegal
+	// when it is not, porcupine.Unknown when the check ran out of time.
+	Verdict porcupine.CheckResult
+	// Ops is how many operations were checked; Addresses how many addresses they touch.
+	Ops, Addresses int
+	// Unknown counts the operations whose outcome was unknown.
+	Unknown int
+	// Elapsed is how long porcupine took.
+	Elapsed time.Duration
+	// HTML is the timeline written when Verdict is not porcupine.Ok, or "".
+	HTML string
+}
+
+// Check checks that history is linearizable under [Model] within timeout (0: no limit). When it
+// is not, or the check runs out of time, it writes porcupine's timeline of the history, with the
+// longest linearizable prefix of each address and where it fails, to htmlPath, and names the
+// file in the Result. An error is returned only when writing the timeline fails.
+func Check(history []Op, timeout time.Duration, htmlPath string) (Result, error) {
+	ops := make([]porcupine.Operation, 0, len(history))
+	res := Result{Ops: len(history)}
+	addrs := map[netip.Addr]bool{}
+	for _, op := range history {
+		if op.Outcome == Unknown {
+			res.Unknown++
+		}
+		if op.Addr.IsValid() {
+			addrs[op.Addr] = true
+		}
+		ops = append(ops, porcupine.Operation{
+			ClientId: op.Client,
+			Input:    op,
+			Output:   op,
+			Call:     op.Call,
+			Return:   op.Return,
+			Metadata: op.Err,
+		})
+	}
+	res.Addresses = len(addrs)
+	start := time.Now()
+	verdict, info := porcupine.CheckOperationsVerbose(Model, ops, timeout)
+	res.Elapsed = time.Since(start)
+	res.Verdict = verdict
+	if verdict == porcupine.Ok {
+		return res, nil
+	}
+	if err := porcupine.VisualizePath(Model, info, htmlPath); err != nil {
+		return res, fmt.Errorf("write the timeline: %w", err)
+	}
+	res.HTML = htmlPath
+	return res, nil
+}

@@ -1,0 +1,165 @@
+package linearizability
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+var addrA, addrB = netip.MustParseAddr("10.96.0.20"), netip.MustParseAddr("10.96.0.21")
+
+func TestCheckerVerdicts(t *testing.T) {
+	tests := []struct {
+		name    string
+		history []Op
+		want    porcupine.CheckResult
+	}{
+		{
+			name: "allocate, release, allocate again",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Kind: AllocateNext, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "two concurrent allocations of one address, one refused",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 5, Return: 8, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "two acknowledged owners of one address",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: AllocateNext, Addr: addrA, Owner: "b", Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an acknowledged release undone",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an acknowledged allocation lost",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrB, Owner: "b", Call: 0, Return: 10, Outcome: OK},
+				{Client: 2, Kind: Allocate, Addr: addrA, Owner: "c", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a refusal explained by an unknown allocation",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 100, Outcome: Unknown},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+				{Client: 2, Kind: Release, Addr: addrA, Call: 60, Return: 70, Outcome: OK},
+				{Client: 2, Kind: Allocate, Addr: addrA, Owner: "c", Call: 80, Return: 90, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a refusal explained by an AllocateNext whose answer was lost",
+			history: []Op{
+				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 100, Outcome: Unknown},
+				{Client: 1, Kind: Allocate, Addr: addrB, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a refusal no operation explains",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrB, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an unknown release may have freed the address",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: Unknown},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a full range names no address",
+			history: []Op{
+				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Check(tt.history, 0, filepath.Join(t.TempDir(), "history.html"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tt.want {
+				t.Errorf("Check() = %v, want %v", res.Verdict, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckerRejectsTwoOwnersAndDrawsTheTimeline feeds the checker a history in which two
+// callers were both told they hold one address, and checks that it is rejected and that the
+// timeline of the failure is written.
+func TestCheckerRejectsTwoOwnersAndDrawsTheTimeline(t *testing.T) {
+	history := []Op{
+		{Client: 0, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "legacy-0/1", Call: 0, Return: 100, Outcome: OK},
+		{Client: 1, Process: "dualwrite-1#0", Kind: AllocateNext, Addr: addrA, Owner: "dualwrite-1/7", Call: 50, Return: 150, Outcome: OK},
+		{Client: 2, Process: "kube-apiserver", Kind: Allocate, Addr: addrB, Owner: "svc/default/s1", Call: 0, Return: 40, Outcome: OK},
+	}
+	html := filepath.Join(t.TempDir(), "two-owners.html")
+	res, err := Check(history, 0, html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != porcupine.Illegal {
+		t.Fatalf("Check() = %v, want %v", res.Verdict, porcupine.Illegal)
+	}
+	if res.HTML != html {
+		t.Errorf("Check().HTML = %q, want %q", res.HTML, html)
+	}
+	data, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatalf("the timeline was not written: %v", err)
+	}
+	if !strings.Contains(string(data), "dualwrite-1#0") {
+		t.Errorf("the timeline at %s does not show the second owner's operation", html)
+	}
+	t.Logf("timeline of the rejected history: %s (%d bytes)", html, len(data))
+	if res.Ops != 3 || res.Addresses != 2 {
+		t.Errorf("Check() counted %d operations on %d addresses, want 3 on 2", res.Ops, res.Addresses)
+	}
+}
+
+func TestStepKeepsEveryPossibleHolder(t *testing.T) {
+	ok, s := step(free, Op{Kind: Allocate, Owner: "a", Outcome: Unknown})
+	if !ok || s != stateOf([]string{free, "a"}) {
+		t.Fatalf("step(free, unknown Allocate by a) = %v, %q; want true, {free, a}", ok, s)
+	}
+	ok, s = step(s, Op{Kind: Allocate, Owner: "b", Outcome: OK})
+	if !ok || s != "b" {
+		t.Errorf("step({free, a}, Allocate by b ok) = %v, %q; want true, %q", ok, s, "b")
+	}
+	if ok, _ := step("b", Op{Kind: Allocate, Owner: "c", Outcome: OK}); ok {
+		t.Errorf("step(b, Allocate by c ok) = true, want false")
+	}
+}
