@@ -50,6 +50,18 @@ type KubeAPIServerOptions struct {
 	// ReadyTimeout bounds how long [StartKubeAPIServer] waits for /readyz.
 	// Defaults to 60 seconds.
 	ReadyTimeout time.Duration
+	// Token is the administrator's bearer token. Defaults to a new random
+	// one. Give the same token to a server started again in place of a
+	// stopped one, so that clients holding the old server's credentials
+	// keep working.
+	Token string
+}
+
+// EtcdServers is the etcd a kube-apiserver stores its objects in: an [Etcd],
+// or the members of an [EtcdCluster].
+type EtcdServers interface {
+	// Endpoints returns the client URLs, for --etcd-servers.
+	Endpoints() []string
 }
 
 // KubeAPIServer is a real kube-apiserver running as a child process on
@@ -86,7 +98,7 @@ const kubeAPIServerStopGrace = 10 * time.Second
 // and waits until its /readyz reports ready. If opts.Binary is empty it may
 // build the binary first, within ctx; see [KubeAPIServerBinary]. The caller
 // must [KubeAPIServer.Close] it. On failure the error includes the end of the server's log.
-func StartKubeAPIServer(ctx context.Context, etcd *Etcd, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
+func StartKubeAPIServer(ctx context.Context, etcd EtcdServers, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
 	if opts.ServiceClusterIPRange == "" {
 		opts.ServiceClusterIPRange = "10.96.0.0/24"
 	}
@@ -115,8 +127,8 @@ func StartKubeAPIServer(ctx context.Context, etcd *Etcd, opts KubeAPIServerOptio
 	return s, nil
 }
 
-func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
-	token, err := writeAuthFiles(dir)
+func startKubeAPIServer(ctx context.Context, dir string, etcd EtcdServers, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
+	token, err := writeAuthFiles(dir, opts.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -194,8 +206,9 @@ func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAP
 }
 
 // writeAuthFiles writes the service account signing key and a token file
-// with one member of system:masters to dir, and returns that member's token.
-func writeAuthFiles(dir string) (token string, err error) {
+// with one member of system:masters to dir, and returns that member's token:
+// token if it is not empty, else a new random one.
+func writeAuthFiles(dir, token string) (string, error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return "", fmt.Errorf("localcluster: service account key: %w", err)
@@ -204,9 +217,11 @@ func writeAuthFiles(dir string) (token string, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "sa.key"), keyPEM, 0o600); err != nil {
 		return "", fmt.Errorf("localcluster: %w", err)
 	}
-	var b [16]byte
-	rand.Read(b[:])
-	token = hex.EncodeToString(b[:])
+	if token == "" {
+		var b [16]byte
+		rand.Read(b[:])
+		token = hex.EncodeToString(b[:])
+	}
 	line := token + `,admin,admin,"system:masters"` + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(line), 0o600); err != nil {
 		return "", fmt.Errorf("localcluster: %w", err)
@@ -277,6 +292,20 @@ func (s *KubeAPIServer) Stop() {
 		s.cmd.Process.Kill()
 		<-s.exited
 	}
+}
+
+// Kill stops the server with SIGKILL, as a crash would, without letting it
+// finish the requests in flight, and waits for it to exit. It keeps Dir.
+// Killing a stopped server does nothing.
+func (s *KubeAPIServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	s.cmd.Process.Kill()
+	<-s.exited
 }
 
 // Close stops the server and removes [KubeAPIServer.Dir], with the log in it.
