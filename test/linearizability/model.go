@@ -80,6 +80,23 @@ type Op struct {
 	Return  int64   `json:"return"`
 	Outcome Outcome `json:"outcome"`
 	Err     string  `json:"err,omitempty"` // the error, for a person reading a failure
+	// Bitmap says whether the caller's allocator reads and writes the bitmap (Legacy,
+	// DualWrite, and kube-apiserver in dual write), so that a bit set with no IPAddress object
+	// makes the address taken for it; an IPAddressOnly allocator sees only IPAddress objects.
+	Bitmap bool `json:"bitmap,omitempty"`
+	// LeavesBit says that an unknown outcome may have left the address's bit set for nobody,
+	// without its IPAddress object: a dual write that sets the bit and then does not know
+	// whether its IPAddress create happened keeps the bit, and a dual-write release that deleted
+	// the IPAddress object and then failed to clear the bit leaves it, for repair to free (a
+	// leak, never a duplicate). True for DualWrite callers, ours and kube-apiserver.
+	LeavesBit bool `json:"leavesBit,omitempty"`
+	// RefusalLeavesBit says that a refusal too may have left the address's bit set for nobody:
+	// kube-apiserver v1.33 in dual write sets the bit of an address and then creates its
+	// IPAddress object, and when that create fails because the object exists (an IPAddressOnly
+	// peer holds the address) it returns the error without clearing the bit (MetaAllocator's
+	// AllocateService and AllocateNextService in pkg/registry/core/service/ipallocator/
+	// cidrallocator.go). Our DualWrite allocator clears it.
+	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
 }
 
 func (op Op) String() string {
@@ -102,9 +119,15 @@ func (op Op) String() string {
 // free is the holder of a free address in a state.
 const free = "(free)"
 
+// leftBit marks a possible holder with a bit left set in the bitmap for nobody (see
+// Op.LeavesBit and Op.RefusalLeavesBit): a holder "h" + leftBit is h, for the
+// IPAddress objects, and a set bit that nobody owns, which only callers that read the bitmap see
+// and only a Release from one of them clears.
+const leftBit = "+bit"
+
 // A state of the model is the set of the holders one address may have, given the outcomes that
-// are unknown: sorted, distinct, joined by newlines; free stands for no holder. A string, so that
-// porcupine compares and hashes states as they are.
+// are unknown: sorted, distinct, joined by newlines; free stands for no holder, and a holder may
+// carry leftBit. A string, so that porcupine compares and hashes states as they are.
 
 func stateOf(holders []string) string {
 	sort.Strings(holders)
@@ -113,26 +136,48 @@ func stateOf(holders []string) string {
 
 // step applies op to every holder the address may have, and returns the holders it may have
 // after; ok is false when no holder explains op's outcome.
-func step(state string, op Op) (bool, string) {
+func step(state string, op Op, allowLeftBits bool) (bool, string) {
 	var next []string
-	for _, h := range strings.Split(state, "\n") {
+	for _, e := range strings.Split(state, "\n") {
+		h, bit := strings.CutSuffix(e, leftBit)
+		with := func(h string, bit bool) string {
+			if bit {
+				return h + leftBit
+			}
+			return h
+		}
+		// held is whether op's caller sees the address taken.
+		held := h != free || (bit && op.Bitmap)
+		released := with(free, bit && !op.Bitmap)
+		taken := with(op.Owner, bit && !op.Bitmap)
+		leaves := op.LeavesBit && op.Bitmap
+		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
 		case op.Kind == Release && op.Outcome == OK:
-			next = append(next, free)
+			next = append(next, released)
 		case op.Kind == Release:
-			next = append(next, h, free)
+			next = append(next, e, released)
+			if leaves { // the IPAddress object deleted, the bit not cleared
+				next = append(next, with(free, true))
+			}
 		case op.Outcome == OK: // Allocate, AllocateNext
-			if h == free {
-				next = append(next, op.Owner)
+			if !held {
+				next = append(next, taken)
 			}
 		case op.Outcome == Refused: // Allocate of a held address
-			if h != free {
-				next = append(next, h)
+			if held {
+				next = append(next, e)
+				if refusalLeaves {
+					next = append(next, with(h, true))
+				}
 			}
 		default: // an allocation that may have happened
-			next = append(next, h)
-			if h == free {
-				next = append(next, op.Owner)
+			next = append(next, e)
+			if !held {
+				next = append(next, taken)
+			}
+			if leaves {
+				next = append(next, with(h, true))
 			}
 		}
 	}
@@ -144,25 +189,34 @@ func step(state string, op Op) (bool, string) {
 
 // Model is the porcupine model of the ClusterIP space: the history of every address is checked
 // on its own, starting free. Operations are [Op] values, as input and as output.
-var Model = porcupine.Model{
-	Partition: partition,
-	Init:      func() interface{} { return free },
-	Step: func(state, input, _ interface{}) (bool, interface{}) {
-		return step(state.(string), input.(Op))
-	},
-	DescribeOperation: func(input, _ interface{}) string {
-		op := input.(Op)
-		return op.Process + ": " + op.String()
-	},
-	DescribeState: func(state interface{}) string {
-		return "{" + strings.ReplaceAll(state.(string), "\n", " | ") + "}"
-	},
-	DescribeOperationMetadata: func(info interface{}) string {
-		if info == nil {
-			return ""
-		}
-		return info.(string)
-	},
+var Model = newModel(true)
+
+// StrictModel is [Model] without Op.RefusalLeavesBit: kube-apiserver's refusals are taken to
+// leave nothing behind. A history that Model accepts and StrictModel rejects shows kube-apiserver
+// v1.33 leaving a bit behind.
+var StrictModel = newModel(false)
+
+func newModel(allowLeftBits bool) porcupine.Model {
+	return porcupine.Model{
+		Partition: partition,
+		Init:      func() interface{} { return free },
+		Step: func(state, input, _ interface{}) (bool, interface{}) {
+			return step(state.(string), input.(Op), allowLeftBits)
+		},
+		DescribeOperation: func(input, _ interface{}) string {
+			op := input.(Op)
+			return op.Process + ": " + op.String()
+		},
+		DescribeState: func(state interface{}) string {
+			return "{" + strings.ReplaceAll(state.(string), "\n", " | ") + "}"
+		},
+		DescribeOperationMetadata: func(info interface{}) string {
+			if info == nil {
+				return ""
+			}
+			return info.(string)
+		},
+	}
 }
 
 // partition splits a history by address. An AllocateNext refused as full names no address and
@@ -208,12 +262,53 @@ type Result struct {
 	HTML string
 }
 
+// Linearizable reports whether history is linearizable under m, with no time limit.
+func Linearizable(m porcupine.Model, history []Op) bool {
+	return porcupine.CheckOperations(m, operations(history))
+}
+
+// IllegalAddresses returns the addresses whose part of history is not linearizable under m, in
+// order, each part checked within timeout (0: no limit).
+// A part whose check runs out of timeout counts as not linearizable.
+func IllegalAddresses(m porcupine.Model, history []Op, timeout time.Duration) []netip.Addr {
+	whole := m
+	whole.Partition = nil
+	var bad []netip.Addr
+	for _, part := range partition(operations(history)) {
+		if porcupine.CheckOperationsTimeout(whole, part, timeout) == porcupine.Ok {
+			continue
+		}
+		for _, o := range part {
+			if op := o.Input.(Op); op.Addr.IsValid() {
+				bad = append(bad, op.Addr)
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func operations(history []Op) []porcupine.Operation {
+	ops := make([]porcupine.Operation, 0, len(history))
+	for _, op := range history {
+		ops = append(ops, porcupine.Operation{
+			ClientId: op.Client,
+			Input:    op,
+			Output:   op,
+			Call:     op.Call,
+			Return:   op.Return,
+			Metadata: op.Err,
+		})
+	}
+	return ops
+}
+
 // Check checks that history is linearizable under [Model] within timeout (0: no limit). When it
 // is not, or the check runs out of time, it writes porcupine's timeline of the history, with the
 // longest linearizable prefix of each address and where it fails, to htmlPath, and names the
 // file in the Result. An error is returned only when writing the timeline fails.
 func Check(history []Op, timeout time.Duration, htmlPath string) (Result, error) {
-	ops := make([]porcupine.Operation, 0, len(history))
+	ops := operations(history)
 	res := Result{Ops: len(history)}
 	addrs := map[netip.Addr]bool{}
 	for _, op := range history {
@@ -223,14 +318,6 @@ func Check(history []Op, timeout time.Duration, htmlPath string) (Result, error)
 		if op.Addr.IsValid() {
 			addrs[op.Addr] = true
 		}
-		ops = append(ops, porcupine.Operation{
-			ClientId: op.Client,
-			Input:    op,
-			Output:   op,
-			Call:     op.Call,
-			Return:   op.Return,
-			Metadata: op.Err,
-		})
 	}
 	res.Addresses = len(addrs)
 	start := time.Now()
