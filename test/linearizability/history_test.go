@@ -33,7 +33,7 @@ import (
 )
 
 var (
-	historyDuration = flag.Duration("history.duration", 30*time.Second,
+	historyDuration = flag.Duration("history.duration", 36*time.Second,
 		"how long each recorded history runs; faults are injected in turn for as long as it lasts")
 	historyOut = flag.String("history.out", "",
 		"directory for the histories and the timelines of failing ones; defaults to a new temporary directory, removed when every history passes")
@@ -48,7 +48,7 @@ const (
 	workersPerProc = 2
 	serviceWorkers = 2
 	faultLength    = 3 * time.Second // how long a partition, a pause or a stopped etcd member lasts
-	faultGap       = time.Second
+	faultGap       = 750 * time.Millisecond
 	checkTimeout   = 2 * time.Minute
 )
 

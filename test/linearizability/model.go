@@ -90,12 +90,15 @@ type Op struct {
 	// the IPAddress object and then failed to clear the bit leaves it, for repair to free (a
 	// leak, never a duplicate). True for DualWrite callers, ours and kube-apiserver.
 	LeavesBit bool `json:"leavesBit,omitempty"`
-	// RefusalLeavesBit says that a refusal too may have left the address's bit set for nobody:
-	// kube-apiserver v1.33 in dual write sets the bit of an address and then creates its
-	// IPAddress object, and when that create fails because the object exists (an IPAddressOnly
-	// peer holds the address) it returns the error without clearing the bit (MetaAllocator's
+	// RefusalLeavesBit says that a refusal too may have left the address's bit set for nobody,
+	// where no later Release clears it: kube-apiserver v1.33 in dual write sets the bit of an
+	// address and then creates its IPAddress object, and when that create fails because the
+	// object exists it returns the error without clearing the bit (MetaAllocator's
 	// AllocateService and AllocateNextService in pkg/registry/core/service/ipallocator/
-	// cidrallocator.go). Our DualWrite allocator clears it.
+	// cidrallocator.go). The object exists when an IPAddressOnly peer holds the address, or when
+	// a kube-apiserver release of it has cleared the bit and not yet deleted the object (its
+	// Release clears the bit first). Our DualWrite allocator clears the bit it set, and releases
+	// in the other order.
 	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
 }
 
@@ -119,15 +122,19 @@ func (op Op) String() string {
 // free is the holder of a free address in a state.
 const free = "(free)"
 
-// leftBit marks a possible holder with a bit left set in the bitmap for nobody (see
-// Op.LeavesBit and Op.RefusalLeavesBit): a holder "h" + leftBit is h, for the
-// IPAddress objects, and a set bit that nobody owns, which only callers that read the bitmap see
-// and only a Release from one of them clears.
-const leftBit = "+bit"
+// Bits left set for nobody (see Op.LeavesBit and Op.RefusalLeavesBit) mark a possible holder:
+// "h" + leftBit is h, for the IPAddress objects, and a set bit that nobody owns, which only
+// callers that read the bitmap see and a Release from one of them clears; "h" + stuckBit is the
+// same with a bit that no Release clears, because kube-apiserver v1.33 set it while a release
+// of the address that had already cleared its bit was still deleting the IPAddress object.
+const (
+	leftBit  = "+bit"
+	stuckBit = "+stuck"
+)
 
 // A state of the model is the set of the holders one address may have, given the outcomes that
 // are unknown: sorted, distinct, joined by newlines; free stands for no holder, and a holder may
-// carry leftBit. A string, so that porcupine compares and hashes states as they are.
+// carry leftBit or stuckBit. A string, so that porcupine compares and hashes states as they are.
 
 func stateOf(holders []string) string {
 	sort.Strings(holders)
@@ -139,17 +146,23 @@ func stateOf(holders []string) string {
 func step(state string, op Op, allowLeftBits bool) (bool, string) {
 	var next []string
 	for _, e := range strings.Split(state, "\n") {
-		h, bit := strings.CutSuffix(e, leftBit)
-		with := func(h string, bit bool) string {
-			if bit {
-				return h + leftBit
+		h, mark := e, ""
+		for _, m := range []string{stuckBit, leftBit} {
+			if rest, ok := strings.CutSuffix(e, m); ok {
+				h, mark = rest, m
+				break
 			}
-			return h
 		}
-		// held is whether op's caller sees the address taken.
-		held := h != free || (bit && op.Bitmap)
-		released := with(free, bit && !op.Bitmap)
-		taken := with(op.Owner, bit && !op.Bitmap)
+		// seen is the mark as op's caller sees it; kept, the mark after op, when op does not
+		// set the bit itself.
+		seen := mark != "" && op.Bitmap
+		kept := mark
+		if op.Bitmap && mark == leftBit {
+			kept = "" // the caller's own write of the bit replaces the one left behind
+		}
+		held := h != free || seen
+		released := free + kept
+		taken := op.Owner + kept
 		leaves := op.LeavesBit && op.Bitmap
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
@@ -157,8 +170,8 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			next = append(next, released)
 		case op.Kind == Release:
 			next = append(next, e, released)
-			if leaves { // the IPAddress object deleted, the bit not cleared
-				next = append(next, with(free, true))
+			if leaves && mark != stuckBit { // the IPAddress object deleted, the bit not cleared
+				next = append(next, free+leftBit)
 			}
 		case op.Outcome == OK: // Allocate, AllocateNext
 			if !held {
@@ -168,7 +181,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if held {
 				next = append(next, e)
 				if refusalLeaves {
-					next = append(next, with(h, true))
+					next = append(next, h+stuckBit)
 				}
 			}
 		default: // an allocation that may have happened
@@ -176,8 +189,11 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if !held {
 				next = append(next, taken)
 			}
-			if leaves {
-				next = append(next, with(h, true))
+			switch {
+			case refusalLeaves:
+				next = append(next, h+stuckBit)
+			case leaves && mark != stuckBit:
+				next = append(next, h+leftBit)
 			}
 		}
 	}

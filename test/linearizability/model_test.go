@@ -186,9 +186,24 @@ var leftBitHistory = []Op{
 	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 100, Return: 110, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
 }
 
+// racingReleaseHistory is kube-apiserver creating a Service for an address while deleting the
+// Service that holds it: the create sets the bit the delete has just cleared, then fails on the
+// IPAddress object the delete has not removed yet, and leaves the bit for good.
+var racingReleaseHistory = []Op{
+	{Client: 0, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s1", Call: 0, Return: 10, Outcome: OK, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 0, Process: "kube-apiserver", Kind: Release, Addr: addrA, Call: 20, Return: 40, Bitmap: true, Outcome: OK, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 25, Return: 45, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l", Call: 50, Return: 60, Outcome: Refused, Bitmap: true},
+	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l2", Call: 70, Return: 80, Outcome: Refused, Bitmap: true},
+}
+
 func TestStrictModelRejectsALeftBit(t *testing.T) {
 	if got := IllegalAddresses(StrictModel, leftBitHistory, 0); len(got) != 1 || got[0] != addrA {
 		t.Errorf("IllegalAddresses(StrictModel, leftBitHistory) = %v, want [%v]", got, addrA)
+	}
+	if !Linearizable(Model, racingReleaseHistory) || Linearizable(StrictModel, racingReleaseHistory) {
+		t.Errorf("racingReleaseHistory: linearizable under Model %v, under StrictModel %v; want true, false",
+			Linearizable(Model, racingReleaseHistory), Linearizable(StrictModel, racingReleaseHistory))
 	}
 	if !Linearizable(Model, leftBitHistory) {
 		t.Errorf("Linearizable(Model, leftBitHistory) = false, want true")
