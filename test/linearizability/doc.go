@@ -14,5 +14,5 @@
 // every address's part as an allocation that may have happened.
 //
 // The harness (the tests of this package) runs allocator processes in mixed modes beside a real
-// kube-apiserver v1.33.13 on a three-member etcd, with the faults of nemesis_test.go.
+// kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.
 package linearizability

@@ -74,8 +74,9 @@ type Op struct {
 	Addr    netip.Addr `json:"addr"`  // the address asked for, released, or returned by an AllocateNext that is OK
 	Owner   string     `json:"owner"` // who the address is allocated for; empty for a Release
 	// Call and Return are when the operation was called and when its answer came back, in
-	// nanoseconds since the Unix epoch. An operation that was never answered returns at the end
-	// of the history.
+	// nanoseconds since the Unix epoch. An operation whose outcome is unknown, answered or not,
+	// returns at the end of the history: a request held back by a partition may still take
+	// effect after its caller gave up.
 	Call    int64   `json:"call"`
 	Return  int64   `json:"return"`
 	Outcome Outcome `json:"outcome"`

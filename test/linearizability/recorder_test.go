@@ -30,12 +30,18 @@ func (r *recorder) ret(key string, op Op) {
 	r.returned = append(r.returned, op)
 }
 
-// history ends the history at end: every operation never answered returns then, with an
-// unknown outcome. It returns the operations sorted by call.
+// history ends the history at end: every operation never answered, and every one whose outcome
+// is unknown, returns then, with an unknown outcome. It returns the operations sorted by call.
 func (r *recorder) history(end int64) []Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ops := append([]Op(nil), r.returned...)
+	ops := make([]Op, 0, len(r.returned)+len(r.open))
+	for _, op := range r.returned {
+		if op.Outcome == Unknown {
+			op.Return = end // a request held back may still take effect after its caller gave up
+		}
+		ops = append(ops, op)
+	}
 	for _, op := range r.open {
 		op.Return, op.Outcome, op.Err = end, Unknown, "no answer"
 		ops = append(ops, op)
