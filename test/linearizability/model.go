@@ -20,6 +20,9 @@ const (
 	Allocate Kind = iota
 	AllocateNext
 	Release
+	// Undo is the second half of a refusal with Op.TransientBit: the caller clearing the bit it
+	// set. The history gets one for each such refusal ([WithUndos]); nobody calls it.
+	Undo
 )
 
 func (k Kind) String() string {
@@ -30,6 +33,8 @@ func (k Kind) String() string {
 		return "AllocateNext"
 	case Release:
 		return "Release"
+	case Undo:
+		return "Undo"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -101,6 +106,27 @@ type Op struct {
 	// Release clears the bit first). Our DualWrite allocator clears the bit it set, and releases
 	// in the other order.
 	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
+	// TransientBit says that a refusal set the address's bit and cleared it again before it
+	// returned: our DualWrite allocator reserves the bit, then finds the IPAddress object taken
+	// (an IPAddressOnly peer holds the address) and undoes the reservation. A caller that reads
+	// the bitmap meanwhile is refused the address. The model sees the refusal set the bit and an
+	// Undo of the same interval clear it.
+	TransientBit bool `json:"transientBit,omitempty"`
+}
+
+// WithUndos returns history with an Undo after each refusal with Op.TransientBit, over the same
+// interval.
+func WithUndos(history []Op) []Op {
+	out := make([]Op, 0, len(history))
+	for _, op := range history {
+		out = append(out, op)
+		if op.TransientBit && op.Outcome == Refused {
+			undo := op
+			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
+			out = append(out, undo)
+		}
+	}
+	return out
 }
 
 func (op Op) String() string {
@@ -110,7 +136,7 @@ func (op Op) String() string {
 		s += op.Addr.String() + ", " + op.Owner
 	case AllocateNext:
 		s += op.Owner
-	case Release:
+	case Release, Undo:
 		s += op.Addr.String()
 	}
 	s += ") → " + op.Outcome.String()
@@ -167,6 +193,12 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		leaves := op.LeavesBit && op.Bitmap
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
+		case op.Kind == Undo:
+			if mark == leftBit {
+				next = append(next, h)
+			} else {
+				next = append(next, e)
+			}
 		case op.Kind == Release && op.Outcome == OK:
 			next = append(next, released)
 		case op.Kind == Release:
@@ -183,6 +215,9 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 				next = append(next, e)
 				if refusalLeaves {
 					next = append(next, h+stuckBit)
+				}
+				if op.TransientBit && mark == "" {
+					next = append(next, h+leftBit)
 				}
 			}
 		default: // an allocation that may have happened

@@ -121,6 +121,17 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Ok,
 		},
 		{
+			name: "a dual write refused by the IPAddress object, its bit seen meanwhile",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 20, Return: 60, Outcome: Refused, Bitmap: true, LeavesBit: true, TransientBit: true},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 30, Return: 40, Outcome: OK},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d2", Call: 45, Return: 50, Outcome: Refused, Bitmap: true},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d3", Call: 70, Return: 80, Outcome: OK, Bitmap: true},
+			}),
+			want: porcupine.Ok,
+		},
+		{
 			name: "a full range names no address",
 			history: []Op{
 				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},

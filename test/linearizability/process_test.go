@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,6 +221,9 @@ func (w worker) run() {
 		op.Outcome = outcomeOf(op.Kind, err)
 		if err != nil {
 			op.Err = err.Error()
+			// Refused by the IPAddress object after the bit was reserved, and undone.
+			op.TransientBit = op.Outcome == Refused && w.spec.Mode == featuregate.DualWrite.String() &&
+				!strings.Contains(err.Error(), bitmapRefusal)
 		}
 		if op.Kind != AllocateNext || op.Outcome != OK {
 			op.Addr = op.Addr.Unmap()
@@ -252,6 +256,10 @@ func outcomeOf(k Kind, err error) Outcome {
 	}
 	return Unknown
 }
+
+// bitmapRefusal is in the error of a DualWrite Allocate refused because the bit was set
+// already, before it reserved anything (dualwrite.go).
+const bitmapRefusal = "is set in the bitmap"
 
 // unknownBackoff is how long a worker waits after an operation whose outcome is unknown.
 const unknownBackoff = 300 * time.Millisecond

@@ -47,6 +47,7 @@ func (r *recorder) history(end int64) []Op {
 		ops = append(ops, op)
 	}
 	r.open = map[string]Op{}
-	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	ops = WithUndos(ops)
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
 	return ops
 }
