@@ -50,6 +50,9 @@ const (
 	faultLength    = 3 * time.Second // how long a partition, a pause or a stopped etcd member lasts
 	faultGap       = 750 * time.Millisecond
 	checkTimeout   = 2 * time.Minute
+	// partTimeout bounds the check of one address when the history is searched for the addresses
+	// that fail; one that runs out counts as failing.
+	partTimeout = 2 * time.Second
 )
 
 // A window is the set of modes allocators run in side by side while a cluster moves between
@@ -284,8 +287,8 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 		time.Duration(end-t0.UnixNano()).Round(time.Second), faultString(h.faults), res.Verdict, res.Elapsed.Round(time.Millisecond))
 	if res.Verdict != porcupine.Ok {
 		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v",
-			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), IllegalAddresses(Model, ops, 10*time.Second))
-	} else if left := IllegalAddresses(StrictModel, ops, 10*time.Second); len(left) > 0 {
+			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), IllegalAddresses(Model, ops, partTimeout))
+	} else if left := IllegalAddresses(StrictModel, ops, partTimeout); len(left) > 0 {
 		s.leftBits = len(left)
 		t.Logf("%s: kube-apiserver v1.33 left its bit set after refusing an allocation at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
 			w.name, len(left), left)
