@@ -18,7 +18,8 @@
 //
 // Operations on different addresses commute, so a history is checked one address at a time
 // ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in
-// every address's part as an allocation that may have happened.
+// every address's part as an allocation that may have happened; those of one kind of caller are
+// merged into one, since at most one of them can have taken a given address.
 //
 // The harness (the tests of this package) runs allocator processes in mixed modes beside a real
 // kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.

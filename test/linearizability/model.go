@@ -292,11 +292,42 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 		addrs = append(addrs, a)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
+	anywhere = mergeLost(anywhere)
 	parts := make([][]porcupine.Operation, 0, len(addrs))
 	for _, a := range addrs {
 		parts = append(parts, append(byAddr[a], anywhere...))
 	}
 	return parts
+}
+
+// mergeLost merges the AllocateNexts whose answers were lost into one per kind of caller (what
+// it reads, what it may leave behind), from the first one's call to the last one's return.
+// Within one address's part at most one of them can have taken the address, since nobody knows
+// to release it, so one stands for all of them, with a wider interval; without the merge the
+// search tries every order of them, which is exponential in their number.
+func mergeLost(ops []porcupine.Operation) []porcupine.Operation {
+	type class struct{ bitmap, leaves, refusalLeaves bool }
+	merged := map[class]int{} // index in out
+	var out []porcupine.Operation
+	for _, o := range ops {
+		op := o.Input.(Op)
+		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit}
+		i, ok := merged[c]
+		if !ok {
+			op.Owner, op.Process = "(a lost AllocateNext)", "lost AllocateNexts"
+			o.Input, o.Output = op, op
+			merged[c] = len(out)
+			out = append(out, o)
+			continue
+		}
+		m := out[i]
+		m.Call, m.Return = min(m.Call, o.Call), max(m.Return, o.Return)
+		mop := m.Input.(Op)
+		mop.Call, mop.Return = m.Call, m.Return
+		m.Input, m.Output = mop, mop
+		out[i] = m
+	}
+	return out
 }
 
 // Result is what [Check] found.

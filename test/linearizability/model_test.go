@@ -1,11 +1,13 @@
 package linearizability
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -235,5 +237,28 @@ func TestStepKeepsEveryPossibleHolder(t *testing.T) {
 	}
 	if ok, _ := step("b", Op{Kind: Allocate, Owner: "c", Outcome: OK}, true); ok {
 		t.Errorf("step(b, Allocate by c ok) = true, want false")
+	}
+}
+
+// TestManyLostAllocateNextsCheckQuickly checks a history with a hundred AllocateNexts whose
+// answers were lost, each in every address's part: merged, they cost one operation each part.
+func TestManyLostAllocateNextsCheckQuickly(t *testing.T) {
+	var history []Op
+	for i := range 100 {
+		history = append(history, Op{Client: i, Kind: AllocateNext, Owner: fmt.Sprintf("lost-%d", i),
+			Call: int64(i * 10), Return: 10_000, Outcome: Unknown, Bitmap: true, LeavesBit: true})
+	}
+	for i := range 50 {
+		c := int64(2000 + i*40)
+		history = append(history,
+			Op{Client: 100, Kind: Allocate, Addr: addrA, Owner: fmt.Sprintf("a-%d", i), Call: c, Return: c + 10, Outcome: OK, Bitmap: true},
+			Op{Client: 100, Kind: Release, Addr: addrA, Call: c + 20, Return: c + 30, Outcome: OK, Bitmap: true})
+	}
+	res, err := Check(history, 10*time.Second, filepath.Join(t.TempDir(), "history.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != porcupine.Ok {
+		t.Errorf("Check() = %v after %v, want %v", res.Verdict, res.Elapsed, porcupine.Ok)
 	}
 }
