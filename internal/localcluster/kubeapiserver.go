@@ -64,6 +64,18 @@ type KubeAPIServerOptions struct {
 	// ReadyTimeout bounds how long [StartKubeAPIServer] waits for /readyz.
 	// Defaults to 60 seconds.
 	ReadyTimeout time.Duration
+	// Token is the administrator's bearer token. Defaults to a new random
+	// one. Give the same token to a server started again in place of a
+	// stopped one, so that clients holding the old server's credentials
+	// keep working.
+	Token string
+}
+
+// EtcdServers is the etcd a kube-apiserver stores its objects in: an [Etcd],
+// or the members of an [EtcdCluster].
+type EtcdServers interface {
+	// Endpoints returns the client URLs, for --etcd-servers.
+	Endpoints() []string
 }
 
 // User is a user of a [KubeAPIServer] besides its administrator, authenticated
@@ -117,7 +129,7 @@ const kubeAPIServerStopGrace = 10 * time.Second
 // and waits until its /readyz reports ready. If opts.Binary is empty it may
 // build the binary first, within ctx; see [KubeAPIServerBinary]. The caller
 // must [KubeAPIServer.Close] it. On failure the error includes the end of the server's log.
-func StartKubeAPIServer(ctx context.Context, etcd *Etcd, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
+func StartKubeAPIServer(ctx context.Context, etcd EtcdServers, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
 	if opts.ServiceClusterIPRange == "" {
 		opts.ServiceClusterIPRange = "10.96.0.0/24"
 	}
@@ -154,8 +166,8 @@ func StartKubeAPIServer(ctx context.Context, etcd *Etcd, opts KubeAPIServerOptio
 	return s, nil
 }
 
-func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
-	token, tokens, err := writeAuthFiles(dir, opts.Users)
+func startKubeAPIServer(ctx context.Context, dir string, etcd EtcdServers, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
+	token, tokens, err := writeAuthFiles(dir, opts.Token, opts.Users)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +197,8 @@ func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAP
 	if opts.FeatureGates != "" {
 		args = append(args, "--feature-gates="+opts.FeatureGates)
 	}
-	if t := etcd.ClientTLS(); t != nil {
+	if e, ok := etcd.(interface{ ClientTLS() *EtcdTLS }); ok && e.ClientTLS() != nil {
+		t := e.ClientTLS()
 		args = append(args, "--etcd-cafile="+t.CAFile, "--etcd-certfile="+t.ClientCertFile, "--etcd-keyfile="+t.ClientKeyFile)
 	}
 	var auditLogPath string
@@ -261,8 +274,9 @@ rules:
 
 // writeAuthFiles writes the service account signing key and a token file
 // with one member of system:masters and users to dir, and returns that
-// member's token and the token of each user by name.
-func writeAuthFiles(dir string, users []User) (token string, tokens map[string]string, err error) {
+// member's token (token if it is not empty, else a new random one) and the
+// token of each user by name.
+func writeAuthFiles(dir, token string, users []User) (string, map[string]string, error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return "", nil, fmt.Errorf("localcluster: service account key: %w", err)
@@ -277,9 +291,11 @@ func writeAuthFiles(dir string, users []User) (token string, tokens map[string]s
 		return hex.EncodeToString(b[:])
 	}
 	// A line of the token file: token,user,uid,"group1,group2".
-	token = newToken()
+	if token == "" {
+		token = newToken()
+	}
 	lines := token + "," + adminName + "," + adminName + `,"system:masters"` + "\n"
-	tokens = make(map[string]string, len(users))
+	tokens := make(map[string]string, len(users))
 	for _, u := range users {
 		t := newToken()
 		tokens[u.Name] = t
@@ -371,6 +387,20 @@ func (s *KubeAPIServer) Stop() {
 		s.cmd.Process.Kill()
 		<-s.exited
 	}
+}
+
+// Kill stops the server with SIGKILL, as a crash would, without letting it
+// finish the requests in flight, and waits for it to exit. It keeps Dir.
+// Killing a stopped server does nothing.
+func (s *KubeAPIServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	s.cmd.Process.Kill()
+	<-s.exited
 }
 
 // Close stops the server and removes [KubeAPIServer.Dir], with the log in it.

@@ -83,6 +83,9 @@ func (c *Child) Kill() error {
 	return nil
 }
 
+// Signal sends sig to the child, such as SIGSTOP and SIGCONT to pause it and let it go on.
+func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
+
 // Wait waits for the child to exit and returns its error, as exec.Cmd.Wait does.
 func (c *Child) Wait() error {
 	<-c.done

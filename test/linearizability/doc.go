@@ -1,0 +1,26 @@
+// Package linearizability records histories of ClusterIP operations run against real components
+// under injected faults, and checks them against a model of the ClusterIP space with porcupine.
+//
+// The model: each address is free or held by one owner. Allocate and AllocateNext take a free
+// address for an owner, Release frees one. An operation whose outcome is unknown (a timeout, a
+// lost answer, a process killed before it answered) may or may not have taken effect, at any time
+// between its call and the end of the history. A history is linearizable when some order of its
+// operations, each at one instant between its call and its return, explains every answer. That
+// rules out two owners holding one address, an acknowledged allocation being lost and an
+// acknowledged release being undone.
+//
+// Dual write keeps each address in two stores, the bitmap and IPAddress objects, and callers
+// differ in which they read (Op.Bitmap), so the model also keeps, per address, a bit that may be
+// set for nobody: one an unknown dual write left behind for repair (Op.LeavesBit), one
+// kube-apiserver v1.33 left when it refused an allocation (Op.RefusalLeavesBit), and one a
+// refused dual write held until it undid it (Op.TransientBit). Such a bit only makes callers that
+// read the bitmap refuse the address; it never lets anyone take a held one.
+//
+// Operations on different addresses commute, so a history is checked one address at a time
+// ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in
+// every address's part as an allocation that may have happened; those of one kind of caller are
+// merged into one, since at most one of them can have taken a given address.
+//
+// The harness (the tests of this package) runs allocator processes in mixed modes beside a real
+// kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.
+package linearizability

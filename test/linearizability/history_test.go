@@ -1,0 +1,679 @@
+package linearizability
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
+)
+
+var (
+	historyDuration = flag.Duration("history.duration", 36*time.Second,
+		"how long each recorded history runs; faults are injected in turn for as long as it lasts")
+	historyOut = flag.String("history.out", "",
+		"directory for the histories and the timelines of failing ones; defaults to a new temporary directory, removed when every history passes")
+)
+
+const (
+	// historyRange is the --service-cluster-ip-range of the kube-apiserver and the range of every
+	// allocator process: 126 addresses, small enough that processes contend for them.
+	historyRange   = "10.96.0.0/25"
+	opTimeout      = 2 * time.Second // of each allocator operation: shorter than every fault
+	serviceTimeout = 4 * time.Second // of each Service create or delete through kube-apiserver
+	workersPerProc = 2
+	serviceWorkers = 2
+	faultLength    = 3 * time.Second // how long a partition, a pause or a stopped etcd member lasts
+	faultGap       = 750 * time.Millisecond
+	checkTimeout   = 2 * time.Minute
+	// partTimeout bounds the check of one address when the history is searched for the addresses
+	// that fail; one that runs out counts as failing.
+	partTimeout = 2 * time.Second
+)
+
+// A window is the set of modes allocators run in side by side while a cluster moves between
+// modes: Legacy beside DualWrite while the apiservers are upgraded, DualWrite beside
+// IPAddressOnly while dual write is turned off. Legacy and IPAddressOnly never run side by side:
+// they share no store, so they would hand out the same address by design.
+type window struct {
+	name  string
+	modes []featuregate.Mode
+}
+
+var windows = []window{
+	{name: "upgrade", modes: []featuregate.Mode{featuregate.Legacy, featuregate.DualWrite, featuregate.Legacy}},
+	{name: "finish", modes: []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly, featuregate.DualWrite}},
+}
+
+// historyStats is what one history did, for the test log.
+type historyStats struct {
+	ops      int
+	outcomes map[Outcome]int
+	faults   map[string]int
+	check    Result
+	leftBits int // addresses where kube-apiserver left a bit behind
+}
+
+// TestHistoriesAreLinearizable records, for each window, a history of three allocator
+// processes in the window's modes and kube-apiserver v1.33.13 (default gates: dual write)
+// creating and deleting Services, on one range and a three-member etcd, while faults are
+// injected in turn, each healed before the next: a process cut off from every etcd member, a
+// process SIGKILLed and restarted, kube-apiserver SIGKILLed and restarted, etcd's leader stopped
+// and restarted, a process (and every other round the Service workers) cut off from
+// kube-apiserver, and a process stopped with SIGSTOP for longer than its deadlines. Every history
+// must be linearizable (see Model); the test logs the addresses where it is so only because
+// kube-apiserver v1.33 left a bit set when it refused an allocation (see Op.RefusalLeavesBit).
+// Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must leave
+// the audit consistent.
+//
+// The audit runs in DualWrite mode because that is where the cluster stands at the end of each
+// history: kube-apiserver runs dual write throughout, and DualWrite is the mode whose audit reads
+// both stores, so it finds a leak whichever mode's process left it.
+func TestHistoriesAreLinearizable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping kube-apiserver test in -short mode")
+	}
+	bin, err := localcluster.KubeAPIServerBinary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := *historyOut
+	if out == "" {
+		if out, err = os.MkdirTemp("", "clusterip-history-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if !t.Failed() {
+				os.RemoveAll(out)
+			}
+		})
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	totals := historyStats{outcomes: map[Outcome]int{}, faults: map[string]int{}}
+	for _, w := range windows {
+		t.Run(w.name, func(t *testing.T) {
+			s := runHistory(t, bin, w, *historyDuration, out)
+			totals.ops += s.ops
+			for k, v := range s.outcomes {
+				totals.outcomes[k] += v
+			}
+			for k, v := range s.faults {
+				totals.faults[k] += v
+			}
+			totals.check.Elapsed += s.check.Elapsed
+			totals.leftBits += s.leftBits
+			runs++
+		})
+	}
+	t.Logf("%d histories, %d operations checked (%d ok, %d refused, %d unknown), faults %s, checker %v; addresses where kube-apiserver left a bit behind: %d",
+		runs, totals.ops, totals.outcomes[OK], totals.outcomes[Refused], totals.outcomes[Unknown],
+		faultString(totals.faults), totals.check.Elapsed.Round(time.Millisecond), totals.leftBits)
+}
+
+func faultString(m map[string]int) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(parts)
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// harness is one history being recorded.
+type harness struct {
+	t        *testing.T
+	w        window
+	rg       netip.Prefix
+	bin      string
+	token    string
+	etcd     *localcluster.EtcdCluster
+	rec      *recorder
+	out      string // where the goroutines of a process that does not stop go
+	deadline time.Time
+	procs    []*procSlot
+	svcProxy *Proxy // between the Service workers and kube-apiserver
+
+	mu         sync.Mutex // guards api, nextClient, faults
+	api        *localcluster.KubeAPIServer
+	nextClient int
+	faults     map[string]int
+}
+
+// procSlot is one allocator process, across its incarnations.
+type procSlot struct {
+	name        string
+	mode        featuregate.Mode
+	etcdProxies []*Proxy // one per etcd member
+	apiProxy    *Proxy
+
+	mu          sync.Mutex // guards incarnation, child
+	incarnation int
+	child       *testenv.Child
+}
+
+func runHistory(t *testing.T, bin string, w window, d time.Duration, out string) historyStats {
+	h := &harness{t: t, w: w, rg: netip.MustParsePrefix(historyRange), bin: bin, rec: newRecorder(), out: out, faults: map[string]int{}}
+	ctx := context.Background()
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var err error
+	if h.etcd, err = localcluster.StartEtcdCluster(startCtx, localcluster.EtcdClusterOptions{UnsafeNoFsync: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.etcd.Close() })
+	h.token = fmt.Sprintf("history-%d", rand.Int63())
+	if err := h.startAPIServer(startCtx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if api := h.currentAPI(); api != nil {
+			if t.Failed() {
+				t.Logf("--- end of %s:\n%s", api.LogPath, api.LogTail(60))
+			}
+			api.Close()
+		}
+	})
+	if h.svcProxy, err = NewProxy(hostOf(h.currentAPI())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.svcProxy.Close() })
+	t0 := time.Now()
+	h.recordInitial(startCtx, t0)
+
+	for i, m := range w.modes {
+		slot := &procSlot{name: fmt.Sprintf("%s-%d", strings.ToLower(m.String()), i), mode: m}
+		for j := range h.etcd.Members() {
+			p, err := NewProxy(strings.TrimPrefix(h.etcd.MemberEndpoint(j), "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			slot.etcdProxies = append(slot.etcdProxies, p)
+		}
+		if slot.apiProxy, err = NewProxy(hostOf(h.currentAPI())); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { slot.apiProxy.Close() })
+		h.procs = append(h.procs, slot)
+	}
+	// Start the processes (each waits for its informers) before the clock of the history runs.
+	h.deadline = time.Now().Add(d + 10*time.Second)
+	var started []*testenv.Child
+	for _, slot := range h.procs {
+		started = append(started, h.startProc(slot, false))
+	}
+	h.deadline = time.Now().Add(d)
+	for _, c := range started {
+		if c != nil {
+			c.Start()
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range serviceWorkers {
+		wg.Add(1)
+		client := h.newClients(1)
+		go func() {
+			defer wg.Done()
+			h.serviceWorker(client, rand.New(rand.NewSource(int64(i)+time.Now().UnixNano())))
+		}()
+	}
+	h.nemesis()
+	wg.Wait()
+	for _, slot := range h.procs {
+		slot.mu.Lock()
+		c := slot.child
+		slot.mu.Unlock()
+		if c == nil {
+			continue
+		}
+		select {
+		case <-c.Done():
+		case <-time.After(time.Minute):
+			t.Errorf("%s did not stop within a minute of the history's end; its goroutines follow", slot.name)
+			c.Signal(syscall.SIGQUIT)
+			select {
+			case <-c.Done():
+			case <-time.After(10 * time.Second):
+				c.Kill()
+			}
+		}
+		if err := c.Wait(); err != nil {
+			t.Errorf("%s: %v; its output:\n%s\n(goroutines, if it hung: %s)", slot.name, err, c.Output(), filepath.Join(out, slot.name+"#*.goroutines"))
+		}
+	}
+	end := time.Now().UnixNano()
+	ops := h.rec.history(end)
+
+	s := historyStats{ops: len(ops), outcomes: map[Outcome]int{}, faults: h.faults}
+	for _, op := range ops {
+		s.outcomes[op.Outcome]++
+	}
+	if raw, err := json.Marshal(ops); err == nil {
+		os.WriteFile(filepath.Join(out, w.name+".json"), raw, 0o644)
+	}
+	res, err := Check(ops, checkTimeout, filepath.Join(out, w.name+".html"))
+	if err != nil {
+		t.Error(err)
+	}
+	s.check = res
+	t.Logf("%s: %d operations on %d addresses (%d ok, %d refused, %d unknown) in %v; faults %s; checker: %s in %v",
+		w.name, len(ops), res.Addresses, s.outcomes[OK], s.outcomes[Refused], s.outcomes[Unknown],
+		time.Duration(end-t0.UnixNano()).Round(time.Second), faultString(h.faults), res.Verdict, res.Elapsed.Round(time.Millisecond))
+	if res.Verdict != porcupine.Ok {
+		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v",
+			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), IllegalAddresses(Model, ops, partTimeout))
+	} else if left := IllegalAddresses(StrictModel, ops, partTimeout); len(left) > 0 {
+		s.leftBits = len(left)
+		t.Logf("%s: kube-apiserver v1.33 left its bit set after refusing an allocation at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
+			w.name, len(left), left)
+	}
+	h.repairOnce(ctx)
+	return s
+}
+
+// hostOf returns the "127.0.0.1:port" of a kube-apiserver.
+func hostOf(api *localcluster.KubeAPIServer) string {
+	return strings.TrimPrefix(api.Config.Host, "https://")
+}
+
+func (h *harness) currentAPI() *localcluster.KubeAPIServer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.api
+}
+
+func (h *harness) fault(kind string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.faults[kind]++
+}
+
+// newClients reserves n Op.Client numbers and returns the first.
+func (h *harness) newClients(n int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.nextClient
+	h.nextClient += n
+	return c
+}
+
+// startAPIServer starts kube-apiserver on the etcd members with the harness's token.
+func (h *harness) startAPIServer(ctx context.Context) error {
+	api, err := localcluster.StartKubeAPIServer(ctx, h.etcd, localcluster.KubeAPIServerOptions{
+		Binary: h.bin, ServiceClusterIPRange: historyRange, Token: h.token,
+	})
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.api = api
+	h.mu.Unlock()
+	return nil
+}
+
+// recordInitial records what the cluster holds before the history starts (the kubernetes
+// Service's address) as allocations that returned before it.
+func (h *harness) recordInitial(ctx context.Context, t0 time.Time) {
+	c := h.currentAPI().Client
+	var list *corev1.ServiceList
+	for {
+		l, err := c.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+		if err == nil && len(l.Items) > 0 {
+			list = l
+			break
+		}
+		if ctx.Err() != nil {
+			h.t.Fatalf("list the Services before the history: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	client := h.newClients(1)
+	for i, svc := range list.Items {
+		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		if err != nil || !h.rg.Contains(ip) {
+			continue
+		}
+		key := fmt.Sprintf("before/%d", i)
+		op := Op{Client: client, Process: "before", Kind: Allocate, Addr: ip, Owner: svc.Namespace + "/" + svc.Name,
+			Call: t0.UnixNano() - 2, Return: t0.UnixNano() - 1, Outcome: OK, Bitmap: true}
+		h.rec.call(key, op)
+		h.rec.ret(key, op)
+	}
+}
+
+// startProc starts a new incarnation of slot's process and waits until it is ready; with run
+// it lets it go at once, else the caller calls Start. It returns nil, after logging why, if the
+// process did not get ready: a restart under faults may fail, the history goes on without it.
+func (h *harness) startProc(slot *procSlot, run bool) *testenv.Child {
+	slot.mu.Lock()
+	inc := slot.incarnation
+	slot.incarnation++
+	slot.mu.Unlock()
+	name := fmt.Sprintf("%s#%d", slot.name, inc)
+	var eps []string
+	for _, p := range slot.etcdProxies {
+		eps = append(eps, "http://"+p.Addr())
+	}
+	spec := procSpec{
+		Name: name, Owner: fmt.Sprintf("%s-%d", slot.name, inc), Mode: slot.mode.String(), Range: historyRange,
+		Etcd: eps, APIHost: "https://" + slot.apiProxy.Addr(), APIToken: h.token,
+		ClientBase: h.newClients(workersPerProc), Workers: workersPerProc,
+		Deadline: h.deadline, OpTimeout: opTimeout, Seed: rand.Int63(),
+		Dump: filepath.Join(h.out, name+".goroutines"),
+	}
+	ready := make(chan struct{})
+	var once sync.Once
+	child := testenv.StartChild(h.t, name, "TestHistoryProcess", procSpecEnv, spec, func(line string) bool {
+		if line == procReady {
+			once.Do(func() { close(ready) })
+			return true
+		}
+		raw, ok := strings.CutPrefix(line, procMarker)
+		if !ok {
+			return false
+		}
+		var pl procLine
+		if err := json.Unmarshal([]byte(raw), &pl); err != nil {
+			return false
+		}
+		key := fmt.Sprintf("%s/%d", name, pl.ID)
+		if pl.Op.Return == 0 {
+			h.rec.call(key, pl.Op)
+		} else {
+			h.rec.ret(key, pl.Op)
+		}
+		return true
+	})
+	select {
+	case <-ready:
+	case <-child.Done():
+		h.t.Logf("%s exited before it was ready:\n%s", name, child.Output())
+		return nil
+	case <-time.After(90 * time.Second):
+		child.Kill()
+		h.t.Logf("%s not ready after 90 s:\n%s", name, child.Output())
+		return nil
+	}
+	slot.mu.Lock()
+	slot.child = child
+	slot.mu.Unlock()
+	if run {
+		child.Start()
+	}
+	return child
+}
+
+// serviceWorker creates and deletes Services through kube-apiserver until the deadline, as one
+// sequential client: Services that name a ClusterIP are Allocates, the others AllocateNexts,
+// deletes Releases.
+func (h *harness) serviceWorker(client int, rng *rand.Rand) {
+	rc := &rest.Config{Host: "https://" + h.svcProxy.Addr(), BearerToken: h.token,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 2000}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		h.t.Error(err)
+		return
+	}
+	type svc struct {
+		name string
+		ip   netip.Addr
+	}
+	var held []svc
+	for seq := 0; time.Now().Before(h.deadline); seq++ {
+		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true}
+		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
+		r := rng.Float64()
+		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
+			i := rng.Intn(len(held))
+			s := held[i]
+			held = append(held[:i], held[i+1:]...)
+			op.Kind, op.Addr = Release, s.ip
+			op.Call = time.Now().UnixNano()
+			h.rec.call(key, op)
+			err := c.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, s.name, metav1.DeleteOptions{})
+			op.Return = time.Now().UnixNano()
+			op.Outcome = OK
+			if err != nil {
+				op.Outcome, op.Err = Unknown, err.Error()
+			}
+		} else {
+			name := fmt.Sprintf("h-%d-%d", client, seq)
+			op.Kind, op.Owner = AllocateNext, metav1.NamespaceDefault+"/"+name
+			want := ""
+			if r < 0.7 {
+				op.Kind, op.Addr = Allocate, pickAddr(rng, h.rg)
+				want = op.Addr.String()
+			}
+			op.Call = time.Now().UnixNano()
+			h.rec.call(key, op)
+			got, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, want), metav1.CreateOptions{})
+			op.Return = time.Now().UnixNano()
+			op.Outcome = serviceOutcome(op.Kind, err)
+			if err != nil {
+				op.Err = err.Error()
+			} else if op.Addr, err = netip.ParseAddr(got.Spec.ClusterIP); err != nil {
+				h.t.Errorf("Service %s created with ClusterIP %q: %v", name, got.Spec.ClusterIP, err)
+			}
+			if op.Kind == AllocateNext && op.Outcome != OK {
+				op.Addr = netip.Addr{}
+			}
+			if op.Outcome == OK {
+				held = append(held, svc{name: name, ip: op.Addr})
+			}
+		}
+		cancel()
+		h.rec.ret(key, op)
+		pause := time.Duration(10+rng.Intn(30)) * time.Millisecond
+		if op.Outcome == Unknown {
+			pause = unknownBackoff
+		}
+		time.Sleep(pause)
+	}
+}
+
+// serviceOutcome classifies kube-apiserver's answer to a Service create: refusals the model
+// checks are its 422 for a ClusterIP already allocated and for a full range.
+func serviceOutcome(k Kind, err error) Outcome {
+	switch {
+	case err == nil:
+		return OK
+	case !apierrors.IsInvalid(err):
+		return Unknown
+	case k == Allocate && strings.Contains(err.Error(), "provided IP is already allocated"):
+		return Refused
+	case k == AllocateNext && strings.Contains(err.Error(), "range is full"):
+		return Refused
+	}
+	return Unknown
+}
+
+// nemesis injects the faults in turn until the history's deadline, each one healed before the
+// next, and then makes sure everything runs again.
+func (h *harness) nemesis() {
+	type fault struct {
+		kind string
+		do   func(round int)
+	}
+	faults := []fault{
+		{"partition-etcd", h.partitionEtcd},
+		{"sigkill-allocator", h.killProc},
+		{"sigkill-apiserver", h.killAPIServer},
+		{"etcd-leader-stop", h.stopEtcdLeader},
+		{"partition-apiserver", h.partitionAPI},
+		{"sigstop-allocator", h.pauseProc},
+	}
+	time.Sleep(faultGap)
+	for i := 0; time.Until(h.deadline) > faultLength+faultGap; i++ {
+		f := faults[i%len(faults)]
+		f.do(i / len(faults))
+		h.fault(f.kind)
+		time.Sleep(faultGap)
+	}
+	time.Sleep(time.Until(h.deadline))
+}
+
+// victim returns the process a fault of round round hits: each in turn, among those whose mode
+// matches ok.
+func (h *harness) victim(round int, ok func(featuregate.Mode) bool) *procSlot {
+	var slots []*procSlot
+	for _, s := range h.procs {
+		if ok(s.mode) {
+			slots = append(slots, s)
+		}
+	}
+	return slots[round%len(slots)]
+}
+
+func anyMode(featuregate.Mode) bool { return true }
+
+func (h *harness) partitionEtcd(round int) {
+	s := h.victim(round, anyMode)
+	for _, p := range s.etcdProxies {
+		p.Blackhole()
+	}
+	time.Sleep(faultLength)
+	for _, p := range s.etcdProxies {
+		p.Heal()
+	}
+}
+
+func (h *harness) partitionAPI(round int) {
+	s := h.victim(round, func(m featuregate.Mode) bool { return m != featuregate.Legacy })
+	proxies := []*Proxy{s.apiProxy}
+	if round%2 == 1 {
+		proxies = append(proxies, h.svcProxy) // the Service workers too
+	}
+	for _, p := range proxies {
+		p.Blackhole()
+	}
+	time.Sleep(faultLength)
+	for _, p := range proxies {
+		p.Heal()
+	}
+}
+
+func (h *harness) killProc(round int) {
+	s := h.victim(round+1, anyMode)
+	s.mu.Lock()
+	c := s.child
+	s.mu.Unlock()
+	if c != nil {
+		c.Kill()
+	}
+	time.Sleep(time.Second)
+	h.startProc(s, true)
+}
+
+func (h *harness) pauseProc(round int) {
+	s := h.victim(round+2, anyMode)
+	s.mu.Lock()
+	c := s.child
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.Signal(syscall.SIGSTOP)
+	time.Sleep(faultLength)
+	c.Signal(syscall.SIGCONT)
+}
+
+func (h *harness) stopEtcdLeader(int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lead, err := h.etcd.WaitLeader(ctx)
+	if err != nil {
+		h.t.Errorf("etcd leader: %v", err)
+		return
+	}
+	h.etcd.StopMember(lead)
+	time.Sleep(faultLength)
+	if err := h.etcd.RestartMember(ctx, lead); err != nil {
+		h.t.Errorf("restart etcd member %d: %v", lead, err)
+	}
+}
+
+func (h *harness) killAPIServer(int) {
+	old := h.currentAPI()
+	old.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := h.startAPIServer(ctx); err != nil {
+		h.t.Errorf("restart kube-apiserver: %v", err)
+		return
+	}
+	old.Close()
+	target := hostOf(h.currentAPI())
+	for _, p := range append([]*Proxy{h.svcProxy}, apiProxies(h.procs)...) {
+		p.SetTarget(target)
+		p.Cut()
+	}
+}
+
+func apiProxies(slots []*procSlot) []*Proxy {
+	var ps []*Proxy
+	for _, s := range slots {
+		ps = append(ps, s.apiProxy)
+	}
+	return ps
+}
+
+// repairOnce runs one pass of the repair controller in DualWrite mode with no leak hold-off,
+// then audits: the audit must be consistent.
+func (h *harness) repairOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ec, err := clientv3.New(clientv3.Config{Endpoints: h.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer ec.Close()
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{h.rg}, Etcd: ec,
+		Client: h.currentAPI().Client, ManagedBy: testManagedBy}
+	ctrl, err := repair.NewController(cfg, repair.Options{LeakGrace: -1})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	before, err := ctrl.RunOnce(ctx)
+	if err != nil {
+		h.t.Errorf("repair pass: %v", err)
+	}
+	rep, err := repair.Audit(ctx, cfg)
+	if err != nil {
+		h.t.Fatalf("audit after the repair pass: %v", err)
+	}
+	if before != nil {
+		h.t.Logf("%s: the repair pass found %v; the audit after it: consistent=%v %v", h.w.name, before.Counts, rep.Consistent, rep.Counts)
+	}
+	if !rep.Consistent {
+		for _, f := range rep.Findings {
+			h.t.Errorf("after one repair pass: %s %s %s: %s", f.IP, f.Class, f.Service, f.Detail)
+		}
+	}
+}

@@ -1,0 +1,418 @@
+package linearizability
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Kind is what an operation asks for.
+type Kind uint8
+
+// The kinds of operation. A Service create through kube-apiserver is an Allocate when it names
+// its ClusterIP and an AllocateNext when it does not; a Service delete is a Release.
+const (
+	Allocate Kind = iota
+	AllocateNext
+	Release
+	// Undo is the second half of a refusal with Op.TransientBit: the caller clearing the bit it
+	// set. The history gets one for each such refusal ([WithUndos]); nobody calls it.
+	Undo
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Allocate:
+		return "Allocate"
+	case AllocateNext:
+		return "AllocateNext"
+	case Release:
+		return "Release"
+	case Undo:
+		return "Undo"
+	}
+	return fmt.Sprintf("Kind(%d)", k)
+}
+
+// Outcome is what the caller learnt of an operation.
+type Outcome uint8
+
+// The outcomes of an operation.
+const (
+	// OK: the operation took effect.
+	OK Outcome = iota
+	// Refused: the operation did not take effect, for a reason the model checks: Allocate of a
+	// held address (ErrAllocated, or kube-apiserver's 422 "already allocated"), or AllocateNext
+	// of a full range (ErrFull).
+	Refused
+	// Unknown: the operation may or may not have taken effect (a timeout, a lost answer, any
+	// other error, or no answer at all).
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Refused:
+		return "refused"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// Op is one recorded operation. The zero Op is an Allocate of the zero address.
+type Op struct {
+	// Client numbers the caller, a sequential thread of operations; porcupine's timeline has one
+	// row per client.
+	Client int `json:"client"`
+	// Process names who ran it, such as "legacy-0#1" (incarnation 1 of an allocator process) or
+	// "kube-apiserver".
+	Process string     `json:"process"`
+	Kind    Kind       `json:"kind"`
+	Addr    netip.Addr `json:"addr"`  // the address asked for, released, or returned by an AllocateNext that is OK
+	Owner   string     `json:"owner"` // who the address is allocated for; empty for a Release
+	// Call and Return are when the operation was called and when its answer came back, in
+	// nanoseconds since the Unix epoch. An operation whose outcome is unknown, answered or not,
+	// returns at the end of the history: a request held back by a partition may still take
+	// effect after its caller gave up.
+	Call    int64   `json:"call"`
+	Return  int64   `json:"return"`
+	Outcome Outcome `json:"outcome"`
+	Err     string  `json:"err,omitempty"` // the error, for a person reading a failure
+	// Bitmap says whether the caller's allocator reads and writes the bitmap (Legacy,
+	// DualWrite, and kube-apiserver in dual write), so that a bit set with no IPAddress object
+	// makes the address taken for it; an IPAddressOnly allocator sees only IPAddress objects.
+	Bitmap bool `json:"bitmap,omitempty"`
+	// LeavesBit says that an unknown outcome may have left the address's bit set for nobody,
+	// without its IPAddress object: a dual write that sets the bit and then does not know
+	// whether its IPAddress create happened keeps the bit, and a dual-write release that deleted
+	// the IPAddress object and then failed to clear the bit leaves it, for repair to free (a
+	// leak, never a duplicate). True for DualWrite callers, ours and kube-apiserver.
+	LeavesBit bool `json:"leavesBit,omitempty"`
+	// RefusalLeavesBit says that a refusal too may have left the address's bit set for nobody,
+	// where no later Release clears it: kube-apiserver v1.33 in dual write sets the bit of an
+	// address and then creates its IPAddress object, and when that create fails because the
+	// object exists it returns the error without clearing the bit (MetaAllocator's
+	// AllocateService and AllocateNextService in pkg/registry/core/service/ipallocator/
+	// cidrallocator.go). The object exists when an IPAddressOnly peer holds the address, or when
+	// a kube-apiserver release of it has cleared the bit and not yet deleted the object (its
+	// Release clears the bit first). Our DualWrite allocator clears the bit it set, and releases
+	// in the other order.
+	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
+	// TransientBit says that a refusal set the address's bit and cleared it again before it
+	// returned: our DualWrite allocator reserves the bit, then finds the IPAddress object taken
+	// (an IPAddressOnly peer holds the address) and undoes the reservation. A caller that reads
+	// the bitmap meanwhile is refused the address. The model sees the refusal set the bit and an
+	// Undo of the same interval clear it.
+	TransientBit bool `json:"transientBit,omitempty"`
+}
+
+// WithUndos returns history with an Undo after each refusal with Op.TransientBit, over the same
+// interval.
+func WithUndos(history []Op) []Op {
+	out := make([]Op, 0, len(history))
+	for _, op := range history {
+		out = append(out, op)
+		if op.TransientBit && op.Outcome == Refused {
+			undo := op
+			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
+			out = append(out, undo)
+		}
+	}
+	return out
+}
+
+func (op Op) String() string {
+	s := op.Kind.String() + "("
+	switch op.Kind {
+	case Allocate:
+		s += op.Addr.String() + ", " + op.Owner
+	case AllocateNext:
+		s += op.Owner
+	case Release, Undo:
+		s += op.Addr.String()
+	}
+	s += ") → " + op.Outcome.String()
+	if op.Kind == AllocateNext && op.Outcome == OK {
+		s += " " + op.Addr.String()
+	}
+	return s
+}
+
+// free is the holder of a free address in a state.
+const free = "(free)"
+
+// Bits left set for nobody (see Op.LeavesBit and Op.RefusalLeavesBit) mark a possible holder:
+// "h" + leftBit is h, for the IPAddress objects, and a set bit that nobody owns, which only
+// callers that read the bitmap see and a Release from one of them clears; "h" + stuckBit is the
+// same with a bit that no Release clears, because kube-apiserver v1.33 set it while a release
+// of the address that had already cleared its bit was still deleting the IPAddress object.
+const (
+	leftBit  = "+bit"
+	stuckBit = "+stuck"
+)
+
+// A state of the model is the set of the holders one address may have, given the outcomes that
+// are unknown: sorted, distinct, joined by newlines; free stands for no holder, and a holder may
+// carry leftBit or stuckBit. A string, so that porcupine compares and hashes states as they are.
+
+func stateOf(holders []string) string {
+	sort.Strings(holders)
+	return strings.Join(slices.Compact(holders), "\n")
+}
+
+// step applies op to every holder the address may have, and returns the holders it may have
+// after; ok is false when no holder explains op's outcome.
+func step(state string, op Op, allowLeftBits bool) (bool, string) {
+	var next []string
+	for _, e := range strings.Split(state, "\n") {
+		h, mark := e, ""
+		for _, m := range []string{stuckBit, leftBit} {
+			if rest, ok := strings.CutSuffix(e, m); ok {
+				h, mark = rest, m
+				break
+			}
+		}
+		// seen is the mark as op's caller sees it; kept, the mark after op, when op does not
+		// set the bit itself.
+		seen := mark != "" && op.Bitmap
+		kept := mark
+		if op.Bitmap && mark == leftBit {
+			kept = "" // the caller's own write of the bit replaces the one left behind
+		}
+		held := h != free || seen
+		released := free + kept
+		taken := op.Owner + kept
+		leaves := op.LeavesBit && op.Bitmap
+		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
+		switch {
+		case op.Kind == Undo:
+			if mark == leftBit {
+				next = append(next, h)
+			} else {
+				next = append(next, e)
+			}
+		case op.Kind == Release && op.Outcome == OK:
+			next = append(next, released)
+		case op.Kind == Release:
+			next = append(next, e, released)
+			if leaves && mark != stuckBit { // the IPAddress object deleted, the bit not cleared
+				next = append(next, free+leftBit)
+			}
+		case op.Outcome == OK: // Allocate, AllocateNext
+			if !held {
+				next = append(next, taken)
+			}
+		case op.Outcome == Refused: // Allocate of a held address
+			if held {
+				next = append(next, e)
+				if refusalLeaves {
+					next = append(next, h+stuckBit)
+				}
+				if op.TransientBit && mark == "" {
+					next = append(next, h+leftBit)
+				}
+			}
+		default: // an allocation that may have happened
+			next = append(next, e)
+			if !held {
+				next = append(next, taken)
+			}
+			switch {
+			case refusalLeaves:
+				next = append(next, h+stuckBit)
+			case leaves && mark != stuckBit:
+				next = append(next, h+leftBit)
+			}
+		}
+	}
+	if len(next) == 0 {
+		return false, state
+	}
+	return true, stateOf(next)
+}
+
+// Model is the porcupine model of the ClusterIP space: the history of every address is checked
+// on its own, starting free. Operations are [Op] values, as input and as output.
+var Model = newModel(true)
+
+// StrictModel is [Model] without Op.RefusalLeavesBit: kube-apiserver's refusals are taken to
+// leave nothing behind. A history that Model accepts and StrictModel rejects shows kube-apiserver
+// v1.33 leaving a bit behind.
+var StrictModel = newModel(false)
+
+func newModel(allowLeftBits bool) porcupine.Model {
+	return porcupine.Model{
+		Partition: partition,
+		Init:      func() interface{} { return free },
+		Step: func(state, input, _ interface{}) (bool, interface{}) {
+			return step(state.(string), input.(Op), allowLeftBits)
+		},
+		DescribeOperation: func(input, _ interface{}) string {
+			op := input.(Op)
+			return op.Process + ": " + op.String()
+		},
+		DescribeState: func(state interface{}) string {
+			return "{" + strings.ReplaceAll(state.(string), "\n", " | ") + "}"
+		},
+		DescribeOperationMetadata: func(info interface{}) string {
+			if info == nil {
+				return ""
+			}
+			return info.(string)
+		},
+	}
+}
+
+// partition splits a history by address. An AllocateNext refused as full names no address and
+// is left out; one whose outcome is unknown goes into every part, as an allocation of that
+// address that may have happened.
+func partition(history []porcupine.Operation) [][]porcupine.Operation {
+	byAddr := map[netip.Addr][]porcupine.Operation{}
+	var anywhere []porcupine.Operation
+	for _, o := range history {
+		op := o.Input.(Op)
+		switch {
+		case op.Kind == AllocateNext && op.Outcome == Unknown:
+			anywhere = append(anywhere, o)
+		case op.Kind == AllocateNext && op.Outcome == Refused:
+		default:
+			byAddr[op.Addr] = append(byAddr[op.Addr], o)
+		}
+	}
+	addrs := make([]netip.Addr, 0, len(byAddr))
+	for a := range byAddr {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	anywhere = mergeLost(anywhere)
+	parts := make([][]porcupine.Operation, 0, len(addrs))
+	for _, a := range addrs {
+		parts = append(parts, append(byAddr[a], anywhere...))
+	}
+	return parts
+}
+
+// mergeLost merges the AllocateNexts whose answers were lost into one per kind of caller (what
+// it reads, what it may leave behind), from the first one's call to the last one's return.
+// Within one address's part at most one of them can have taken the address, since nobody knows
+// to release it, so one stands for all of them, with a wider interval; without the merge the
+// search tries every order of them, which is exponential in their number.
+func mergeLost(ops []porcupine.Operation) []porcupine.Operation {
+	type class struct{ bitmap, leaves, refusalLeaves bool }
+	merged := map[class]int{} // index in out
+	var out []porcupine.Operation
+	for _, o := range ops {
+		op := o.Input.(Op)
+		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit}
+		i, ok := merged[c]
+		if !ok {
+			op.Owner, op.Process = "(a lost AllocateNext)", "lost AllocateNexts"
+			o.Input, o.Output = op, op
+			merged[c] = len(out)
+			out = append(out, o)
+			continue
+		}
+		m := out[i]
+		m.Call, m.Return = min(m.Call, o.Call), max(m.Return, o.Return)
+		mop := m.Input.(Op)
+		mop.Call, mop.Return = m.Call, m.Return
+		m.Input, m.Output = mop, mop
+		out[i] = m
+	}
+	return out
+}
+
+// Result is what [Check] found.
+type Result struct {
+	// Verdict is porcupine's: porcupine.Ok when the history is linearizable, porcupine.Illegal
+	// when it is not, porcupine.Unknown when the check ran out of time.
+	Verdict porcupine.CheckResult
+	// Ops is how many operations were checked; Addresses how many addresses they touch.
+	Ops, Addresses int
+	// Unknown counts the operations whose outcome was unknown.
+	Unknown int
+	// Elapsed is how long porcupine took.
+	Elapsed time.Duration
+	// HTML is the timeline written when Verdict is not porcupine.Ok, or "".
+	HTML string
+}
+
+// Linearizable reports whether history is linearizable under m, with no time limit.
+func Linearizable(m porcupine.Model, history []Op) bool {
+	return porcupine.CheckOperations(m, operations(history))
+}
+
+// IllegalAddresses returns the addresses whose part of history is not linearizable under m, in
+// order, each part checked within timeout (0: no limit).
+// A part whose check runs out of timeout counts as not linearizable.
+func IllegalAddresses(m porcupine.Model, history []Op, timeout time.Duration) []netip.Addr {
+	whole := m
+	whole.Partition = nil
+	var bad []netip.Addr
+	for _, part := range partition(operations(history)) {
+		if porcupine.CheckOperationsTimeout(whole, part, timeout) == porcupine.Ok {
+			continue
+		}
+		for _, o := range part {
+			if op := o.Input.(Op); op.Addr.IsValid() {
+				bad = append(bad, op.Addr)
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func operations(history []Op) []porcupine.Operation {
+	ops := make([]porcupine.Operation, 0, len(history))
+	for _, op := range history {
+		ops = append(ops, porcupine.Operation{
+			ClientId: op.Client,
+			Input:    op,
+			Output:   op,
+			Call:     op.Call,
+			Return:   op.Return,
+			Metadata: op.Err,
+		})
+	}
+	return ops
+}
+
+// Check checks that history is linearizable under [Model] within timeout (0: no limit). When it
+// is not, or the check runs out of time, it writes porcupine's timeline of the history, with the
+// longest linearizable prefix of each address and where it fails, to htmlPath, and names the
+// file in the Result. An error is returned only when writing the timeline fails.
+func Check(history []Op, timeout time.Duration, htmlPath string) (Result, error) {
+	ops := operations(history)
+	res := Result{Ops: len(history)}
+	addrs := map[netip.Addr]bool{}
+	for _, op := range history {
+		if op.Outcome == Unknown {
+			res.Unknown++
+		}
+		if op.Addr.IsValid() {
+			addrs[op.Addr] = true
+		}
+	}
+	res.Addresses = len(addrs)
+	start := time.Now()
+	verdict, info := porcupine.CheckOperationsVerbose(Model, ops, timeout)
+	res.Elapsed = time.Since(start)
+	res.Verdict = verdict
+	if verdict == porcupine.Ok {
+		return res, nil
+	}
+	if err := porcupine.VisualizePath(Model, info, htmlPath); err != nil {
+		return res, fmt.Errorf("write the timeline: %w", err)
+	}
+	res.HTML = htmlPath
+	return res, nil
+}

@@ -1,0 +1,264 @@
+package linearizability
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+var addrA, addrB = netip.MustParseAddr("10.96.0.20"), netip.MustParseAddr("10.96.0.21")
+
+func TestCheckerVerdicts(t *testing.T) {
+	tests := []struct {
+		name    string
+		history []Op
+		want    porcupine.CheckResult
+	}{
+		{
+			name: "allocate, release, allocate again",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Kind: AllocateNext, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "two concurrent allocations of one address, one refused",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 5, Return: 8, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "two acknowledged owners of one address",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: AllocateNext, Addr: addrA, Owner: "b", Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an acknowledged release undone",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an acknowledged allocation lost",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrB, Owner: "b", Call: 0, Return: 10, Outcome: OK},
+				{Client: 2, Kind: Allocate, Addr: addrA, Owner: "c", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a refusal explained by an unknown allocation",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 100, Outcome: Unknown},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+				{Client: 2, Kind: Release, Addr: addrA, Call: 60, Return: 70, Outcome: OK},
+				{Client: 2, Kind: Allocate, Addr: addrA, Owner: "c", Call: 80, Return: 90, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a refusal explained by an AllocateNext whose answer was lost",
+			history: []Op{
+				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 100, Outcome: Unknown},
+				{Client: 1, Kind: Allocate, Addr: addrB, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a refusal no operation explains",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Kind: Allocate, Addr: addrB, Owner: "b", Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an unknown release may have freed the address",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: Unknown},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "b", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name:    "a bit kube-apiserver left behind, seen only by callers that read the bitmap",
+			history: leftBitHistory,
+			want:    porcupine.Ok,
+		},
+		{
+			name: "a bit left behind by a caller that does not leave bits",
+			history: func() []Op {
+				h := append([]Op(nil), leftBitHistory...)
+				h[1].RefusalLeavesBit = false
+				return h
+			}(),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an unknown dual write keeps its bit, and an IPAddressOnly caller takes the address",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: addrA, Owner: "d", Call: 0, Return: 100, Outcome: Unknown, Bitmap: true, LeavesBit: true},
+				{Client: 1, Kind: Allocate, Addr: addrA, Owner: "i", Call: 110, Return: 120, Outcome: OK},
+				{Client: 1, Kind: Release, Addr: addrA, Call: 130, Return: 140, Outcome: OK},
+				{Client: 2, Kind: Allocate, Addr: addrA, Owner: "d2", Call: 150, Return: 160, Outcome: Refused, Bitmap: true},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a dual write refused by the IPAddress object, its bit seen meanwhile",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 20, Return: 60, Outcome: Refused, Bitmap: true, LeavesBit: true, TransientBit: true},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 30, Return: 40, Outcome: OK},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d2", Call: 45, Return: 50, Outcome: Refused, Bitmap: true},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d3", Call: 70, Return: 80, Outcome: OK, Bitmap: true},
+			}),
+			want: porcupine.Ok,
+		},
+		{
+			name: "a full range names no address",
+			history: []Op{
+				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Check(tt.history, 0, filepath.Join(t.TempDir(), "history.html"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tt.want {
+				t.Errorf("Check() = %v, want %v", res.Verdict, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckerRejectsTwoOwnersAndDrawsTheTimeline feeds the checker a history in which two
+// callers were both told they hold one address, and checks that it is rejected and that the
+// timeline of the failure is written.
+func TestCheckerRejectsTwoOwnersAndDrawsTheTimeline(t *testing.T) {
+	history := []Op{
+		{Client: 0, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "legacy-0/1", Call: 0, Return: 100, Outcome: OK},
+		{Client: 1, Process: "dualwrite-1#0", Kind: AllocateNext, Addr: addrA, Owner: "dualwrite-1/7", Call: 50, Return: 150, Outcome: OK},
+		{Client: 2, Process: "kube-apiserver", Kind: Allocate, Addr: addrB, Owner: "svc/default/s1", Call: 0, Return: 40, Outcome: OK},
+	}
+	html := filepath.Join(t.TempDir(), "two-owners.html")
+	res, err := Check(history, 0, html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != porcupine.Illegal {
+		t.Fatalf("Check() = %v, want %v", res.Verdict, porcupine.Illegal)
+	}
+	if res.HTML != html {
+		t.Errorf("Check().HTML = %q, want %q", res.HTML, html)
+	}
+	data, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatalf("the timeline was not written: %v", err)
+	}
+	if !strings.Contains(string(data), "dualwrite-1#0") {
+		t.Errorf("the timeline at %s does not show the second owner's operation", html)
+	}
+	t.Logf("timeline of the rejected history: %s (%d bytes)", html, len(data))
+	if res.Ops != 3 || res.Addresses != 2 {
+		t.Errorf("Check() counted %d operations on %d addresses, want 3 on 2", res.Ops, res.Addresses)
+	}
+}
+
+// leftBitHistory is an IPAddressOnly process holding an address while kube-apiserver, in dual
+// write, is refused it and leaves its bit set: after the release, callers that read the bitmap
+// are refused the address and IPAddressOnly callers get it.
+var leftBitHistory = []Op{
+	{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s", Call: 20, Return: 30, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 40, Return: 50, Outcome: OK},
+	{Client: 2, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 60, Return: 70, Outcome: Refused, Bitmap: true},
+	{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "b", Call: 80, Return: 90, Outcome: OK},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 100, Return: 110, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+}
+
+// racingReleaseHistory is kube-apiserver creating a Service for an address while deleting the
+// Service that holds it: the create sets the bit the delete has just cleared, then fails on the
+// IPAddress object the delete has not removed yet, and leaves the bit for good.
+var racingReleaseHistory = []Op{
+	{Client: 0, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s1", Call: 0, Return: 10, Outcome: OK, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 0, Process: "kube-apiserver", Kind: Release, Addr: addrA, Call: 20, Return: 40, Bitmap: true, Outcome: OK, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 25, Return: 45, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l", Call: 50, Return: 60, Outcome: Refused, Bitmap: true},
+	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l2", Call: 70, Return: 80, Outcome: Refused, Bitmap: true},
+}
+
+func TestStrictModelRejectsALeftBit(t *testing.T) {
+	if got := IllegalAddresses(StrictModel, leftBitHistory, 0); len(got) != 1 || got[0] != addrA {
+		t.Errorf("IllegalAddresses(StrictModel, leftBitHistory) = %v, want [%v]", got, addrA)
+	}
+	if !Linearizable(Model, racingReleaseHistory) || Linearizable(StrictModel, racingReleaseHistory) {
+		t.Errorf("racingReleaseHistory: linearizable under Model %v, under StrictModel %v; want true, false",
+			Linearizable(Model, racingReleaseHistory), Linearizable(StrictModel, racingReleaseHistory))
+	}
+	if !Linearizable(Model, leftBitHistory) {
+		t.Errorf("Linearizable(Model, leftBitHistory) = false, want true")
+	}
+	if Linearizable(StrictModel, leftBitHistory) {
+		t.Errorf("Linearizable(StrictModel, leftBitHistory) = true, want false")
+	}
+}
+
+func TestStepKeepsEveryPossibleHolder(t *testing.T) {
+	ok, s := step(free, Op{Kind: Allocate, Owner: "a", Outcome: Unknown}, true)
+	if !ok || s != stateOf([]string{free, "a"}) {
+		t.Fatalf("step(free, unknown Allocate by a) = %v, %q; want true, {free, a}", ok, s)
+	}
+	ok, s = step(s, Op{Kind: Allocate, Owner: "b", Outcome: OK}, true)
+	if !ok || s != "b" {
+		t.Errorf("step({free, a}, Allocate by b ok) = %v, %q; want true, %q", ok, s, "b")
+	}
+	if ok, _ := step("b", Op{Kind: Allocate, Owner: "c", Outcome: OK}, true); ok {
+		t.Errorf("step(b, Allocate by c ok) = true, want false")
+	}
+}
+
+// TestManyLostAllocateNextsCheckQuickly checks a history with a hundred AllocateNexts whose
+// answers were lost, each in every address's part: merged, they cost one operation each part.
+func TestManyLostAllocateNextsCheckQuickly(t *testing.T) {
+	var history []Op
+	for i := range 100 {
+		history = append(history, Op{Client: i, Kind: AllocateNext, Owner: fmt.Sprintf("lost-%d", i),
+			Call: int64(i * 10), Return: 10_000, Outcome: Unknown, Bitmap: true, LeavesBit: true})
+	}
+	for i := range 50 {
+		c := int64(2000 + i*40)
+		history = append(history,
+			Op{Client: 100, Kind: Allocate, Addr: addrA, Owner: fmt.Sprintf("a-%d", i), Call: c, Return: c + 10, Outcome: OK, Bitmap: true},
+			Op{Client: 100, Kind: Release, Addr: addrA, Call: c + 20, Return: c + 30, Outcome: OK, Bitmap: true})
+	}
+	res, err := Check(history, 10*time.Second, filepath.Join(t.TempDir(), "history.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != porcupine.Ok {
+		t.Errorf("Check() = %v after %v, want %v", res.Verdict, res.Elapsed, porcupine.Ok)
+	}
+}
