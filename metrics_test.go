@@ -51,6 +51,7 @@ func instrumented(t *testing.T, f *dualFixture) (allocator.Interface, *prometheu
 		allocs:   map[corev1.IPFamily]allocator.Interface{fam: f.dw},
 		bitmaps:  map[corev1.IPFamily]*bitmap.Persistent{fam: f.bm},
 		cidrs:    map[corev1.IPFamily]*servicecidr.Allocator{fam: f.sc},
+		dual:     map[corev1.IPFamily]*DualWriteAllocator{fam: f.dw},
 	}
 	if err := a.instrument(reg); err != nil {
 		t.Fatalf("instrument() = %v", err)
