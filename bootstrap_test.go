@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 )
 
 // testCatchUp paces the bootstrap's catch-up in these tests: the objects they create late land
@@ -23,7 +24,7 @@ var testCatchUp = catchUpTiming{settle: 400 * time.Millisecond, interval: 50 * t
 
 func TestBootstrapFreshClusterCreatesEmptyBitmap(t *testing.T) {
 	client := fake.NewSimpleClientset() //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	if err := bootstrapWith(context.Background(), client, cidr, store, testCatchUp); err != nil {
 		t.Fatalf("bootstrap() = %v", err)
@@ -73,7 +74,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 	want = append(want, late)
 	slices.SortFunc(want, netip.Addr.Compare)
 
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	if err := bootstrapWith(context.Background(), client, cidr, store, testCatchUp); err != nil {
 		t.Fatalf("bootstrap() = %v", err)
 	}
@@ -89,7 +90,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 func TestBootstrapLeavesExistingBitmapAlone(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	empty, _ := bitmap.New(cidr)
 	rev := store.Put(empty.Snapshot())
 	if err := bootstrapWith(context.Background(), client, cidr, store, testCatchUp); err != nil {
@@ -103,7 +104,7 @@ func TestBootstrapLeavesExistingBitmapAlone(t *testing.T) {
 func TestBootstrapLosingTheCreateUsesTheWinners(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	winner, _ := bitmap.New(cidr)
 	_ = winner.Allocate(context.Background(), netip.MustParseAddr("10.96.0.7"), testOwner)
 	var winnerRev int64
@@ -128,7 +129,7 @@ func TestBootstrapLosingTheCreateUsesTheWinners(t *testing.T) {
 func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.1")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	late := []netip.Addr{netip.MustParseAddr("10.96.0.77"), netip.MustParseAddr("10.96.0.78")}
 	landed := make(chan struct{})
 	var once sync.Once
@@ -165,7 +166,7 @@ func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 func TestBootstrapLosingTheCreateToAnEmptyBitmapCatchesUp(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7"), ipAddressObject("10.96.0.8")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	empty, _ := bitmap.New(cidr)
 	var once sync.Once
 	store.OnUpdate(func(_ context.Context, rev int64, _ bitmap.Snapshot) error {
@@ -194,7 +195,7 @@ func TestBootstrapLeavesObjectsBeingReleasedWithoutBit(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	releasing := netip.MustParseAddr("10.96.0.9")
 	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.1"), ipAddressObject(releasing.String())) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	deleted := make(chan struct{})
 	var once sync.Once
 	store.OnUpdated(func(context.Context, int64) error {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/servicecidr"
@@ -64,7 +65,7 @@ type dualFixture struct {
 	ctx    context.Context
 	flag   netip.Prefix
 	client *fakeclient.Clientset
-	store  *bitmap.MemStore
+	store  *bitmaptest.MemStore
 	sc     *servicecidr.Allocator
 	bm     *bitmap.Persistent
 	dw     *DualWriteAllocator
@@ -104,7 +105,7 @@ func newDualFixture(t *testing.T, flag string, extra ...string) *dualFixture {
 // newDualFixtureServing has a bitmap of the flag range and one ServiceCIDR for each of cidrs.
 func newDualFixtureServing(t *testing.T, flag string, cidrs ...string) *dualFixture {
 	t.Helper()
-	f := &dualFixture{t: t, flag: netip.MustParsePrefix(flag), store: bitmap.NewMemStore()}
+	f := &dualFixture{t: t, flag: netip.MustParsePrefix(flag), store: bitmaptest.NewMemStore()}
 	var objs []runtime.Object
 	for i, p := range cidrs {
 		objs = append(objs, serviceCIDR(fmt.Sprintf("cidr-%d", i), p))
