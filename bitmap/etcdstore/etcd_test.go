@@ -586,7 +586,7 @@ func churnChild(p *bitmap.Persistent, _ string) {
 
 // TestSeveralProcessesShareOneKey runs three OS processes × 4 workers doing AllocateNext+Release
 // on one etcd key (a /20) and logs each process's share of the pairs and its p50/p99 latency of
-// AllocateNext (DESIGN §9: each ½×–2× its fair share, p99 ≤ 10× p50). It asserts only that every
+// AllocateNext (target: each ½×–2× its fair share, p99 ≤ 3× p50). It asserts only that every
 // process finished without errors and made progress; the numbers are reported, not asserted.
 // CLUSTERIP_ETCDSTORE_TEST_SECONDS sets the duration (default 2; 8 for the reported figures).
 func TestSeveralProcessesShareOneKey(t *testing.T) {
