@@ -71,11 +71,21 @@ func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 // the audit it acted on, which still lists what was repaired. A failed repair does not stop the
 // others: their errors are joined in the returned error, next to the report.
 func (c *Controller) RunOnce(ctx context.Context) (*Report, error) {
+	ctx = withControllerLogger(ctx)
 	rep, _, itemErr, err := c.runOnce(ctx)
 	if rep == nil {
 		return nil, err
 	}
 	return rep, errors.Join(itemErr, err)
+}
+
+// controllerName is the value of the "controller" key of the Controller's log lines, as the
+// servicecidr controllers log theirs.
+const controllerName = "clusterip-repair"
+
+// withControllerLogger returns ctx with its logger naming the repair controller.
+func withControllerLogger(ctx context.Context) context.Context {
+	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("controller", controllerName))
 }
 
 // retry is a repair of one address that Run retries on its own, with the finding it acts on.
@@ -168,9 +178,11 @@ func (c *Controller) HeldOff() int {
 // in DualWrite mode, which the retry clears with a compare-and-swap. Failures are logged with the contextual
 // logger of ctx.
 func (c *Controller) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithName("clusterip-repair")
-	ctx = klog.NewContext(ctx, logger)
+	ctx = withControllerLogger(ctx)
+	logger := klog.FromContext(ctx)
 	interval := c.opts.interval()
+	logger.Info("Starting", "interval", interval)
+	defer logger.Info("Stopped")
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[itemKey](c.retryBase, interval),
 		workqueue.TypedRateLimitingQueueConfig[itemKey]{Name: "clusterip_repair"},
@@ -204,10 +216,10 @@ func (c *Controller) runPass(ctx context.Context, q workqueue.TypedRateLimitingI
 		return
 	}
 	if err != nil {
-		logger.Error(err, "repair pass failed; retrying", "retries", q.NumRequeues(passKey))
+		logger.Error(err, "Repair pass failed, will retry", "retries", q.NumRequeues(passKey))
 		q.AddRateLimited(passKey)
 	} else {
-		logger.V(2).Info("repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff(), "retries", len(retries))
+		logger.V(2).Info("Repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff(), "retries", len(retries))
 		q.Forget(passKey)
 		q.AddAfter(passKey, c.opts.interval())
 	}
@@ -215,7 +227,7 @@ func (c *Controller) runPass(ctx context.Context, q workqueue.TypedRateLimitingI
 		return // nothing was judged: keep the retries there are
 	}
 	if itemErr != nil {
-		logger.Error(itemErr, "some repairs failed; retrying each")
+		logger.Error(itemErr, "Some repairs failed, will retry each")
 	}
 	old := maps.Clone(pending)
 	clear(pending)
@@ -245,14 +257,14 @@ func (c *Controller) runItem(ctx context.Context, q workqueue.TypedRateLimitingI
 	after, deleted, err := c.repairOne(ctx, &f)
 	if deleted && f.bit && c.cfg.Mode == featuregate.DualWrite {
 		if err := c.releaseBit(ctx, f.addr); err != nil {
-			klog.FromContext(ctx).Error(err, "cannot clear the bit of a deleted leak; the next pass will", "ip", f.IP)
+			klog.FromContext(ctx).Error(err, "Cannot clear the bit of a deleted leak; the next pass will", "ip", f.IP)
 		}
 	}
 	c.pass.Unlock()
 	switch {
 	case ctx.Err() != nil:
 	case err != nil:
-		klog.FromContext(ctx).Error(err, "repair failed; retrying", "ip", f.IP, "class", f.Class, "retries", q.NumRequeues(key))
+		klog.FromContext(ctx).Error(err, "Repair failed, will retry", "ip", f.IP, "class", f.Class, "retries", q.NumRequeues(key))
 		q.AddRateLimited(key)
 	case after > 0:
 		q.AddAfter(key, after)
@@ -288,7 +300,7 @@ func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
 		if !cleared {
 			return nil
 		}
-		klog.FromContext(ctx).V(2).Info("cleared the bit of a deleted leak", "ip", ip)
+		klog.FromContext(ctx).V(2).Info("Cleared the bit of a deleted leak", "ip", ip)
 	}
 	return nil
 }
