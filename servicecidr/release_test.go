@@ -89,3 +89,40 @@ func TestReleaseOutsideKnownServiceCIDRs(t *testing.T) {
 		})
 	}, fakeBackend, apiserverBackend)
 }
+
+// TestManagedByReachesEveryPerCIDRAllocator checks that the IPAddress objects the Allocator
+// creates carry its own managed-by value, the default included, even when WithIPAddressOptions
+// passes the per-CIDR allocators another one, so that Release recognises every object it made.
+func TestManagedByReachesEveryPerCIDRAllocator(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"default", nil, ipaddress.DefaultManagedBy},
+		{"default over an ipaddress option", []Option{WithIPAddressOptions(ipaddress.WithManagedBy("other.example.com"))}, ipaddress.DefaultManagedBy},
+		{"own value", []Option{WithManagedBy("mine.example.com")}, "mine.example.com"},
+		{"own value over an ipaddress option", []Option{WithManagedBy("mine.example.com"), WithIPAddressOptions(ipaddress.WithManagedBy("other.example.com"))}, "mine.example.com"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, fixtureConfig{opts: tt.opts})
+			f.create(serviceCIDR("a", "10.32.0.0/24"))
+			f.waitReady("10.32.0.0/24")
+			ip, err := f.alloc.AllocateNext(f.ctx, webOwner)
+			if err != nil {
+				t.Fatalf("AllocateNext() = %v", err)
+			}
+			ipa, err := f.client.NetworkingV1().IPAddresses().Get(f.ctx, ip.String(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("get IPAddress %v: %v", ip, err)
+			}
+			if got := ipa.Labels[networkingv1.LabelManagedBy]; got != tt.want {
+				t.Errorf("managed-by label = %q, want %q", got, tt.want)
+			}
+			if err := f.alloc.Release(f.ctx, ip); err != nil {
+				t.Errorf("Release(%v) = %v, want nil", ip, err)
+			}
+		})
+	}
+}
