@@ -135,6 +135,17 @@ func TestRepairMetricsCountPerPassAsKubeAPIServer(t *testing.T) {
 	}
 }
 
+// TestRepairMetricsOnTheConfigRegisterer checks that a Controller without Options.Registerer
+// registers its metrics on the Config's Registerer, the one the allocators of that Config use.
+func TestRepairMetricsOnTheConfigRegisterer(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: fake.NewClientset(), Registerer: reg}
+	if _, err := NewController(cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	scrape(t, reg, "at creation", ipErrors(0, 0, 0, 0, 0, 0, 0)+reconcileErrors(0)+drift([2]int{}, nil))
+}
+
 // TestRepairMetricsDriftPerFamily scrapes the drift gauges of a dual-stack DualWrite repair
 // against a real etcd: seeded at 0 for both families, set from the audit each pass acted on, and
 // back at 0 once repair healed the drift; the stale bit counts as a leak, the clear bit of a held

@@ -53,8 +53,9 @@ type Options struct {
 	// apiserver_clusterip_repair_ip_errors_total{type} and
 	// apiserver_clusterip_repair_reconcile_errors_total, counted per pass as kube-apiserver's
 	// repair loop counts them, and clusterip_repair_drift_addresses{family,kind}, set after
-	// each audit (see the Controller). Controllers sharing a Registerer share the metrics.
-	// Defaults to none: nothing is registered or counted.
+	// each audit (see the package documentation). Controllers sharing a Registerer share the
+	// metrics. Defaults to the Config's Registerer, as the allocators built from that Config
+	// use; with neither, nothing is registered or counted.
 	Registerer prometheus.Registerer
 }
 
