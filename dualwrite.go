@@ -245,11 +245,15 @@ func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Add
 
 // Allocate reserves ip for owner. Inside the bitmap's window it sets the bit first and then creates
 // the IPAddress object, clearing the bit again if the create is refused (and keeping it if the
-// create's outcome is unknown, see DualWriteAllocator); outside it asks the primary alone.
-// A bit that is already set gives allocator.ErrAllocated, whether the address is ours or a Legacy
-// peer's; the errors are otherwise those of the two allocators (see allocator.Interface).
+// create's outcome is unknown, see the package documentation); outside it asks the primary
+// alone. A bit that is already set gives allocator.ErrAllocated, whether the address is ours or a
+// Legacy peer's; an owner without a Resource or a Name gives an *allocator.OwnerError before any
+// bit is written; the errors are otherwise those of the two allocators (see allocator.Interface).
 func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := allocator.CheckAddr(ip); err != nil {
+		return err
+	}
+	if err := allocator.CheckOwner(owner); err != nil {
 		return err
 	}
 	if !d.InWindow(ip) {
@@ -280,8 +284,12 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // returns allocator.ErrFull when neither has a free address, and other errors of the two
 // allocators at once. While the stored bitmap is of another range than the mirror's (the flag
 // range changed; see bitmap.NewPersistent), it takes an address from the primary alone, as
-// kube-apiserver v1.33 does when its bitmap fails.
+// kube-apiserver v1.33 does when its bitmap fails. An owner without a Resource or a Name gives an
+// *allocator.OwnerError before any bit is written.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	if err := allocator.CheckOwner(owner); err != nil {
+		return netip.Addr{}, err
+	}
 	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
 		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
 	}
