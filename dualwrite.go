@@ -18,6 +18,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
@@ -454,15 +455,22 @@ func (d *DualWriteAllocator) Used() uint64 { return d.primary.Used() }
 func (d *DualWriteAllocator) Free() uint64 { return d.primary.Free() }
 
 // DryRun returns a view that checks calls against both allocators and changes nothing.
-func (d *DualWriteAllocator) DryRun() allocator.Interface { return dualWriteDryRun{d} }
+func (d *DualWriteAllocator) DryRun() allocator.Interface {
+	return dualWriteDryRun{DryRunView: allocbase.DryRunView{R: d}, d: d}
+}
 
 // Close closes the primary and the mirror.
 func (d *DualWriteAllocator) Close() error {
 	return errors.Join(d.primary.Close(), d.mirror.Close())
 }
 
-// dualWriteDryRun answers as its DualWriteAllocator would and changes nothing.
-type dualWriteDryRun struct{ d *DualWriteAllocator }
+// dualWriteDryRun answers as its DualWriteAllocator would and changes nothing. The read methods,
+// Release (which only checks its input) and Close come from allocbase.DryRunView, as in every
+// other backend's view.
+type dualWriteDryRun struct {
+	allocbase.DryRunView
+	d *DualWriteAllocator
+}
 
 func (v dualWriteDryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := allocator.CheckAddr(ip); err != nil {
@@ -497,15 +505,4 @@ func (v dualWriteDryRun) AllocateNext(ctx context.Context, owner allocator.Owner
 	return netip.Addr{}, allocator.ErrFull
 }
 
-func (v dualWriteDryRun) Release(_ context.Context, ip netip.Addr) error {
-	return allocator.CheckAddr(ip)
-}
-
-func (v dualWriteDryRun) Has(ip netip.Addr) bool      { return v.d.Has(ip) }
-func (v dualWriteDryRun) All() iter.Seq[netip.Addr]   { return v.d.All() }
-func (v dualWriteDryRun) CIDR() netip.Prefix          { return v.d.CIDR() }
-func (v dualWriteDryRun) Family() corev1.IPFamily     { return v.d.Family() }
-func (v dualWriteDryRun) Used() uint64                { return v.d.Used() }
-func (v dualWriteDryRun) Free() uint64                { return v.d.Free() }
 func (v dualWriteDryRun) DryRun() allocator.Interface { return v }
-func (v dualWriteDryRun) Close() error                { return nil }
