@@ -16,6 +16,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // testCatchUp paces the bootstrap's catch-up in these tests: the objects they create late land
@@ -45,7 +46,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 	var objs []runtime.Object
 	var want []netip.Addr
 	for _, s := range []string{"fd00::1", "fd00::a", "fd00::ffff", "fd00::1:0", "fd01::1", "10.96.0.1", "not-an-ip"} {
-		objs = append(objs, ipAddressObject(s))
+		objs = append(objs, testenv.IPAddress(s, "default", "peer"))
 		if ip, err := netip.ParseAddr(s); err == nil && (ip == netip.MustParseAddr("fd00::1") || ip == netip.MustParseAddr("fd00::a") || ip == netip.MustParseAddr("fd00::ffff")) {
 			want = append(want, ip)
 		}
@@ -55,7 +56,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 		for range i {
 			ip = ip.Next()
 		}
-		objs = append(objs, ipAddressObject(ip.String()))
+		objs = append(objs, testenv.IPAddress(ip.String(), "default", "peer"))
 		want = append(want, ip)
 	}
 	client := fake.NewSimpleClientset(objs...) //nolint:staticcheck // NewClientset needs apply configurations we do not use
@@ -65,7 +66,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		lists++
 		if lists == 2 { // the List of the catch-up: the object was created after the first one
-			if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), ipAddressObject(late.String()), "", metav1.CreateOptions{}); err != nil {
+			if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), testenv.IPAddress(late.String(), "default", "peer"), "", metav1.CreateOptions{}); err != nil {
 				t.Errorf("create the late IPAddress: %v", err)
 			}
 		}
@@ -89,7 +90,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 
 func TestBootstrapLeavesExistingBitmapAlone(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.7", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	store := bitmaptest.NewMemStore()
 	empty, _ := bitmap.New(cidr)
 	rev := store.Put(empty.Snapshot())
@@ -103,7 +104,7 @@ func TestBootstrapLeavesExistingBitmapAlone(t *testing.T) {
 
 func TestBootstrapLosingTheCreateUsesTheWinners(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.7", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	store := bitmaptest.NewMemStore()
 	winner, _ := bitmap.New(cidr)
 	_ = winner.Allocate(context.Background(), netip.MustParseAddr("10.96.0.7"), testOwner)
@@ -128,7 +129,7 @@ func TestBootstrapLosingTheCreateUsesTheWinners(t *testing.T) {
 // catch-up List. The bootstrap keeps catching up until such objects have had time to land.
 func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.1")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.1", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	store := bitmaptest.NewMemStore()
 	late := []netip.Addr{netip.MustParseAddr("10.96.0.77"), netip.MustParseAddr("10.96.0.78")}
 	landed := make(chan struct{})
@@ -139,7 +140,7 @@ func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 				defer close(landed)
 				for _, ip := range late {
 					time.Sleep(150 * time.Millisecond)
-					if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), ipAddressObject(ip.String()), ""); err != nil {
+					if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), testenv.IPAddress(ip.String(), "default", "peer"), ""); err != nil {
 						t.Errorf("create the late IPAddress %s: %v", ip, err)
 					}
 				}
@@ -165,7 +166,7 @@ func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 // key is missing): the bootstrap that lost the create still sets the bits of the IPAddress objects.
 func TestBootstrapLosingTheCreateToAnEmptyBitmapCatchesUp(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7"), ipAddressObject("10.96.0.8")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.7", "default", "peer"), testenv.IPAddress("10.96.0.8", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	store := bitmaptest.NewMemStore()
 	empty, _ := bitmap.New(cidr)
 	var once sync.Once
@@ -194,7 +195,7 @@ func TestBootstrapLosingTheCreateToAnEmptyBitmapCatchesUp(t *testing.T) {
 func TestBootstrapLeavesObjectsBeingReleasedWithoutBit(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	releasing := netip.MustParseAddr("10.96.0.9")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.1"), ipAddressObject(releasing.String())) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.1", "default", "peer"), testenv.IPAddress(releasing.String(), "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	store := bitmaptest.NewMemStore()
 	deleted := make(chan struct{})
 	var once sync.Once

@@ -267,7 +267,7 @@ func TestDualWriteAllocateNextSkipsAddressWhoseIPAddressStillExists(t *testing.T
 
 func TestDualWriteAllocateNextSkipsAddressThePrimaryKnowsHeld(t *testing.T) {
 	f := newDualFixture(t, "10.0.0.0/30") // 2 addresses: .1 and .2
-	peer := ipAddressObject("10.0.0.1")
+	peer := testenv.IPAddress("10.0.0.1", "default", "peer")
 	if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, peer, createOpts); err != nil {
 		t.Fatal(err)
 	}

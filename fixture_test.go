@@ -27,19 +27,6 @@ import (
 
 var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name: "test"}
 
-func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
-	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
-}
-
-func ipAddressObject(ip string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Resource: "services", Namespace: "default", Name: "peer",
-		}},
-	}
-}
-
 // journal records the writes of both stores in the order they happen.
 type journal struct {
 	mu      sync.Mutex
@@ -108,7 +95,7 @@ func newDualFixtureServing(t *testing.T, flag string, cidrs ...string) *dualFixt
 	f := &dualFixture{t: t, flag: netip.MustParsePrefix(flag), store: bitmaptest.NewMemStore()}
 	var objs []runtime.Object
 	for i, p := range cidrs {
-		objs = append(objs, serviceCIDR(fmt.Sprintf("cidr-%d", i), p))
+		objs = append(objs, testenv.ServiceCIDR(fmt.Sprintf("cidr-%d", i), p))
 	}
 	f.client = fakeclient.New(fakeclient.Options{Objects: objs})
 	f.injectFailures("create", func(a k8stesting.Action) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // bigWorld returns a consistent DualWrite world of n Services in 10.96.0.0/12, each with its
@@ -25,7 +26,7 @@ func bigWorld(b *testing.B, n int) *world {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := &world{mode: featuregate.DualWrite, cidrs: []*networkingv1.ServiceCIDR{serviceCIDR("kubernetes", p.String())}}
+	w := &world{mode: featuregate.DualWrite, cidrs: []*networkingv1.ServiceCIDR{testenv.ServiceCIDR("kubernetes", p.String())}}
 	for i := range n {
 		ip, _ := ipmath.AddrAt(p, uint64(i)*7)
 		key := "ns" + strconv.Itoa(i%100) + "/svc" + strconv.Itoa(i)

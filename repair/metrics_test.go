@@ -86,7 +86,7 @@ func scrape(t *testing.T, reg *prometheus.Registry, when, want string) {
 // one reconcile error.
 func TestRepairMetricsCountPerPassAsKubeAPIServer(t *testing.T) {
 	client := fake.NewClientset(
-		serviceCIDR("kubernetes", "10.0.0.0/24"),
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/bad", "10.0.0.700"),                                                                                                         // invalid: 1
 		svc("a/dup1", "10.0.0.60"), svc("a/dup2", "10.0.0.60"), svc("a/dup3", "10.0.0.60"), aged(ipAddr("10.0.0.60", "a/dup1"), time.Hour), // duplicate: 2
@@ -156,7 +156,7 @@ func TestRepairMetricsDriftPerFamily(t *testing.T) {
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.10", "10.0.0.40"))
 	storeBitmap(t, cli, etcdstore.SecondaryServiceIPsKey(""), bits(t, "fd00::/64", "fd00::c", "fd00::d"))
 	client := fake.NewClientset(
-		serviceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/nobit", "10.0.0.12", "fd00::a"), aged(ipAddr("10.0.0.12", "a/nobit"), time.Hour), aged(ipAddr("fd00::a", "a/nobit"), time.Hour),
 	)
