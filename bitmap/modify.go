@@ -154,11 +154,12 @@ func Modify(ctx context.Context, store Store, cidr netip.Prefix, apply func(*All
 		if o.existing && rev == 0 {
 			return fmt.Errorf("%w: no snapshot of %s is stored", allocator.ErrNotReady, cidr)
 		}
-		a, projected, err := decode(s, rev, cidr, o.project)
-		if err != nil {
+		var a *Allocator
+		var projected, changed bool
+		if a, projected, err = decode(s, rev, cidr, o.project); err != nil {
 			return err
 		}
-		changed, err := apply(a)
+		changed, err = apply(a)
 		if err != nil {
 			return err
 		}

@@ -285,3 +285,32 @@ func ExampleModify() {
 	// <nil>
 	// 2 used at revision 1
 }
+
+// bareConflictStore answers every Update with a conflict that brings no state along, and fails
+// every Get after the first with getErr.
+type bareConflictStore struct {
+	bitmaptest.MemStore
+	gets   int
+	getErr error
+}
+
+func (s *bareConflictStore) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
+	if s.gets++; s.gets > 1 {
+		return bitmap.Snapshot{}, 0, s.getErr
+	}
+	return s.MemStore.Get(ctx)
+}
+
+func (s *bareConflictStore) Update(context.Context, int64, bitmap.Snapshot) (int64, error) {
+	return 0, fmt.Errorf("test: %w", bitmap.ErrConflict)
+}
+
+// TestModifyReturnsTheErrorOfTheGetAfterAConflict checks that a Get that fails after a conflict
+// without the stored state ends Modify with that error, instead of retrying on an empty snapshot.
+func TestModifyReturnsTheErrorOfTheGetAfterAConflict(t *testing.T) {
+	store := &bareConflictStore{getErr: errors.New("etcd down")}
+	err := bitmap.Modify(context.Background(), store, cidr24, setBit("10.96.0.10"), bitmap.WithAttempts(3))
+	if !errors.Is(err, store.getErr) {
+		t.Errorf("Modify() = %v, want the Get error %v", err, store.getErr)
+	}
+}
