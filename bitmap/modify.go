@@ -154,14 +154,13 @@ func Modify(ctx context.Context, store Store, cidr netip.Prefix, apply func(*All
 		if o.existing && rev == 0 {
 			return fmt.Errorf("%w: no snapshot of %s is stored", allocator.ErrNotReady, cidr)
 		}
-		var a *Allocator
-		var projected, changed bool
-		if a, projected, err = decode(s, rev, cidr, o.project); err != nil {
-			return err
+		a, projected, derr := decode(s, rev, cidr, o.project)
+		if derr != nil {
+			return derr
 		}
-		changed, err = apply(a)
-		if err != nil {
-			return err
+		changed, aerr := apply(a)
+		if aerr != nil {
+			return aerr
 		}
 		if !changed && !projected {
 			return nil

@@ -286,31 +286,38 @@ func ExampleModify() {
 	// 2 used at revision 1
 }
 
-// bareConflictStore answers every Update with a conflict that brings no state along, and fails
-// every Get after the first with getErr.
-type bareConflictStore struct {
-	bitmaptest.MemStore
-	gets   int
-	getErr error
+// conflictThenBrokenStore answers its first Update with a bare ErrConflict (no state carried)
+// and every Get after that with readErr.
+type conflictThenBrokenStore struct {
+	bitmap.Store
+	conflicted bool
+	readErr    error
 }
 
-func (s *bareConflictStore) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
-	if s.gets++; s.gets > 1 {
-		return bitmap.Snapshot{}, 0, s.getErr
+func (s *conflictThenBrokenStore) Get(ctx context.Context) (bitmap.Snapshot, int64, error) {
+	if s.conflicted {
+		return bitmap.Snapshot{}, 0, s.readErr
 	}
-	return s.MemStore.Get(ctx)
+	return s.Store.Get(ctx)
 }
 
-func (s *bareConflictStore) Update(context.Context, int64, bitmap.Snapshot) (int64, error) {
-	return 0, fmt.Errorf("test: %w", bitmap.ErrConflict)
+func (s *conflictThenBrokenStore) Update(ctx context.Context, rev int64, snap bitmap.Snapshot) (int64, error) {
+	s.conflicted = true
+	return 0, fmt.Errorf("lost a race: %w", bitmap.ErrConflict)
 }
 
-// TestModifyReturnsTheErrorOfTheGetAfterAConflict checks that a Get that fails after a conflict
-// without the stored state ends Modify with that error, instead of retrying on an empty snapshot.
-func TestModifyReturnsTheErrorOfTheGetAfterAConflict(t *testing.T) {
-	store := &bareConflictStore{getErr: errors.New("etcd down")}
-	err := bitmap.Modify(context.Background(), store, cidr24, setBit("10.96.0.10"), bitmap.WithAttempts(3))
-	if !errors.Is(err, store.getErr) {
-		t.Errorf("Modify() = %v, want the Get error %v", err, store.getErr)
+func TestModifyReturnsTheErrorOfTheReadAfterAConflict(t *testing.T) {
+	readErr := errors.New("etcd is gone")
+	s := &conflictThenBrokenStore{Store: bitmaptest.NewMemStore(), readErr: readErr}
+	calls := 0
+	err := bitmap.Modify(t.Context(), s, cidr24, func(a *bitmap.Allocator) (bool, error) {
+		calls++
+		return setBit("10.96.0.1")(a)
+	})
+	if !errors.Is(err, readErr) {
+		t.Errorf("Modify() = %v, want the error of the read after the conflict", err)
+	}
+	if calls != 1 {
+		t.Errorf("the function ran %d times, want 1: nothing was read after the conflict", calls)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	// Named cip: the tests of this package have a helper named clusterip.
@@ -52,6 +53,12 @@ the Service, so between the two an IPAddress is held by no Service. With no hold
 delete that record while its Service is being created, and the Service then holds an address
 that another Service can be given. Use 0 only on a cluster where nothing allocates meanwhile
 (kube-apiserver's own repair waits 60s); the default 1m covers an allocation in flight.
+
+Permissions: check reads Services, ServiceCIDRs and IPAddress objects (get, list); --repair also
+creates, updates and deletes IPAddress objects. The ClusterRoles clusterip-check and
+clusterip-check-repair in deploy/rbac of the clusterip repository grant exactly that. Before it
+reads anything, check asks the API server whether it has them (SelfSubjectAccessReview) and names
+any it lacks.
 
 Exit codes: 0 consistent; 1 inconsistencies found; 2 could not run (bad flags, no kubeconfig,
 an unreachable or silent API server or etcd, no RangeAllocation under --etcd-prefix, missing RBAC
@@ -175,6 +182,14 @@ func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 			note = fmt.Sprintf("the bitmaps were not read (no --etcd-endpoints): DualWrite mode (kube-apiserver %s, --mode %s) audited as IPAddressOnly, the IPAddress objects only", info.GitVersion, o.mode)
 		}
 	}
+	what := "check"
+	if o.repair {
+		what = "check --repair"
+	}
+	need := neededPermissions(cfg.Mode, o.repair, etcd != nil)
+	if err := checkAccess(ctx, client, host, fmt.Sprintf("%s in %s mode", what, cfg.Mode), need); err != nil {
+		return err
+	}
 	if cfg.Ranges, err = o.flagRanges(ctx, client, etcd, host); err != nil {
 		return err
 	}
@@ -212,6 +227,7 @@ func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
+	moveURLCredentials(restConfig)
 	restConfig.Timeout = o.requestTimeout
 	restConfig.QPS, restConfig.Burst = 50, 100 // kubectl's QPS; repair makes a few calls per finding
 	client, err := kubernetes.NewForConfig(restConfig)
@@ -219,6 +235,25 @@ func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	return client, restConfig.Host, nil
+}
+
+// moveURLCredentials moves a user name and password written into the server URL
+// (https://user:password@host) to the config's basic-auth fields, where client-go sends them
+// just the same but masks them in what it logs, and so that no message of check, which names
+// the server, prints them. If the config has a user name or password already, the URL's are
+// dropped: client-go sends those of the config. A token set as well is then refused by client-go,
+// as for any config with both.
+func moveURLCredentials(c *rest.Config) {
+	u, err := url.Parse(c.Host)
+	if err != nil || u.User == nil {
+		return // client-go reports a bad URL itself
+	}
+	if c.Username == "" && c.Password == "" {
+		c.Username = u.User.Username()
+		c.Password, _ = u.User.Password()
+	}
+	u.User = nil
+	c.Host = u.String()
 }
 
 // Defaults of --request-timeout, which bounds each call to the API server and etcd, and of
@@ -274,7 +309,7 @@ func apiError(host string, err error) error {
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("API server at %s rejects the kubeconfig's credentials: %w", host, err)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("missing RBAC permission at API server %s: %w; check needs get and list on services and on servicecidrs and ipaddresses of networking.k8s.io, and --repair also create and delete on ipaddresses", host, err)
+		return fmt.Errorf("missing RBAC permission at API server %s: %w; check needs get and list on services, and on servicecidrs and ipaddresses of networking.k8s.io (ClusterRole %s), and --repair also create, update and delete on ipaddresses (ClusterRole %s)", host, err, checkRole, checkRepairRole)
 	case errors.Is(err, context.Canceled):
 		return err
 	}
@@ -320,6 +355,9 @@ func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error)
 	resp, err := client.Get(ctx, key, clientv3.WithCountOnly())
 	if err != nil {
 		client.Close()
+		if tlsErr := etcdTLSProblem(o.etcdEndpoints, cfg.TLS, o.requestTimeout); tlsErr != nil {
+			return nil, tlsErr
+		}
 		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdEndpoints, ","), err)
 	}
 	if resp.Count == 0 {

@@ -111,7 +111,13 @@ func cachedBinary(cacheDir string) string {
 // build writes the binary to out, a temporary file that cachedBuild renames
 // into place when build succeeds; say tells the user about long waits.
 func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
-	bin := cachedBinary(cacheDir)
+	return cachedBuildAt(ctx, cachedBinary(cacheDir), "kube-apiserver "+KubeAPIServerVersion, build, say)
+}
+
+// cachedBuildAt returns bin, calling build to write it first if it is missing, under a lock
+// file beside bin's directory; what names the binary in messages, such as
+// "kube-apiserver v1.33.13". See [cachedBuild].
+func cachedBuildAt(ctx context.Context, bin, what string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
 	dir := filepath.Dir(bin)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
@@ -119,9 +125,9 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("localcluster: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion+".lock"), func() {
-		say("waiting for another process that is building kube-apiserver %s into %s (%s, once per clone)",
-			KubeAPIServerVersion, dir, buildEstimate)
+	unlock, err := lockFile(ctx, dir+".lock", func() {
+		say("waiting for another process that is building %s into %s (%s, once per clone)",
+			what, dir, buildEstimate)
 	})
 	if err != nil {
 		return "", err
@@ -137,8 +143,8 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 	failed := filepath.Join(dir, "build-failed.log")
 	if fi, err := os.Stat(failed); err == nil && fi.ModTime().After(processStart) {
 		log, _ := os.ReadFile(failed)
-		return "", fmt.Errorf("localcluster: building kube-apiserver %s failed earlier in this run (log in %s):\n%s",
-			KubeAPIServerVersion, failed, tail(string(log), 40))
+		return "", fmt.Errorf("localcluster: building %s failed earlier in this run (log in %s):\n%s",
+			what, failed, tail(string(log), 40))
 	}
 	// Partial outputs of builds whose process was killed; nobody else builds
 	// while we hold the lock.
@@ -154,8 +160,8 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 	tmp.Close()
 	defer os.Remove(tmp.Name()) // no-op after the rename
 
-	say("building kube-apiserver %s from source for the integration tests (%s, once per clone; cached in %s)",
-		KubeAPIServerVersion, buildEstimate, dir)
+	say("building %s from source for the integration tests (%s, once per clone; cached in %s)",
+		what, buildEstimate, dir)
 	start := time.Now()
 	if err := build(ctx, tmp.Name()); err != nil {
 		if ctx.Err() == nil {
@@ -167,7 +173,7 @@ func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Co
 		return "", fmt.Errorf("localcluster: %w", err)
 	}
 	os.Remove(failed)
-	say("built kube-apiserver %s in %v: %s", KubeAPIServerVersion, time.Since(start).Round(time.Second), bin)
+	say("built %s in %v: %s", what, time.Since(start).Round(time.Second), bin)
 	return bin, nil
 }
 

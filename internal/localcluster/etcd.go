@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -29,6 +30,26 @@ type EtcdOptions struct {
 	// ReadyTimeout bounds how long [StartEtcd] and [Etcd.Restart] wait for the server to
 	// serve clients. Defaults to 30 seconds.
 	ReadyTimeout time.Duration
+	// ClientTLS, if not nil, makes etcd serve clients over TLS only (https endpoints) and
+	// require of each a certificate signed by ClientTLS.CAFile, as a production etcd does.
+	// Defaults to nil: plain http with no client authentication.
+	ClientTLS *EtcdTLS
+}
+
+// EtcdTLS is the TLS of an etcd's client port: the files of the server's certificate, of the CA
+// it verifies client certificates with, and of the client certificate that [Etcd.Client] and a
+// kube-apiserver started against the etcd ([StartKubeAPIServer]) present.
+type EtcdTLS struct {
+	// CertFile and KeyFile are the server's certificate, valid for 127.0.0.1, and its key. The
+	// certificate should allow client authentication too: etcd's gRPC gateway dials the server
+	// with it.
+	CertFile, KeyFile string
+	// CAFile holds the CA certificates that client certificates must chain to. It is also the
+	// bundle [Etcd.Client] and kube-apiserver verify the server's certificate with.
+	CAFile string
+	// ClientCertFile and ClientKeyFile are the client certificate and key of [Etcd.Client] and
+	// of a kube-apiserver started against the etcd.
+	ClientCertFile, ClientKeyFile string
 }
 
 // Etcd is a single-member etcd server embedded in the process, listening on
@@ -97,7 +118,10 @@ func (e *Etcd) config() *embed.Config {
 	cfg.ElectionMs = 50
 	cfg.UnsafeNoFsync = e.opts.UnsafeNoFsync
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
+	clientURL := url.URL{Scheme: e.clientScheme(), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
+	if t := e.opts.ClientTLS; t != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
+	}
 	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.peerPort))}
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
@@ -136,24 +160,44 @@ func (e *Etcd) start(ctx context.Context) error {
 	}
 }
 
-// Endpoints returns the client URLs of e, such as "http://127.0.0.1:40123".
-// They stay the same across [Etcd.Stop] and [Etcd.Restart].
+// Endpoints returns the client URLs of e, such as "http://127.0.0.1:40123" (https with
+// [EtcdOptions.ClientTLS]). They stay the same across [Etcd.Stop] and [Etcd.Restart].
 func (e *Etcd) Endpoints() []string {
-	return []string{"http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
+	return []string{e.clientScheme() + "://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
 }
+
+func (e *Etcd) clientScheme() string {
+	if e.opts.ClientTLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// ClientTLS returns the TLS files of e's client port, or nil if it serves plain http.
+func (e *Etcd) ClientTLS() *EtcdTLS { return e.opts.ClientTLS }
 
 // Dir returns the data directory of e.
 func (e *Etcd) Dir() string { return e.dir }
 
-// Client returns a new client of e with a no-op logger. The caller must close
-// it. The client does not dial until its first call, so it can be created
+// Client returns a new client of e with a no-op logger, presenting
+// [EtcdTLS.ClientCertFile] if e requires client certificates. The caller must
+// close it. The client does not dial until its first call, so it can be created
 // while e is stopped.
 func (e *Etcd) Client() (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   e.Endpoints(),
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
-	})
+	}
+	if t := e.opts.ClientTLS; t != nil {
+		info := transport.TLSInfo{CertFile: t.ClientCertFile, KeyFile: t.ClientKeyFile, TrustedCAFile: t.CAFile}
+		tlsConfig, err := info.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("localcluster: etcd client TLS: %w", err)
+		}
+		cfg.TLS = tlsConfig
+	}
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: etcd client: %w", err)
 	}

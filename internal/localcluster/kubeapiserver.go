@@ -44,6 +44,20 @@ type KubeAPIServerOptions struct {
 	FeatureGates string
 	// EtcdPrefix is the --etcd-prefix flag. Defaults to "/registry".
 	EtcdPrefix string
+	// AuthorizationMode is the --authorization-mode flag. Defaults to
+	// "AlwaysAllow"; with "RBAC" a user may do only what a Role or ClusterRole
+	// bound to it allows, the administrator of [KubeAPIServer.Config] all
+	// (it is in system:masters).
+	AuthorizationMode string
+	// Users are token-authenticated users besides the administrator, for
+	// RBAC tests: [KubeAPIServer.UserConfig] reaches the server as one of
+	// them. Defaults to none.
+	Users []User
+	// AuditLog, if set, makes the server log every request it receives, at
+	// the Metadata level (who, verb, resource, response code; no bodies) as
+	// one JSON audit.k8s.io/v1 Event per line to [KubeAPIServer.AuditLogPath],
+	// before it answers the request. Defaults to false: no audit log.
+	AuditLog bool
 	// ExtraArgs are appended to the command line; a flag given here overrides
 	// the one set from the other fields.
 	ExtraArgs []string
@@ -52,9 +66,22 @@ type KubeAPIServerOptions struct {
 	ReadyTimeout time.Duration
 }
 
+// User is a user of a [KubeAPIServer] besides its administrator, authenticated
+// by a token the server makes up. The zero User is not valid: it needs a Name.
+type User struct {
+	// Name is the user name RBAC subjects name.
+	Name string
+	// Groups are the groups the user is a member of, besides
+	// system:authenticated. Defaults to none.
+	Groups []string
+}
+
 // KubeAPIServer is a real kube-apiserver running as a child process on
-// 127.0.0.1, with token authentication for one administrator and
-// AlwaysAllow authorization.
+// 127.0.0.1, with token authentication for one administrator (and the
+// [KubeAPIServerOptions.Users]) and AlwaysAllow authorization unless
+// [KubeAPIServerOptions.AuthorizationMode] says otherwise. If its etcd
+// requires client certificates ([EtcdOptions.ClientTLS]), it presents
+// [EtcdTLS.ClientCertFile].
 //
 // The zero KubeAPIServer is not usable; use [StartKubeAPIServer]. The
 // methods of a KubeAPIServer are safe for concurrent use.
@@ -66,13 +93,17 @@ type KubeAPIServer struct {
 	Client kubernetes.Interface
 	// LogPath is the file that receives the server's stdout and stderr.
 	LogPath string
+	// AuditLogPath is the audit log with [KubeAPIServerOptions.AuditLog],
+	// else "".
+	AuditLogPath string
 	// Dir is the temporary directory holding the log, keys, token file and
 	// serving certificates. [KubeAPIServer.Close] removes it.
 	Dir string
 
 	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has exited
-	err    error         // the result of cmd.Wait, set before exited closes
+	exited chan struct{}     // closed when cmd has exited
+	tokens map[string]string // user name → token, of the Users
+	err    error             // the result of cmd.Wait, set before exited closes
 
 	mu      sync.Mutex // guards stopped
 	stopped bool
@@ -96,6 +127,14 @@ func StartKubeAPIServer(ctx context.Context, etcd *Etcd, opts KubeAPIServerOptio
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 60 * time.Second
 	}
+	if opts.AuthorizationMode == "" {
+		opts.AuthorizationMode = "AlwaysAllow"
+	}
+	for _, u := range opts.Users {
+		if u.Name == "" || u.Name == adminName {
+			return nil, fmt.Errorf("localcluster: user name %q: want a name other than %q", u.Name, adminName)
+		}
+	}
 	if opts.Binary == "" {
 		bin, err := KubeAPIServerBinary(ctx)
 		if err != nil {
@@ -116,7 +155,7 @@ func StartKubeAPIServer(ctx context.Context, etcd *Etcd, opts KubeAPIServerOptio
 }
 
 func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
-	token, err := writeAuthFiles(dir)
+	token, tokens, err := writeAuthFiles(dir, opts.Users)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +176,7 @@ func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAP
 		"--service-account-key-file=" + filepath.Join(dir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=AlwaysAllow",
+		"--authorization-mode=" + opts.AuthorizationMode,
 		// With a loopback advertise address the lease reconciler logs errors
 		// forever; no test needs the endpoints of the kubernetes Service.
 		"--endpoint-reconciler-type=none",
@@ -145,6 +184,19 @@ func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAP
 	}
 	if opts.FeatureGates != "" {
 		args = append(args, "--feature-gates="+opts.FeatureGates)
+	}
+	if t := etcd.ClientTLS(); t != nil {
+		args = append(args, "--etcd-cafile="+t.CAFile, "--etcd-certfile="+t.ClientCertFile, "--etcd-keyfile="+t.ClientKeyFile)
+	}
+	var auditLogPath string
+	if opts.AuditLog {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return nil, fmt.Errorf("localcluster: %w", err)
+		}
+		auditLogPath = filepath.Join(dir, "audit.log")
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+auditLogPath,
+			"--audit-log-format=json", "--audit-log-mode=blocking")
 	}
 	args = append(args, opts.ExtraArgs...)
 
@@ -163,10 +215,12 @@ func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAP
 		return nil, fmt.Errorf("localcluster: start kube-apiserver: %w", err)
 	}
 	s := &KubeAPIServer{
-		LogPath: logPath,
-		Dir:     dir,
-		cmd:     cmd,
-		exited:  make(chan struct{}),
+		LogPath:      logPath,
+		AuditLogPath: auditLogPath,
+		Dir:          dir,
+		cmd:          cmd,
+		exited:       make(chan struct{}),
+		tokens:       tokens,
 	}
 	go func() {
 		s.err = cmd.Wait()
@@ -193,25 +247,65 @@ func startKubeAPIServer(ctx context.Context, dir string, etcd *Etcd, opts KubeAP
 	return s, nil
 }
 
+// adminName is the user name of the administrator, the member of system:masters.
+const adminName = "admin"
+
+// auditPolicy logs every request at the Metadata level, from the stage at
+// which it is answered.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+`
+
 // writeAuthFiles writes the service account signing key and a token file
-// with one member of system:masters to dir, and returns that member's token.
-func writeAuthFiles(dir string) (token string, err error) {
+// with one member of system:masters and users to dir, and returns that
+// member's token and the token of each user by name.
+func writeAuthFiles(dir string, users []User) (token string, tokens map[string]string, err error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
-		return "", fmt.Errorf("localcluster: service account key: %w", err)
+		return "", nil, fmt.Errorf("localcluster: service account key: %w", err)
 	}
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	if err := os.WriteFile(filepath.Join(dir, "sa.key"), keyPEM, 0o600); err != nil {
-		return "", fmt.Errorf("localcluster: %w", err)
+		return "", nil, fmt.Errorf("localcluster: %w", err)
 	}
-	var b [16]byte
-	rand.Read(b[:])
-	token = hex.EncodeToString(b[:])
-	line := token + `,admin,admin,"system:masters"` + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(line), 0o600); err != nil {
-		return "", fmt.Errorf("localcluster: %w", err)
+	newToken := func() string {
+		var b [16]byte
+		rand.Read(b[:])
+		return hex.EncodeToString(b[:])
 	}
-	return token, nil
+	// A line of the token file: token,user,uid,"group1,group2".
+	token = newToken()
+	lines := token + "," + adminName + "," + adminName + `,"system:masters"` + "\n"
+	tokens = make(map[string]string, len(users))
+	for _, u := range users {
+		t := newToken()
+		tokens[u.Name] = t
+		line := t + "," + u.Name + "," + u.Name
+		if len(u.Groups) > 0 {
+			line += "," + strconv.Quote(strings.Join(u.Groups, ","))
+		}
+		lines += line + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(lines), 0o600); err != nil {
+		return "", nil, fmt.Errorf("localcluster: %w", err)
+	}
+	return token, tokens, nil
+}
+
+// UserConfig returns a new config that reaches the server as the user of
+// [KubeAPIServerOptions.Users] named name, with its token, or nil if there is
+// no such user.
+func (s *KubeAPIServer) UserConfig(name string) *rest.Config {
+	token, ok := s.tokens[name]
+	if !ok {
+		return nil
+	}
+	c := rest.CopyConfig(s.Config)
+	c.BearerToken = token
+	return c
 }
 
 // waitReady polls /readyz until it answers 200, the process exits, ctx is

@@ -3,6 +3,7 @@ package localcluster_test
 import (
 	"context"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,8 +11,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -171,4 +175,49 @@ func TestKubeAPIServerSurvivesEtcdRestart(t *testing.T) {
 		t.Fatalf("apiserver did not recover after etcd restart: %v", err)
 	}
 	t.Logf("apiserver served again %v after etcd restart", time.Since(start).Round(time.Millisecond))
+}
+
+// TestKubeAPIServerWithRBACAuthorizesUsersByTheirBindings starts a server with RBAC, a token
+// user and an audit log: the user may do nothing until the administrator binds it a role, and
+// the audit log records its requests.
+func TestKubeAPIServerWithRBACAuthorizesUsersByTheirBindings(t *testing.T) {
+	etcd := testenv.NewEtcd(t)
+	s := testenv.NewKubeAPIServer(t, etcd, localcluster.KubeAPIServerOptions{
+		AuthorizationMode: "RBAC", AuditLog: true, Users: []localcluster.User{{Name: "viewer", Groups: []string{"viewers"}}},
+	})
+	ctx := t.Context()
+	if s.UserConfig("nobody") != nil {
+		t.Errorf("UserConfig of a user not in Users is not nil")
+	}
+	viewer := kubernetes.NewForConfigOrDie(s.UserConfig("viewer"))
+	if _, err := viewer.CoreV1().Services("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("list Services as a user with no binding: %v, want Forbidden", err)
+	}
+	// Not the built-in view: kube-controller-manager, which does not run, aggregates its rules.
+	if _, err := s.Client.RbacV1().Roles("default").Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "services-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create a Role as the administrator: %v", err)
+	}
+	if _, err := s.Client.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "viewers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "services-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "viewers"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("bind the group viewers as the administrator: %v", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := viewer.CoreV1().Services("default").List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("list Services as a member of a bound group: %v", err)
+	}
+	log, err := os.ReadFile(s.AuditLogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `"username":"viewer"`) {
+		t.Errorf("the audit log %s has no request of user viewer", s.AuditLogPath)
+	}
 }

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
@@ -22,7 +22,7 @@ import (
 // gets a new allocator that starts from the objects as they are. The Results come in the order
 // of fills.
 func benchIPAddressFake(ctx context.Context, cidr netip.Prefix, fills []float64, d time.Duration) ([]Result, error) {
-	client := fake.NewClientset()
+	client := localcluster.NewFakeClient()
 	return atEachFill(ctx, client, cidr, fills, nil, func(fill float64) ([]Result, error) {
 		r, err := benchIPAddressOn(ctx, IPAddress, client, cidr, fill, d, 16)
 		return []Result{r}, err

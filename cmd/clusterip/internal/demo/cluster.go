@@ -79,7 +79,7 @@ func startCluster(ctx context.Context, opts *Options) (_ *cluster, err error) {
 		bin = cachedKubeAPIServer()
 	}
 	if bin == "" || opts.FakeAPI {
-		fc := newFakeClient()
+		fc := localcluster.NewFakeClient()
 		c.client, c.forget = fc, fc.ClearActions
 		c.apiDesc = "client-go's fake clientset (in memory; no kube-apiserver: pass --kube-apiserver PATH for a real one)"
 		return c, nil

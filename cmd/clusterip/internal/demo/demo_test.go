@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -137,7 +138,7 @@ func TestLedgerRefusesAnAddressHeldByAnotherService(t *testing.T) {
 // TestFakeClientWatchKeepsUpWithoutAConsumer writes many more objects than a fake watcher holds
 // while nobody reads its events; they all arrive, in order, once somebody does.
 func TestFakeClientWatchKeepsUpWithoutAConsumer(t *testing.T) {
-	client := newFakeClient()
+	client := localcluster.NewFakeClient()
 	ctx := t.Context()
 	w, err := client.CoreV1().Services("").Watch(ctx, metav1.ListOptions{})
 	if err != nil {

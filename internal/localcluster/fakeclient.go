@@ -1,4 +1,4 @@
-package demo
+package localcluster
 
 import (
 	"sync"
@@ -7,8 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-
-	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 // fakeWatchBuffer is how many events a watcher of the fake clientset holds before it panics.
@@ -21,13 +19,14 @@ var widenFakeWatchers = sync.OnceFunc(func() {
 	}
 })
 
-// newFakeClient returns client-go's fake clientset, whose watches are drained into an unbounded
-// queue. The fake's own watchers hold watch.DefaultChanSize events (100) and panic when a
-// consumer falls further behind, which informers do on a busy machine while thousands of Services
-// come and go: the relay takes them off at once, and the buffer is raised to fakeWatchBuffer (a
+// NewFakeClient returns client-go's fake clientset, the in-memory stand-in for kube-apiserver of
+// the demo and the bench, whose watches are drained into an unbounded queue (see RelayWatch). The
+// fake's own watchers hold watch.DefaultChanSize events (100) and panic when a consumer falls
+// further behind, which informers do on a busy machine while thousands of objects come and go:
+// the relay takes them off at once, and the buffer is raised to fakeWatchBuffer (a
 // process-wide setting of package watch, which only fake watchers read) for the moments the relay
 // waits for a CPU.
-func newFakeClient() *fake.Clientset {
+func NewFakeClient() *fake.Clientset {
 	widenFakeWatchers()
 	c := fake.NewSimpleClientset() //nolint:staticcheck // the simple fake needs no apply configurations
 	tracker := c.Tracker()
@@ -40,7 +39,7 @@ func newFakeClient() *fake.Clientset {
 		if err != nil {
 			return false, nil, err
 		}
-		return true, localcluster.RelayWatch(w), nil
+		return true, RelayWatch(w), nil
 	})
 	return c
 }

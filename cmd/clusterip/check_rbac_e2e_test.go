@@ -1,0 +1,549 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/yaml"
+
+	cip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
+	"github.com/kube-ipam/clusterip/servicecidr"
+)
+
+// rbacDir holds the ClusterRoles the repository ships.
+const rbacDir = "../../deploy/rbac"
+
+// The users of the RBAC test and the ClusterRoles of rbacDir bound to each.
+var rbacUsers = map[string][]string{
+	"checker":   {"check.yaml"},
+	"repairer":  {"check.yaml", "check-repair.yaml"},
+	"registry":  {"registry.yaml"},
+	"lifecycle": {"registry.yaml", "servicecidr-lifecycle.yaml"},
+	"nobody":    nil,
+}
+
+// TestShippedRolesGrantExactlyWhatEachUserNeeds runs a real kube-apiserver v1.33 with RBAC
+// authorization and an audit log, applies the ClusterRoles of deploy/rbac, and works as a user
+// bound to each, judging by what the server logged of that user:
+//   - with clusterip-check alone, check audits (with and without etcd) and asks for nothing but
+//     get and list; check --repair exits 2 naming the permissions it lacks, and writes nothing,
+//     neither through the API server nor to the bitmap in etcd; with no role at all, check
+//     exits 2 at once naming what clusterip-check grants;
+//   - with clusterip-check-repair too, check --repair repairs, using each verb the role grants;
+//   - with clusterip-registry, allocators built by clusterip.New allocate and release in
+//     DualWrite and IPAddressOnly mode;
+//   - with clusterip-servicecidr-lifecycle too, the ServiceCIDR lifecycle controller adds its
+//     finalizer and Ready condition, blocks a deletion with an Event, and lets it go.
+//
+// No request of a bound user is refused (403), and the verbs each user used are exactly those
+// its roles grant: the roles are enough, and no broader than the code.
+func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	var users []localcluster.User
+	for name := range rbacUsers {
+		users = append(users, localcluster.User{Name: name})
+	}
+	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{
+		ServiceClusterIPRange: "10.96.0.0/24", AuthorizationMode: "RBAC", AuditLog: true, Users: users,
+	})
+	ctx := t.Context()
+	grants := applyRoles(t, api.Client)
+	waitForDefaultServiceCIDR(t, api.Client)
+	kubeconfigOf := func(user string) string {
+		return writeKubeconfigWithToken(t, api.Config.Host, api.UserConfig(user).BearerToken)
+	}
+	etcdFlags := []string{"--etcd-endpoints", strings.Join(e.Endpoints(), ",")}
+	log := &auditLog{path: api.AuditLogPath}
+
+	// The seeds, one finding for each write repair makes: a Service whose IPAddress is gone
+	// (create), an IPAddress with another managed-by label (update), a leaked IPAddress (delete),
+	// and a stale bit, which repair clears in etcd.
+	for name, ip := range map[string]string{"s1": "10.96.0.10", "s2": "10.96.0.11"} {
+		if _, err := api.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService(name, ip), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create Service %s: %v", name, err)
+		}
+	}
+	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, "10.96.0.10", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the IPAddress of Service s1: %v", err)
+	}
+	ipa, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.11", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipa.Labels[networkingv1.LabelManagedBy] = "someone-else"
+	if _, err := api.Client.NetworkingV1().IPAddresses().Update(ctx, ipa, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("relabel the IPAddress of Service s2: %v", err)
+	}
+	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.200", Labels: map[string]string{
+			networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
+			networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
+		}},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "gone"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("seed a leaked IPAddress: %v", err)
+	}
+	bitmapKey := etcdstore.ServiceIPsKey("")
+	setBit(t, etcdstore.New(e.TestClient(t), bitmapKey), "10.96.0.201")
+	seeded := []repair.Finding{
+		{IP: "10.96.0.10", Class: repair.Missing, Service: "default/s1"},
+		{IP: "10.96.0.11", Class: repair.WrongParent, Service: "default/s2"},
+		{IP: "10.96.0.200", Class: repair.Leaked},
+		{IP: "10.96.0.201", Class: repair.BitmapOnly},
+	}
+
+	t.Run("check with the read-only role audits and writes nothing", func(t *testing.T) {
+		from := log.mark(t)
+		kubeconfig := kubeconfigOf("checker")
+		for _, args := range [][]string{
+			slices.Concat([]string{"check", "--kubeconfig", kubeconfig, "-o", "json"}, etcdFlags),
+			{"check", "--kubeconfig", kubeconfig, "-o", "json"}, // the Service CIDRs from the ServiceCIDR
+		} {
+			rep := checkJSON(t, exitProblem, args...)
+			want := seeded
+			if !slices.Contains(args, etcdFlags[0]) {
+				want = seeded[:3] // the stale bit is not seen without etcd
+			}
+			if diff := cmp.Diff(want, rep.Findings, cmpopts.IgnoreFields(repair.Finding{}, "Detail")); diff != "" {
+				t.Errorf("clusterip %q: findings (-want +got):\n%s", args, diff)
+			}
+		}
+		log.checkUsedExactly(t, from, "checker", grants.of("checker"))
+	})
+
+	t.Run("check --repair with the read-only role exits 2 naming what it lacks and writes nothing", func(t *testing.T) {
+		from := log.mark(t)
+		before := modRevision(t, e, bitmapKey)
+		checkCouldNotRun(t, slices.Concat([]string{"check", "--kubeconfig", kubeconfigOf("checker"), "--repair", "--leak-grace", "0"}, etcdFlags),
+			`missing RBAC permission at API server `+api.Config.Host+`: user "checker" may not create, update, delete ipaddresses.networking.k8s.io, which check --repair in DualWrite mode needs; bind the ClusterRole clusterip-check-repair`)
+		if writes := log.writes(t, from, "checker"); len(writes) > 0 {
+			t.Errorf("check --repair without clusterip-check-repair asked the API server to %q", writes)
+		}
+		if after := modRevision(t, e, bitmapKey); after != before {
+			t.Errorf("check --repair without clusterip-check-repair wrote the bitmap at %s (mod revision %d, then %d)", bitmapKey, before, after)
+		}
+	})
+
+	t.Run("a user with no role exits 2 at once naming what check needs", func(t *testing.T) {
+		start := time.Now()
+		checkCouldNotRun(t, []string{"check", "--kubeconfig", kubeconfigOf("nobody")},
+			`user "nobody" may not list, get services and list, get servicecidrs.networking.k8s.io and list, get ipaddresses.networking.k8s.io, which check in IPAddressOnly mode needs; bind the ClusterRole clusterip-check`)
+		checkCouldNotRun(t, slices.Concat([]string{"check", "--kubeconfig", kubeconfigOf("nobody"), "--repair"}, etcdFlags),
+			"bind the ClusterRoles clusterip-check and clusterip-check-repair")
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("check without any role took %v to give up, want an answer at once", d)
+		}
+	})
+
+	t.Run("check --repair with the repair role repairs", func(t *testing.T) {
+		from := log.mark(t)
+		args := slices.Concat([]string{"check", "--kubeconfig", kubeconfigOf("repairer"), "--repair", "--leak-grace", "0", "-o", "json"}, etcdFlags)
+		if rep := checkJSON(t, exitOK, args...); !rep.Consistent {
+			t.Errorf("check --repair left %v", rep.Findings)
+		}
+		checkJSON(t, exitOK, "check", "--kubeconfig", kubeconfigOf("repairer"), "-o", "json") // reads the ServiceCIDR kubernetes
+		log.checkUsedExactly(t, from, "repairer", grants.of("repairer"))
+	})
+
+	t.Run("the registry role allocates and releases in every mode", func(t *testing.T) {
+		from := log.mark(t)
+		client := kubernetes.NewForConfigOrDie(api.UserConfig("registry"))
+		for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
+			t.Run(mode.String(), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				factory := informers.NewSharedInformerFactory(client, 0)
+				cfg := cip.Config{Mode: mode, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: client, Informers: factory}
+				if mode == featuregate.DualWrite {
+					cfg.Etcd = e.TestClient(t)
+				}
+				allocs, err := cip.New(ctx, cfg)
+				if err != nil {
+					t.Fatalf("clusterip.New as the registry user: %v", err)
+				}
+				defer allocs.Close()
+				factory.Start(ctx.Done())
+				defer factory.Shutdown()
+				done := make(chan error, 1)
+				go func() { done <- allocs.Run(ctx) }()
+				defer func() { cancel(); <-done }()
+
+				if err := allocs.WaitReady(ctx); err != nil {
+					t.Fatal(err)
+				}
+				a := allocs.For(corev1.IPv4Protocol)
+				owner := allocator.Owner{Resource: "services", Namespace: "default", Name: "registry-" + strings.ToLower(mode.String())}
+				ip, err := a.AllocateNext(ctx, owner)
+				if err != nil {
+					t.Fatalf("AllocateNext as the registry user: %v", err)
+				}
+				chosen := netip.MustParseAddr("10.96.0.50")
+				if err := a.Allocate(ctx, chosen, owner); err != nil {
+					t.Fatalf("Allocate(%s) as the registry user: %v", chosen, err)
+				}
+				// An address in no ServiceCIDR the allocator knows (its ServiceCIDR went without the
+				// lifecycle controller): Release reads its object before deleting it.
+				orphan := netip.MustParseAddr("10.98.0.7")
+				if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
+					ObjectMeta: metav1.ObjectMeta{Name: orphan.String(), Labels: map[string]string{
+						networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
+						networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
+					}},
+					Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: owner.Name}},
+				}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				for _, ip := range []netip.Addr{ip, chosen, orphan} {
+					if err := a.Release(ctx, ip); err != nil {
+						t.Errorf("Release(%s) as the registry user: %v", ip, err)
+					}
+					if _, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{}); err == nil {
+						t.Errorf("Release(%s) as the registry user left its IPAddress", ip)
+					}
+				}
+			})
+		}
+		log.checkUsedExactly(t, from, "registry", grants.of("registry"))
+	})
+
+	t.Run("the lifecycle role runs the ServiceCIDR lifecycle controller", func(t *testing.T) {
+		from := log.mark(t)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		client := kubernetes.NewForConfigOrDie(api.UserConfig("lifecycle"))
+		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+		broadcaster.StartRecordingToSink(ctx.Done())
+		defer broadcaster.Shutdown()
+		factory := informers.NewSharedInformerFactory(client, 0)
+		nw := factory.Networking().V1()
+		c, err := servicecidr.NewLifecycleController(client, nw.ServiceCIDRs(), nw.IPAddresses(), servicecidr.LifecycleOptions{
+			GracePeriod: -1, RecheckInterval: time.Second, Recorder: broadcaster.NewRecorder(scheme.Scheme, "clusterip-test"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx, 1) }()
+		stop := sync.OnceFunc(func() { cancel(); <-done })
+		defer stop()
+
+		admin := api.Client.NetworkingV1()
+		if _, err := admin.ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
+			ObjectMeta: metav1.ObjectMeta{Name: "extra"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/28"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the finalizer and Ready condition on ServiceCIDR extra", func() bool {
+			sc, err := admin.ServiceCIDRs().Get(ctx, "extra", metav1.GetOptions{})
+			return err == nil && slices.Contains(sc.Finalizers, servicecidr.Finalizer) && readyStatus(sc) == metav1.ConditionTrue
+		})
+		if _, err := admin.IPAddresses().Create(ctx, &networkingv1.IPAddress{
+			ObjectMeta: metav1.ObjectMeta{Name: "10.97.0.5"},
+			Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "s9"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.ServiceCIDRs().Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the deletion of ServiceCIDR extra to be blocked, with an Event", func() bool {
+			sc, err := admin.ServiceCIDRs().Get(ctx, "extra", metav1.GetOptions{})
+			if err != nil || readyStatus(sc) != metav1.ConditionFalse {
+				return false
+			}
+			evs, err := api.Client.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			return err == nil && slices.ContainsFunc(evs.Items, func(ev eventsv1.Event) bool {
+				return ev.Regarding.Name == "extra" && ev.Reason == servicecidr.EventReasonTerminating
+			})
+		})
+		if err := admin.IPAddresses().Delete(ctx, "10.97.0.5", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "ServiceCIDR extra to be gone", func() bool {
+			_, err := admin.ServiceCIDRs().Get(ctx, "extra", metav1.GetOptions{})
+			return err != nil
+		})
+		stop()
+		// The controller's own verbs, and the reads of the registry's that it shares (its
+		// informers, and the List before a finalizer comes off). An Event repeated soon after
+		// (the broadcaster patches it) need not happen here.
+		want := map[string]bool{}
+		for a := range grants["servicecidr-lifecycle.yaml"] {
+			want[a] = true
+		}
+		for _, a := range []string{"list servicecidrs.networking.k8s.io", "watch servicecidrs.networking.k8s.io",
+			"list ipaddresses.networking.k8s.io", "watch ipaddresses.networking.k8s.io"} {
+			if !grants["registry.yaml"][a] {
+				t.Errorf("clusterip-registry does not grant %q, which the lifecycle controller needs of it", a)
+			}
+			want[a] = true
+		}
+		delete(want, "patch events.events.k8s.io")
+		log.checkUsed(t, from, "lifecycle", grants.of("lifecycle"), want)
+	})
+}
+
+// readyStatus returns the status of sc's Ready condition, or "" if it has none.
+func readyStatus(sc *networkingv1.ServiceCIDR) metav1.ConditionStatus {
+	for _, c := range sc.Status.Conditions {
+		if c.Type == networkingv1.ServiceCIDRConditionReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// poll calls cond every 50 ms until it returns true, and fails t after a minute.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// waitForDefaultServiceCIDR waits for what kube-apiserver sets up at start: the kubernetes
+// Service and the ServiceCIDR "kubernetes", ready.
+func waitForDefaultServiceCIDR(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	poll(t, "the kubernetes Service and a ready ServiceCIDR kubernetes", func() bool {
+		if _, err := client.CoreV1().Services("default").Get(t.Context(), "kubernetes", metav1.GetOptions{}); err != nil {
+			return false
+		}
+		sc, err := client.NetworkingV1().ServiceCIDRs().Get(t.Context(), "kubernetes", metav1.GetOptions{})
+		return err == nil && readyStatus(sc) == metav1.ConditionTrue
+	})
+}
+
+// roleGrants are the permissions of the ClusterRoles of rbacDir, by file name, each as
+// "verb resource[.group][/subresource]".
+type roleGrants map[string]map[string]bool
+
+// of returns the permissions the roles of user grant.
+func (g roleGrants) of(user string) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range rbacUsers[user] {
+		for a := range g[f] {
+			out[a] = true
+		}
+	}
+	return out
+}
+
+// applyRoles creates every ClusterRole of rbacDir and binds those of rbacUsers to each user, and
+// returns what each grants. It fails t if rbacDir holds a file that is not one ClusterRole.
+func applyRoles(t *testing.T, admin kubernetes.Interface) roleGrants {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(rbacDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no ClusterRoles in %s: %v", rbacDir, err)
+	}
+	grants := roleGrants{}
+	names := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict(b, &role); err != nil || role.Kind != "ClusterRole" {
+			t.Fatalf("%s: not one ClusterRole (kind %q): %v", f, role.Kind, err)
+		}
+		if _, err := admin.RbacV1().ClusterRoles().Create(t.Context(), &role, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create the ClusterRole of %s: %v", f, err)
+		}
+		base := filepath.Base(f)
+		names[base] = role.Name
+		grants[base] = map[string]bool{}
+		for _, r := range role.Rules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						name, sub, _ := strings.Cut(res, "/")
+						grants[base][access(v, g, name, sub)] = true
+					}
+				}
+			}
+		}
+	}
+	for user, roles := range rbacUsers {
+		for _, f := range roles {
+			if _, ok := names[f]; !ok {
+				t.Fatalf("no %s in %s", f, rbacDir)
+			}
+			if _, err := admin.RbacV1().ClusterRoleBindings().Create(t.Context(), &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + names[f]},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: names[f]},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return grants
+}
+
+// access spells a permission as "verb resource[.group][/subresource]".
+func access(verb, group, resource, subresource string) string {
+	s := verb + " " + resource
+	if group != "" {
+		s += "." + group
+	}
+	if subresource != "" {
+		s += "/" + subresource
+	}
+	return s
+}
+
+// auditLog reads the audit log of the test's kube-apiserver, which logs each request before it
+// answers it (--audit-log-mode=blocking): once a command has exited, its requests are logged.
+type auditLog struct{ path string }
+
+// auditEvent is what the tests read of an audit.k8s.io/v1 Event.
+type auditEvent struct {
+	Verb string
+	User struct{ Username string }
+	// ObjectRef is nil for a request that is not for a resource, such as /version.
+	ObjectRef *struct {
+		Resource, APIGroup, Subresource string
+	}
+	ResponseStatus *struct{ Code int }
+}
+
+// mark returns the size of the log so far: where the requests of what follows begin.
+func (l *auditLog) mark(t *testing.T) int64 {
+	t.Helper()
+	fi, err := os.Stat(l.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// requests returns the permissions used by user's requests logged from offset from on, each with
+// the codes of its answers. The reviews check makes of its own permissions and identity
+// (SelfSubjectAccessReview, SelfSubjectReview) are left out: every user may make them, and they
+// store nothing.
+func (l *auditLog) requests(t *testing.T, from int64, user string) map[string][]int {
+	t.Helper()
+	f, err := os.Open(l.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, 0); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var ev auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("audit log %s: %v", l.path, err)
+		}
+		if ev.User.Username != user || ev.ObjectRef == nil {
+			continue
+		}
+		if r := ev.ObjectRef.Resource; r == "selfsubjectaccessreviews" || r == "selfsubjectreviews" {
+			continue
+		}
+		a := access(ev.Verb, ev.ObjectRef.APIGroup, ev.ObjectRef.Resource, ev.ObjectRef.Subresource)
+		code := 0
+		if ev.ResponseStatus != nil {
+			code = ev.ResponseStatus.Code
+		}
+		out[a] = append(out[a], code)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// writes returns the requests of user from offset from on that ask to change something.
+func (l *auditLog) writes(t *testing.T, from int64, user string) []string {
+	t.Helper()
+	var out []string
+	for a := range l.requests(t, from, user) {
+		switch verb, _, _ := strings.Cut(a, " "); verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkUsedExactly checks that the server refused none of user's requests logged from offset
+// from on, and that they used exactly the permissions of want.
+func (l *auditLog) checkUsedExactly(t *testing.T, from int64, user string, want map[string]bool) {
+	t.Helper()
+	l.checkUsed(t, from, user, want, want)
+}
+
+// checkUsed checks that the server refused none of user's requests logged from offset from on,
+// that they used only permissions of granted, and every permission of required.
+func (l *auditLog) checkUsed(t *testing.T, from int64, user string, granted, required map[string]bool) {
+	t.Helper()
+	used := map[string]bool{}
+	for a, codes := range l.requests(t, from, user) {
+		used[a] = true
+		if slices.Contains(codes, 403) {
+			t.Errorf("the API server refused %s %q (403)", user, a)
+		}
+		if !granted[a] {
+			t.Errorf("%s used %q, which its roles do not grant", user, a)
+		}
+	}
+	for a := range required {
+		if !used[a] {
+			t.Errorf("%s never used %q, which its roles grant for this", user, a)
+		}
+	}
+}
+
+// modRevision returns the revision at which key was last written in e's etcd (0 if absent).
+func modRevision(t *testing.T, e *testenv.Etcd, key string) int64 {
+	t.Helper()
+	resp, err := e.TestClient(t).Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0
+	}
+	return resp.Kvs[0].ModRevision
+}

@@ -1,0 +1,489 @@
+package kubeapiserverfork_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
+)
+
+// The feature gates of each mode, as kube-apiserver v1.33 reads them.
+var modeGates = []struct {
+	mode  featuregate.Mode
+	gates string
+}{
+	{featuregate.DualWrite, ""}, // v1.33's default
+	{featuregate.Legacy, "MultiCIDRServiceAllocator=false"},
+	{featuregate.Legacy, "MultiCIDRServiceAllocator=false,DisableAllocatorDualWrite=true"},
+	{featuregate.IPAddressOnly, "DisableAllocatorDualWrite=true"},
+}
+
+// forkBinary returns the fork's binary, building it if needed; it skips t in -short mode.
+func forkBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping kube-apiserver fork test in -short mode")
+	}
+	bin, err := localcluster.KubeAPIServerForkBinary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// stockBinary returns the stock kube-apiserver v1.33.13, building it if needed.
+func stockBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := localcluster.KubeAPIServerBinary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func TestForkAnswersVersion(t *testing.T) {
+	bin := forkBinary(t)
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", bin, err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), "Kubernetes "+localcluster.KubeAPIServerVersion; got != want {
+		t.Errorf("--version = %q, want %q", got, want)
+	}
+}
+
+const (
+	v4Range = "10.96.0.0/24"
+	v6Range = "fd00:10:96::/112"
+)
+
+// TestForkAllocatesInEveryMode starts the fork in each mode with a dual-stack range and checks
+// that single- and dual-stack Services get addresses from the flag ranges, that a chosen free
+// address is granted and a taken one refused with v1.33's message, and that a Service's delete
+// frees its addresses for reuse.
+func TestForkAllocatesInEveryMode(t *testing.T) {
+	bin := forkBinary(t)
+	ranges, err := clusterip.ParseRanges(v4Range + "," + v6Range)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mg := range modeGates {
+		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+			etcd := testenv.NewEtcd(t)
+			s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
+				Binary: bin, ServiceClusterIPRange: v4Range + "," + v6Range, FeatureGates: mg.gates,
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			svcs := s.Client.CoreV1().Services(metav1.NamespaceDefault)
+
+			var got []*corev1.Service
+			for i := range 10 {
+				svc := testenv.ClusterIPService(fmt.Sprintf("single-%d", i), "")
+				if i%2 == 1 {
+					svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+				}
+				created, err := svcs.Create(ctx, svc, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("create %s: %v", svc.Name, err)
+				}
+				got = append(got, created)
+			}
+			for i := range 5 {
+				svc := testenv.ClusterIPService(fmt.Sprintf("dual-%d", i), "")
+				svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+				created, err := svcs.Create(ctx, svc, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("create %s: %v", svc.Name, err)
+				}
+				if len(created.Spec.ClusterIPs) != 2 {
+					t.Errorf("%s: clusterIPs = %v, want one of each family", svc.Name, created.Spec.ClusterIPs)
+				}
+				got = append(got, created)
+			}
+			seen := map[netip.Addr]string{}
+			for _, svc := range got {
+				for _, s := range svc.Spec.ClusterIPs {
+					ip, err := netip.ParseAddr(s)
+					if err != nil {
+						t.Fatalf("%s: clusterIP %q: %v", svc.Name, s, err)
+					}
+					if !slices.ContainsFunc(ranges, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+						t.Errorf("%s: clusterIP %s is in no range of %v", svc.Name, ip, ranges)
+					}
+					if other, dup := seen[ip]; dup {
+						t.Errorf("%s and %s both got %s", other, svc.Name, ip)
+					}
+					seen[ip] = svc.Name
+				}
+			}
+
+			// Single to dual stack, then back.
+			up := got[0].DeepCopy()
+			up.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+			up.Spec.IPFamilies = append(up.Spec.IPFamilies, corev1.IPv6Protocol)
+			up, err := svcs.Update(ctx, up, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatalf("upgrade %s to dual stack: %v", got[0].Name, err)
+			}
+			if len(up.Spec.ClusterIPs) != 2 || up.Spec.ClusterIPs[0] != got[0].Spec.ClusterIPs[0] {
+				t.Errorf("upgrade to dual stack: clusterIPs %v, want %s and an IPv6 address", up.Spec.ClusterIPs, got[0].Spec.ClusterIPs[0])
+			} else if seen[netip.MustParseAddr(up.Spec.ClusterIPs[1])] != "" {
+				t.Errorf("upgrade to dual stack: %s got %s, which %s holds", up.Name, up.Spec.ClusterIPs[1], seen[netip.MustParseAddr(up.Spec.ClusterIPs[1])])
+			}
+			down := up.DeepCopy()
+			down.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+			down.Spec.IPFamilies = down.Spec.IPFamilies[:1]
+			down.Spec.ClusterIPs = down.Spec.ClusterIPs[:1]
+			if _, err := svcs.Update(ctx, down, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("downgrade %s to single stack: %v", got[0].Name, err)
+			}
+			// The released IPv6 address can be taken again.
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService("after-downgrade", up.Spec.ClusterIPs[1]), metav1.CreateOptions{}); err != nil {
+				t.Errorf("create with the IP the downgrade released: %v", err)
+			}
+
+			// A chosen free address, then the same address again.
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService("chosen", "10.96.0.5"), metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create with a free chosen IP: %v", err)
+			}
+			_, err = svcs.Create(ctx, testenv.ClusterIPService("taken", "10.96.0.5"), metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "failed to allocate IP 10.96.0.5: provided IP is already allocated") {
+				t.Errorf("create with a taken IP: %v, want 422 Invalid with %q", err, "failed to allocate IP 10.96.0.5: provided IP is already allocated")
+			}
+
+			// Release, then reuse.
+			if err := svcs.Delete(ctx, "chosen", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService("reused", "10.96.0.5"), metav1.CreateOptions{}); err != nil {
+				t.Errorf("create with a released IP: %v", err)
+			}
+			t.Logf("%s: %d Services, %d ClusterIPs, none duplicated; dual-stack upgrade and downgrade", mg.mode, len(got)+1, len(seen)+1)
+		})
+	}
+}
+
+// TestForkErrorsMatchStock asks the fork and stock kube-apiserver v1.33.13, in the same mode,
+// for the same refused ClusterIPs, and compares the messages.
+func TestForkErrorsMatchStock(t *testing.T) {
+	fork := forkBinary(t)
+	stock := stockBinary(t)
+	cases := []struct {
+		name, first, ip string
+		dryRun          bool
+		// improved is the fork's answer where it knowingly differs from stock: v1.33's dry
+		// run admits a taken ClusterIP that the real request then refuses.
+		improved string
+	}{
+		{"taken", "10.96.0.7", "10.96.0.7", false, ""},
+		{"taken, dry run", "", "10.96.0.7", true, "failed to allocate IP 10.96.0.7: provided IP is already allocated"},
+		{"out of range", "", "10.97.0.7", false, ""},
+		{"network address", "", "10.96.0.0", false, ""},
+		{"broadcast address", "", "10.96.0.255", false, ""},
+		{"other family", "", "fd00::7", false, ""},
+	}
+	for _, mg := range modeGates {
+		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+			messages := map[string][]string{}
+			for _, bin := range []string{stock, fork} {
+				etcd := testenv.NewEtcd(t)
+				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: v4Range, FeatureGates: mg.gates})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				svcs := s.Client.CoreV1().Services(metav1.NamespaceDefault)
+				for i, c := range cases {
+					if c.first != "" {
+						if _, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("first-%d", i), c.first), metav1.CreateOptions{}); err != nil {
+							t.Fatalf("%s: %v", c.name, err)
+						}
+					}
+					opts := metav1.CreateOptions{}
+					if c.dryRun {
+						opts.DryRun = []string{metav1.DryRunAll}
+					}
+					_, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), c.ip), opts)
+					msg := "<nil>"
+					if err != nil {
+						msg = err.Error()
+					}
+					messages[bin] = append(messages[bin], msg)
+				}
+				cancel()
+				s.Stop()
+			}
+			for i, c := range cases {
+				if c.improved != "" {
+					if got := messages[fork][i]; !strings.Contains(got, c.improved) {
+						t.Errorf("%s (%s): fork: %s, want %q", c.name, c.ip, got, c.improved)
+					}
+					t.Logf("%s: fork: %s; stock v1.33: %s", c.name, messages[fork][i], messages[stock][i])
+					continue
+				}
+				if got, want := messages[fork][i], messages[stock][i]; got != want {
+					t.Errorf("%s (%s):\nfork:  %s\nstock: %s", c.name, c.ip, got, want)
+				} else {
+					t.Logf("%s: %s", c.name, got)
+				}
+			}
+		})
+	}
+}
+
+// TestForkFullRangeMatchesStock fills a /29 (6 addresses, 1 the kubernetes Service's) through
+// the fork and through stock kube-apiserver v1.33.13 in each mode and compares how many
+// Services each admits and the refusal that follows.
+func TestForkFullRangeMatchesStock(t *testing.T) {
+	fork := forkBinary(t)
+	stock := stockBinary(t)
+	for _, mg := range modeGates {
+		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+			type outcome struct {
+				admitted int
+				refusal  string
+			}
+			got := map[string]outcome{}
+			for _, bin := range []string{stock, fork} {
+				etcd := testenv.NewEtcd(t)
+				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: "10.96.0.0/29", FeatureGates: mg.gates})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				waitForKubernetesService(ctx, t, s.Client)
+				var o outcome
+				for i := range 10 {
+					_, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), ""), metav1.CreateOptions{})
+					if err != nil {
+						o.refusal = err.Error()
+						break
+					}
+					o.admitted++
+				}
+				cancel()
+				s.Stop()
+				got[bin] = o
+			}
+			if got[fork] != got[stock] {
+				t.Errorf("fork admitted %d, then: %s\nstock admitted %d, then: %s", got[fork].admitted, got[fork].refusal, got[stock].admitted, got[stock].refusal)
+			} else {
+				t.Logf("both admitted %d, then: %s", got[fork].admitted, got[fork].refusal)
+			}
+		})
+	}
+}
+
+// TestForkBesideStockNoDuplicates runs the fork in DualWrite mode beside a stock kube-apiserver
+// v1.33.13 on one etcd, stock in Legacy mode and then in its default dual write. In each of 3
+// rounds both create Services concurrently until the range is nearly full, and no two Services
+// may get the same ClusterIP; between rounds the Services are deleted, beside the dual-writing
+// peer each server deleting the other's. Then it audits the cluster as "clusterip check" does
+// until the fork's repair has created the IPAddress objects of a Legacy peer's Services, stops
+// the fork while stock creates more, and audits right after the fork is ready again: it reports
+// ready only after its first repair pass, so nothing may be missing then.
+func TestForkBesideStockNoDuplicates(t *testing.T) {
+	fork := forkBinary(t)
+	stock := stockBinary(t)
+	const (
+		perServer = 120 // of the 254 addresses of the /24, 1 taken by the kubernetes Service
+		workers   = 8
+		rounds    = 3
+	)
+	for _, peer := range []struct {
+		name  string
+		gates string
+		// crossDelete makes the stock server delete the fork's Services between rounds, and the
+		// fork the stock's; otherwise the fork deletes all. A Legacy peer's delete of a fork's
+		// Service clears the bit and leaves its IPAddress object until repair frees it after its
+		// hold-off, so the next round would find the range full of such objects, as it would
+		// with a stock dual-writing server instead of the fork.
+		crossDelete bool
+	}{
+		{"stock-Legacy", "MultiCIDRServiceAllocator=false", false},
+		{"stock-DualWrite", "", true},
+	} {
+		t.Run("fork-DualWrite/"+peer.name, func(t *testing.T) {
+			etcd := testenv.NewEtcd(t)
+			f := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: fork, ServiceClusterIPRange: v4Range})
+			s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: stock, ServiceClusterIPRange: v4Range, FeatureGates: peer.gates})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			servers := []server{{"fork", f.Client}, {"stock", s.Client}}
+
+			created, dups := 0, 0
+			for round := range rounds {
+				start := time.Now()
+				names := map[string][]string{}
+				for _, srv := range servers {
+					for i := range perServer {
+						names[srv.name] = append(names[srv.name], fmt.Sprintf("%s-%d-%d", srv.name, round, i))
+					}
+				}
+				parallel(t, workers, servers, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
+					_, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
+					return err
+				})
+				created += 2 * perServer
+				n, d := countDuplicates(ctx, t, f.Client)
+				dups += d
+				t.Logf("round %d: %d Services created by each server with %d workers each in %v; %d Services hold %d duplicated ClusterIPs",
+					round, perServer, workers, time.Since(start).Round(time.Millisecond), n, d)
+				if round == rounds-1 {
+					break
+				}
+				deleters := []server{{"fork", f.Client}, {"stock", f.Client}}
+				if peer.crossDelete {
+					deleters = []server{{"fork", s.Client}, {"stock", f.Client}}
+				}
+				parallel(t, workers, deleters, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
+					return c.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{})
+				})
+			}
+			t.Logf("%d Services created in %d rounds, %d duplicate ClusterIPs", created, rounds, dups)
+
+			// Audit as "clusterip check" does, in the fork's mode. A Legacy peer's Services
+			// have no IPAddress objects: the fork's repair creates them within seconds.
+			start := time.Now()
+			for rep := audit(ctx, t, etcd, f.Client); rep.Counts[string(repair.Missing)] > 0; rep = audit(ctx, t, etcd, f.Client) {
+				if time.Since(start) > 20*time.Second {
+					t.Fatalf("the fork left %d Services' IPs without IPAddress objects for 20 s", rep.Counts[string(repair.Missing)])
+				}
+				time.Sleep(time.Second)
+			}
+			t.Logf("no IPAddress object missing %v after the last create", time.Since(start).Round(100*time.Millisecond))
+
+			// Stop the fork, let stock create Services meanwhile, and start the fork again:
+			// ready means its first repair pass is done, so nothing is missing then.
+			f.Stop()
+			for i := range 10 {
+				if _, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("while-fork-down-%d", i), ""), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f = testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: fork, ServiceClusterIPRange: v4Range})
+			rep := audit(ctx, t, etcd, f.Client)
+			if n := rep.Counts[string(repair.Missing)]; n != 0 {
+				t.Errorf("right after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
+			}
+			if _, d := countDuplicates(ctx, t, f.Client); d != 0 {
+				t.Errorf("%d duplicates after the restart", d)
+			}
+		})
+	}
+}
+
+// waitForKubernetesService waits until the kubernetes Service, which the server creates itself
+// soon after it is ready, holds its ClusterIP.
+func waitForKubernetesService(ctx context.Context, t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	for {
+		svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err == nil && svc.Spec.ClusterIP != "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the kubernetes Service: %v (last error %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// server is a kube-apiserver under test, by name.
+type server struct {
+	name   string
+	client kubernetes.Interface
+}
+
+// parallel calls op for each name of names[srv.name] through srv's client, from workers
+// goroutines per server, all servers at once, and fails t with each error.
+func parallel(t *testing.T, workers int, servers []server, names map[string][]string, op func(context.Context, kubernetes.Interface, string) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, srv := range servers {
+		next := make(chan string)
+		go func() {
+			defer close(next)
+			for _, n := range names[srv.name] {
+				next <- n
+			}
+		}()
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for name := range next {
+					if err := op(ctx, srv.client, name); err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %s: %w", srv.name, name, err))
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+}
+
+// countDuplicates lists every Service and returns how many there are and how many ClusterIPs
+// more than one of them holds, failing t with each.
+func countDuplicates(ctx context.Context, t *testing.T, c kubernetes.Interface) (services, dups int) {
+	t.Helper()
+	list, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string][]string{}
+	for _, svc := range list.Items {
+		for _, ip := range svc.Spec.ClusterIPs {
+			owners[ip] = append(owners[ip], svc.Namespace+"/"+svc.Name)
+		}
+	}
+	for ip, o := range owners {
+		if len(o) > 1 {
+			dups++
+			t.Errorf("ClusterIP %s held by %v", ip, o)
+		}
+	}
+	return len(list.Items), dups
+}
+
+// audit runs repair.Audit in DualWrite mode, logs the report in short and fails t for a
+// duplicate owner.
+func audit(ctx context.Context, t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface) *repair.Report {
+	t.Helper()
+	rng, _ := clusterip.ParseRanges(v4Range)
+	rep, err := repair.Audit(ctx, clusterip.Config{Mode: featuregate.DualWrite, Ranges: rng, Etcd: etcd.TestClient(t), Client: c})
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	t.Logf("audit: consistent=%v counts=%v", rep.Consistent, rep.Counts)
+	for i, fd := range rep.Findings {
+		if fd.Class == repair.DuplicateOwner {
+			t.Errorf("audit: %s %s %s: %s", fd.IP, fd.Class, fd.Service, fd.Detail)
+		} else if i < 5 {
+			t.Logf("audit finding: %s %s %s: %s", fd.IP, fd.Class, fd.Service, fd.Detail)
+		}
+	}
+	return rep
+}
