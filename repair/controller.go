@@ -30,7 +30,7 @@ type Controller struct {
 	opts      Options
 	now       func() time.Time
 	retryBase time.Duration   // the first retry delay of Run; 1 s
-	metrics   *metrics.Repair // nil without Options.Registerer or Config.Registerer
+	metrics   *metrics.Repair // nil without Options.Registerer
 	families  []string        // the IP families of cfg.Ranges, for the drift gauges
 
 	pass sync.Mutex // serialises passes and Run's retries of single addresses
@@ -57,12 +57,8 @@ func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 	for _, r := range cfg.Ranges {
 		c.families = append(c.families, string(allocator.FamilyOf(r.Addr())))
 	}
-	reg := opts.Registerer
-	if reg == nil {
-		reg = cfg.Registerer
-	}
-	if reg != nil {
-		m, err := metrics.NewRepair(reg, c.families)
+	if opts.Registerer != nil {
+		m, err := metrics.NewRepair(opts.Registerer, c.families)
 		if err != nil {
 			return nil, fmt.Errorf("repair: %w", err)
 		}

@@ -52,7 +52,7 @@
 //
 // # Metrics
 //
-// With [Options.Registerer] (or, without it, the Config's Registerer) the Controller keeps kube-apiserver's repair metrics, counted per pass
+// With [Options.Registerer] (never the Config's) the Controller keeps kube-apiserver's repair metrics, counted per pass
 // as kube-apiserver's repair loop counts them (the type label of
 // apiserver_clusterip_repair_ip_errors_total):
 //

@@ -135,15 +135,22 @@ func TestRepairMetricsCountPerPassAsKubeAPIServer(t *testing.T) {
 	}
 }
 
-// TestRepairMetricsOnTheConfigRegisterer checks that a Controller without Options.Registerer
-// registers its metrics on the Config's Registerer, the one the allocators of that Config use.
-func TestRepairMetricsOnTheConfigRegisterer(t *testing.T) {
+// TestRepairMetricsNotOnTheConfigRegisterer checks that a Controller without Options.Registerer
+// registers nothing, even on a Config that has a Registerer: repair takes its metrics' registry
+// from Options alone.
+func TestRepairMetricsNotOnTheConfigRegisterer(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: fake.NewClientset(), Registerer: reg}
 	if _, err := NewController(cfg, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	scrape(t, reg, "at creation", ipErrors(0, 0, 0, 0, 0, 0, 0)+reconcileErrors(0)+drift([2]int{}, nil))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 0 {
+		t.Errorf("the Config's Registerer holds %d metric families, want none", len(mfs))
+	}
 }
 
 // TestRepairMetricsDriftPerFamily scrapes the drift gauges of a dual-stack DualWrite repair
