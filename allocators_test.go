@@ -29,7 +29,7 @@ func newFakeAllocators(t *testing.T, cfg Config) (*Allocators, informers.SharedI
 	if cfg.Mode != featuregate.Legacy {
 		var objs []runtime.Object
 		for i, r := range cfg.Ranges {
-			objs = append(objs, serviceCIDR(fmt.Sprintf("cidr-%d", i), r.String()))
+			objs = append(objs, testenv.ServiceCIDR(fmt.Sprintf("cidr-%d", i), r.String()))
 		}
 		cfg.Client = fakeclient.New(fakeclient.Options{Objects: objs})
 		inf = informers.NewSharedInformerFactory(cfg.Client, 0)

@@ -24,16 +24,6 @@ import (
 
 var flagRange = netip.MustParsePrefix(kubeAPIServerRange)
 
-func clusterIPService(name string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
-		Spec: corev1.ServiceSpec{
-			Type:  corev1.ServiceTypeClusterIP,
-			Ports: []corev1.ServicePort{{Port: 80}},
-		},
-	}
-}
-
 // startAllocators builds our Allocators for mode against the shared cluster, starts their
 // informers and Run, and waits until they serve.
 func startAllocators(t testing.TB, etcd *clientv3.Client, client kubernetes.Interface, mode featuregate.Mode, prefix string) *Allocators {
@@ -133,7 +123,7 @@ func allocateBeside(t *testing.T, al allocator.Interface, client kubernetes.Inte
 			return
 		}
 		name := fmt.Sprintf("%s-%d", namePrefix, i)
-		svc, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
+		svc, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
 		if err != nil {
 			t.Errorf("create Service %s: %v", name, err)
 			return
@@ -239,7 +229,7 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 		t0 := time.Now()
 		run(workers, ops, func(i int) {
 			name := fmt.Sprintf("churn-%d", i)
-			svc, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
+			svc, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
 			if err != nil {
 				if theirFails.Add(1) <= 5 {
 					t.Logf("kube-apiserver: create Service %s: %v", name, err)
@@ -336,7 +326,7 @@ func TestDualWriteBootstrapFromKubeAPIServer(t *testing.T) {
 	var names []string
 	for i := range 20 {
 		name := fmt.Sprintf("bootstrap-%d", i)
-		if _, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{}); err != nil {
+		if _, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create Service %s: %v", name, err)
 		}
 		names = append(names, name)

@@ -111,7 +111,7 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 				}
 				name := fmt.Sprintf("bench-%d-%d", w, i)
 				t0 := time.Now()
-				_, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
+				_, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
 				if err != nil {
 					theirFails.Add(1)
 					continue

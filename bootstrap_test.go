@@ -15,6 +15,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // testCatchUp paces the bootstrap's catch-up in these tests: the objects they create late land
@@ -23,7 +25,7 @@ var testCatchUp = catchUpTiming{settle: 400 * time.Millisecond, interval: 50 * t
 
 func TestBootstrapFreshClusterCreatesEmptyBitmap(t *testing.T) {
 	client := fake.NewSimpleClientset() //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	if err := bootstrapWith(context.Background(), client, cidr, store, testCatchUp); err != nil {
 		t.Fatalf("bootstrap() = %v", err)
@@ -44,7 +46,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 	var objs []runtime.Object
 	var want []netip.Addr
 	for _, s := range []string{"fd00::1", "fd00::a", "fd00::ffff", "fd00::1:0", "fd01::1", "10.96.0.1", "not-an-ip"} {
-		objs = append(objs, ipAddressObject(s))
+		objs = append(objs, testenv.IPAddress(s, "default", "peer"))
 		if ip, err := netip.ParseAddr(s); err == nil && (ip == netip.MustParseAddr("fd00::1") || ip == netip.MustParseAddr("fd00::a") || ip == netip.MustParseAddr("fd00::ffff")) {
 			want = append(want, ip)
 		}
@@ -54,7 +56,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 		for range i {
 			ip = ip.Next()
 		}
-		objs = append(objs, ipAddressObject(ip.String()))
+		objs = append(objs, testenv.IPAddress(ip.String(), "default", "peer"))
 		want = append(want, ip)
 	}
 	client := fake.NewSimpleClientset(objs...) //nolint:staticcheck // NewClientset needs apply configurations we do not use
@@ -64,7 +66,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		lists++
 		if lists == 2 { // the List of the catch-up: the object was created after the first one
-			if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), ipAddressObject(late.String()), "", metav1.CreateOptions{}); err != nil {
+			if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), testenv.IPAddress(late.String(), "default", "peer"), "", metav1.CreateOptions{}); err != nil {
 				t.Errorf("create the late IPAddress: %v", err)
 			}
 		}
@@ -73,7 +75,7 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 	want = append(want, late)
 	slices.SortFunc(want, netip.Addr.Compare)
 
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	if err := bootstrapWith(context.Background(), client, cidr, store, testCatchUp); err != nil {
 		t.Fatalf("bootstrap() = %v", err)
 	}
@@ -88,8 +90,8 @@ func TestBootstrapFromIPAddressObjects(t *testing.T) {
 
 func TestBootstrapLeavesExistingBitmapAlone(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.7", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	store := bitmaptest.NewMemStore()
 	empty, _ := bitmap.New(cidr)
 	rev := store.Put(empty.Snapshot())
 	if err := bootstrapWith(context.Background(), client, cidr, store, testCatchUp); err != nil {
@@ -102,8 +104,8 @@ func TestBootstrapLeavesExistingBitmapAlone(t *testing.T) {
 
 func TestBootstrapLosingTheCreateUsesTheWinners(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.7", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	store := bitmaptest.NewMemStore()
 	winner, _ := bitmap.New(cidr)
 	_ = winner.Allocate(context.Background(), netip.MustParseAddr("10.96.0.7"), testOwner)
 	var winnerRev int64
@@ -127,8 +129,8 @@ func TestBootstrapLosingTheCreateUsesTheWinners(t *testing.T) {
 // catch-up List. The bootstrap keeps catching up until such objects have had time to land.
 func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.1")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.1", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	store := bitmaptest.NewMemStore()
 	late := []netip.Addr{netip.MustParseAddr("10.96.0.77"), netip.MustParseAddr("10.96.0.78")}
 	landed := make(chan struct{})
 	var once sync.Once
@@ -138,7 +140,7 @@ func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 				defer close(landed)
 				for _, ip := range late {
 					time.Sleep(150 * time.Millisecond)
-					if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), ipAddressObject(ip.String()), ""); err != nil {
+					if err := client.Tracker().Create(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), testenv.IPAddress(ip.String(), "default", "peer"), ""); err != nil {
 						t.Errorf("create the late IPAddress %s: %v", ip, err)
 					}
 				}
@@ -164,8 +166,8 @@ func TestBootstrapCatchesUpWithAllocationsThatFoundTheKeyMissing(t *testing.T) {
 // key is missing): the bootstrap that lost the create still sets the bits of the IPAddress objects.
 func TestBootstrapLosingTheCreateToAnEmptyBitmapCatchesUp(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.7"), ipAddressObject("10.96.0.8")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.7", "default", "peer"), testenv.IPAddress("10.96.0.8", "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	store := bitmaptest.NewMemStore()
 	empty, _ := bitmap.New(cidr)
 	var once sync.Once
 	store.OnUpdate(func(_ context.Context, rev int64, _ bitmap.Snapshot) error {
@@ -193,8 +195,8 @@ func TestBootstrapLosingTheCreateToAnEmptyBitmapCatchesUp(t *testing.T) {
 func TestBootstrapLeavesObjectsBeingReleasedWithoutBit(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	releasing := netip.MustParseAddr("10.96.0.9")
-	client := fake.NewSimpleClientset(ipAddressObject("10.96.0.1"), ipAddressObject(releasing.String())) //nolint:staticcheck // NewClientset needs apply configurations we do not use
-	store := bitmap.NewMemStore()
+	client := fake.NewSimpleClientset(testenv.IPAddress("10.96.0.1", "default", "peer"), testenv.IPAddress(releasing.String(), "default", "peer")) //nolint:staticcheck // NewClientset needs apply configurations we do not use
+	store := bitmaptest.NewMemStore()
 	deleted := make(chan struct{})
 	var once sync.Once
 	store.OnUpdated(func(context.Context, int64) error {

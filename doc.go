@@ -16,4 +16,33 @@
 //
 // In DualWrite mode a missing bitmap is created from the IPAddress objects already in its range,
 // as when a cluster goes back from IPAddressOnly to DualWrite; see New.
+//
+// # Dual write
+//
+// A DualWriteAllocator keeps every address inside its bitmap mirror's window that the primary
+// (servicecidr) allocator holds also set in the bitmap, which is all that Legacy peers read.
+//
+// The window is the set of addresses the bitmap has a slot for: the flag range without its
+// network (and IPv4 broadcast) address, and for IPv6 only the first bitmap.MaxIPv6Slots of them.
+// Addresses outside it (the rest of a wider IPv6 range, extra ServiceCIDRs) live in the primary
+// alone (kubernetes#129797).
+//
+// Writes go in an order that never shows a Legacy peer a free bit for an address the primary
+// holds: AllocateNext and Allocate set the bit first and then create the IPAddress, Release
+// deletes the IPAddress first and then clears the bit. A bit is cleared again only when the
+// create was definitely refused (the object exists already, the address is in no ready
+// ServiceCIDR, a 4xx answer): an answer that leaves the outcome unknown (a 5xx such as a 504, a
+// connection lost before the response, the caller's deadline) may come after the object was
+// stored, so the bit stays. The object is then read back (see WithClient): if it exists for the
+// owner, the allocation stands; otherwise the error is returned and the bit is left for repair,
+// which frees it once it has seen no object for the address for its hold-off. The other way
+// round, an IPAddress whose bit could not be set is always deleted again, since a bit that may
+// have been set without an object is a leak, never a duplicate. So a crash between two writes,
+// an ambiguous answer or a failed undo leaves an address in one store alone, as a bit without an
+// object (a leak that repair frees). The one exception is an address inside the window that the
+// primary chose itself (from a ServiceCIDR that contains the window, such as an IPv6 flag range
+// wider than the bitmap): its object comes first, so a crash before its bit, or a failed delete
+// after its bit was refused, leaves an object without a bit, which repair's ipaddress-only
+// finding heals. A bit that is set without an IPAddress object belongs to a Legacy peer (or is
+// stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
 package clusterip

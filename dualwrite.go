@@ -18,6 +18,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
@@ -47,29 +48,9 @@ const (
 // range, kept so that every address inside the mirror's window held by the primary is also set in
 // the bitmap, which is all that Legacy peers read.
 //
-// The window is the set of addresses the bitmap has a slot for: the flag range without its
-// network (and IPv4 broadcast) address, and for IPv6 only the first bitmap.MaxIPv6Slots of them.
-// Addresses outside it (the rest of a wider IPv6 range, extra ServiceCIDRs) live in the primary
-// alone (kubernetes#129797).
-//
-// Writes go in an order that never shows a Legacy peer a free bit for an address the primary
-// holds: AllocateNext and Allocate set the bit first and then create the IPAddress, Release
-// deletes the IPAddress first and then clears the bit. A bit is cleared again only when the
-// create was definitely refused (the object exists already, the address is in no ready
-// ServiceCIDR, a 4xx answer): an answer that leaves the outcome unknown (a 5xx such as a 504, a
-// connection lost before the response, the caller's deadline) may come after the object was
-// stored, so the bit stays. The object is then read back (see WithClient): if it exists for the
-// owner, the allocation stands; otherwise the error is returned and the bit is left for repair,
-// which frees it once it has seen no object for the address for its hold-off. The other way
-// round, an IPAddress whose bit could not be set is always deleted again, since a bit that may
-// have been set without an object is a leak, never a duplicate. So a crash between two writes,
-// an ambiguous answer or a failed undo leaves an address in one store alone, as a bit without an
-// object (a leak that repair frees). The one exception is an address inside the window that the
-// primary chose itself (from a ServiceCIDR that contains the window, such as an IPv6 flag range
-// wider than the bitmap): its object comes first, so a crash before its bit, or a failed delete
-// after its bit was refused, leaves an object without a bit, which repair's ipaddress-only
-// finding heals. A bit that is set without an IPAddress object belongs to a Legacy peer (or is
-// stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
+// The package documentation says which addresses the mirror covers (its window) and in which
+// order the two writes go, so that a Legacy peer never sees a free bit for an address the primary
+// holds.
 //
 // A DualWriteAllocator is safe for concurrent use; the zero value is not usable (see
 // NewDualWrite). It holds no lock of its own.
@@ -265,11 +246,15 @@ func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Add
 
 // Allocate reserves ip for owner. Inside the bitmap's window it sets the bit first and then creates
 // the IPAddress object, clearing the bit again if the create is refused (and keeping it if the
-// create's outcome is unknown, see DualWriteAllocator); outside it asks the primary alone.
-// A bit that is already set gives allocator.ErrAllocated, whether the address is ours or a Legacy
-// peer's; the errors are otherwise those of the two allocators (see allocator.Interface).
+// create's outcome is unknown, see the package documentation); outside it asks the primary
+// alone. A bit that is already set gives allocator.ErrAllocated, whether the address is ours or a
+// Legacy peer's; an owner without a Resource or a Name gives an *allocator.OwnerError before any
+// bit is written; the errors are otherwise those of the two allocators (see allocator.Interface).
 func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := allocator.CheckAddr(ip); err != nil {
+		return err
+	}
+	if err := allocator.CheckOwner(owner); err != nil {
 		return err
 	}
 	if !d.InWindow(ip) {
@@ -300,8 +285,12 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // returns allocator.ErrFull when neither has a free address, and other errors of the two
 // allocators at once. While the stored bitmap is of another range than the mirror's (the flag
 // range changed; see bitmap.NewPersistent), it takes an address from the primary alone, as
-// kube-apiserver v1.33 does when its bitmap fails.
+// kube-apiserver v1.33 does when its bitmap fails. An owner without a Resource or a Name gives an
+// *allocator.OwnerError before any bit is written.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+	if err := allocator.CheckOwner(owner); err != nil {
+		return netip.Addr{}, err
+	}
 	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
 		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
 	}
@@ -466,15 +455,22 @@ func (d *DualWriteAllocator) Used() uint64 { return d.primary.Used() }
 func (d *DualWriteAllocator) Free() uint64 { return d.primary.Free() }
 
 // DryRun returns a view that checks calls against both allocators and changes nothing.
-func (d *DualWriteAllocator) DryRun() allocator.Interface { return dualWriteDryRun{d} }
+func (d *DualWriteAllocator) DryRun() allocator.Interface {
+	return dualWriteDryRun{DryRunView: allocbase.DryRunView{R: d}, d: d}
+}
 
 // Close closes the primary and the mirror.
 func (d *DualWriteAllocator) Close() error {
 	return errors.Join(d.primary.Close(), d.mirror.Close())
 }
 
-// dualWriteDryRun answers as its DualWriteAllocator would and changes nothing.
-type dualWriteDryRun struct{ d *DualWriteAllocator }
+// dualWriteDryRun answers as its DualWriteAllocator would and changes nothing. The read methods,
+// Release (which only checks its input) and Close come from allocbase.DryRunView, as in every
+// other backend's view.
+type dualWriteDryRun struct {
+	allocbase.DryRunView
+	d *DualWriteAllocator
+}
 
 func (v dualWriteDryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	if err := allocator.CheckAddr(ip); err != nil {
@@ -509,15 +505,4 @@ func (v dualWriteDryRun) AllocateNext(ctx context.Context, owner allocator.Owner
 	return netip.Addr{}, allocator.ErrFull
 }
 
-func (v dualWriteDryRun) Release(_ context.Context, ip netip.Addr) error {
-	return allocator.CheckAddr(ip)
-}
-
-func (v dualWriteDryRun) Has(ip netip.Addr) bool      { return v.d.Has(ip) }
-func (v dualWriteDryRun) All() iter.Seq[netip.Addr]   { return v.d.All() }
-func (v dualWriteDryRun) CIDR() netip.Prefix          { return v.d.CIDR() }
-func (v dualWriteDryRun) Family() corev1.IPFamily     { return v.d.Family() }
-func (v dualWriteDryRun) Used() uint64                { return v.d.Used() }
-func (v dualWriteDryRun) Free() uint64                { return v.d.Free() }
 func (v dualWriteDryRun) DryRun() allocator.Interface { return v }
-func (v dualWriteDryRun) Close() error                { return nil }

@@ -220,7 +220,7 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 				}
 			}
 			// ...nor can the kube-apiserver in dual write.
-			svc := clusterIPService(fmt.Sprintf("ambiguous-%d", i))
+			svc := testenv.ClusterIPService(fmt.Sprintf("ambiguous-%d", i), "")
 			svc.Spec.ClusterIP = ip.String()
 			if _, serr := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, svc, metav1.CreateOptions{}); !apierrors.IsInvalid(serr) {
 				t.Errorf("a Service asking for %s: %v, want 422 Invalid", ip, serr)
@@ -270,7 +270,7 @@ func TestDualWriteBootstrapBesideKubeAPIServerCreatingServices(t *testing.T) {
 				default:
 				}
 				name := fmt.Sprintf("bootstrap-race-%d-%d", w, i)
-				svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(name), metav1.CreateOptions{})
+				svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
 				mu.Lock()
 				if err != nil {
 					failed++

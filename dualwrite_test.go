@@ -60,6 +60,42 @@ func TestDualWriteAllocateNextSetsBitBeforeIPAddress(t *testing.T) {
 	f.checkInvariant()
 }
 
+// TestDualWriteRefusesABadOwnerBeforeAnyBit checks that Allocate and AllocateNext refuse an owner
+// without a Resource or a Name with an *allocator.OwnerError before they write a bit, so that a bad
+// owner never leaves a bit for repair to free.
+func TestDualWriteRefusesABadOwnerBeforeAnyBit(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/24")
+	tests := []struct {
+		name  string
+		owner allocator.Owner
+	}{
+		{"zero", allocator.Owner{}},
+		{"no name", allocator.Owner{Resource: "services", Namespace: "ns"}},
+		{"no resource", allocator.Owner{Namespace: "ns", Name: "web"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := f.store.Stats().Updates
+			var oe *allocator.OwnerError
+			if err := f.dw.Allocate(f.ctx, netip.MustParseAddr("10.0.0.10"), tt.owner); !errors.As(err, &oe) {
+				t.Errorf("Allocate(10.0.0.10, %+v) = %v, want an *allocator.OwnerError", tt.owner, err)
+			}
+			if ip, err := f.dw.AllocateNext(f.ctx, tt.owner); !errors.As(err, &oe) || ip.IsValid() {
+				t.Errorf("AllocateNext(%+v) = %v, %v, want the zero Addr and an *allocator.OwnerError", tt.owner, ip, err)
+			}
+			if got := f.store.Stats().Updates; got != before {
+				t.Errorf("bitmap writes = %d, want %d (none)", got-before, 0)
+			}
+			if got := f.bits(); len(got) != 0 {
+				t.Errorf("bits = %v, want none", got)
+			}
+			if got := f.objects(); len(got) != 0 {
+				t.Errorf("IPAddress objects = %v, want none", got)
+			}
+		})
+	}
+}
+
 func TestDualWriteReleaseDeletesIPAddressBeforeBit(t *testing.T) {
 	f := newDualFixture(t, "10.0.0.0/24")
 	ip, err := f.dw.AllocateNext(f.ctx, testOwner)
@@ -231,7 +267,7 @@ func TestDualWriteAllocateNextSkipsAddressWhoseIPAddressStillExists(t *testing.T
 
 func TestDualWriteAllocateNextSkipsAddressThePrimaryKnowsHeld(t *testing.T) {
 	f := newDualFixture(t, "10.0.0.0/30") // 2 addresses: .1 and .2
-	peer := ipAddressObject("10.0.0.1")
+	peer := testenv.IPAddress("10.0.0.1", "default", "peer")
 	if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, peer, createOpts); err != nil {
 		t.Fatal(err)
 	}

@@ -19,25 +19,13 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
 var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name: "test"}
-
-func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
-	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
-}
-
-func ipAddressObject(ip string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Resource: "services", Namespace: "default", Name: "peer",
-		}},
-	}
-}
 
 // journal records the writes of both stores in the order they happen.
 type journal struct {
@@ -64,7 +52,7 @@ type dualFixture struct {
 	ctx    context.Context
 	flag   netip.Prefix
 	client *fakeclient.Clientset
-	store  *bitmap.MemStore
+	store  *bitmaptest.MemStore
 	sc     *servicecidr.Allocator
 	bm     *bitmap.Persistent
 	dw     *DualWriteAllocator
@@ -104,10 +92,10 @@ func newDualFixture(t *testing.T, flag string, extra ...string) *dualFixture {
 // newDualFixtureServing has a bitmap of the flag range and one ServiceCIDR for each of cidrs.
 func newDualFixtureServing(t *testing.T, flag string, cidrs ...string) *dualFixture {
 	t.Helper()
-	f := &dualFixture{t: t, flag: netip.MustParsePrefix(flag), store: bitmap.NewMemStore()}
+	f := &dualFixture{t: t, flag: netip.MustParsePrefix(flag), store: bitmaptest.NewMemStore()}
 	var objs []runtime.Object
 	for i, p := range cidrs {
-		objs = append(objs, serviceCIDR(fmt.Sprintf("cidr-%d", i), p))
+		objs = append(objs, testenv.ServiceCIDR(fmt.Sprintf("cidr-%d", i), p))
 	}
 	f.client = fakeclient.New(fakeclient.Options{Objects: objs})
 	f.injectFailures("create", func(a k8stesting.Action) string {

@@ -179,7 +179,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 		defer func() { theirDur = time.Since(start) }()
 		run(workers, workers*each+len(chosen), func(i int) {
 			name := fmt.Sprintf("legacy-peer-%d", i)
-			svc := clusterIPService(name)
+			svc := testenv.ClusterIPService(name, "")
 			var want netip.Addr
 			if i%9 == 0 && i/9 < len(chosen) {
 				want = chosen[len(chosen)-1-i/9]
@@ -233,7 +233,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	run(workers, len(ours), func(i int) {
 		ip := ours[i]
 		name := fmt.Sprintf("ask-%d", i)
-		svc := clusterIPService(name)
+		svc := testenv.ClusterIPService(name, "")
 		svc.Spec.ClusterIP = ip.String()
 		_, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, svc, metav1.CreateOptions{})
 		switch {

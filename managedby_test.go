@@ -34,7 +34,7 @@ func TestConfigManagedByLabelsTheIPAddressObjects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			client := fake.NewSimpleClientset(serviceCIDR("kubernetes", "10.96.0.0/24")) //nolint:staticcheck // the simple fake needs no apply configurations
+			client := fake.NewSimpleClientset(testenv.ServiceCIDR("kubernetes", "10.96.0.0/24")) //nolint:staticcheck // the simple fake needs no apply configurations
 			factory := informers.NewSharedInformerFactory(client, 0)
 			a, err := New(ctx, Config{
 				Mode:      featuregate.IPAddressOnly,

@@ -19,3 +19,11 @@ func ExampleParsePrefix() {
 	// invalid Prefix true allocator: invalid range "::ffff:10.0.0.0/104": overlaps the IPv4-mapped IPv6 block ::ffff:0:0/96
 	// invalid Prefix true allocator: invalid range "::/80": overlaps the IPv4-mapped IPv6 block ::ffff:0:0/96
 }
+
+func ExampleOwner_String() {
+	fmt.Println(allocator.Owner{Resource: "services", Namespace: "default", Name: "web", UID: "u-1"})
+	fmt.Println(allocator.Owner{Group: "gateway.networking.k8s.io", Resource: "gateways", Name: "gw"})
+	// Output:
+	// services default/web
+	// gateways.gateway.networking.k8s.io gw
+}

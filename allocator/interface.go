@@ -100,7 +100,11 @@ func ServiceOwner(svc *corev1.Service) Owner {
 // IsZero reports whether o is the zero Owner.
 func (o Owner) IsZero() bool { return o == Owner{} }
 
-// String returns "group/resource namespace/name", leaving out empty parts, for logs and errors.
+// String returns "resource.group namespace/name", as kubectl names a resource and an object, for
+// logs and errors: "services ns/web" for a Service, "gateways.gateway.networking.k8s.io gw" for a
+// cluster-scoped owner of another group. An empty group (the core group) or namespace is left
+// out with its dot or slash, an empty resource or name with the space; the UID is never shown, and
+// the zero Owner gives "".
 func (o Owner) String() string {
 	gr := o.Resource
 	if o.Group != "" {

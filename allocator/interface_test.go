@@ -30,6 +30,8 @@ func TestOwnerString(t *testing.T) {
 		{allocator.Owner{Group: "gateway.networking.k8s.io", Resource: "gateways", Name: "gw"}, "gateways.gateway.networking.k8s.io gw"},
 		{allocator.Owner{Resource: "services"}, "services"},
 		{allocator.Owner{Namespace: "ns", Name: "web"}, "ns/web"},
+		{allocator.Owner{Group: "example.com", Resource: "widgets", Namespace: "ns", Name: "w", UID: "u-1"}, "widgets.example.com ns/w"},
+		{allocator.Owner{Group: "example.com", Resource: "widgets"}, "widgets.example.com"},
 	}
 	for _, tt := range tests {
 		if got := tt.o.String(); got != tt.want {

@@ -107,13 +107,14 @@ func (a *Allocator) CIDR() netip.Prefix { return a.cidr }
 // Family returns IPv4Protocol or IPv6Protocol.
 func (a *Allocator) Family() corev1.IPFamily { return a.family }
 
-// Size returns the number of addresses the bitmap can hold: 254 for a /24, 65535 for any IPv6
-// prefix of /112 or shorter.
-func (a *Allocator) Size() int { return a.max }
+// Size returns the number of addresses the allocator can hand out, Used()+Free(): the usable
+// addresses of the range, 254 for a /24, but at most 65535 for IPv6, whose bitmap is capped as
+// kube-apiserver caps it (ipaddress.Allocator.Size counts every usable address).
+func (a *Allocator) Size() uint64 { return uint64(a.max) }
 
 // StaticBand returns the number of offsets, counted from the start of the range, that form the
-// static band AllocateNext uses only when the dynamic band is full.
-func (a *Allocator) StaticBand() int { return a.band }
+// static band AllocateNext uses only when the dynamic band is full (KEP-3070).
+func (a *Allocator) StaticBand() uint64 { return uint64(a.band) }
 
 // offsetOf returns the slot of ip, or an error if ip is bad input or outside the bitmap. It is
 // ipmath.Offset with the range's constants precomputed, for the hot path.

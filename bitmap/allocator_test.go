@@ -13,7 +13,7 @@ import (
 func TestNewSizesAndBands(t *testing.T) {
 	tests := []struct {
 		cidr       string
-		size, band int
+		size, band uint64
 	}{
 		{"10.0.0.0/30", 2, 0},
 		{"10.0.0.0/28", 14, 0},
@@ -36,7 +36,7 @@ func TestNewSizesAndBands(t *testing.T) {
 		if err != nil {
 			t.Fatalf("New(%s) = %v", tt.cidr, err)
 		}
-		if a.Size() != tt.size || a.StaticBand() != tt.band || a.Free() != uint64(tt.size) {
+		if a.Size() != tt.size || a.StaticBand() != tt.band || a.Free() != tt.size {
 			t.Errorf("New(%s): Size() = %d, StaticBand() = %d, Free() = %d; want %d, %d, %d",
 				tt.cidr, a.Size(), a.StaticBand(), a.Free(), tt.size, tt.band, tt.size)
 		}

@@ -21,7 +21,7 @@ var (
 // was stored, for example because etcd went away before it answered. The operations of that write
 // report failure, but their addresses may be held in the store without an owner: a leak, which a
 // repair pass finds, never a duplicate. A caller that gives up while its write is in flight gets it
-// too (wrapping its context's error as well); see Persistent for how that write is undone.
+// too (wrapping its context's error as well); the package documentation says how that write is undone.
 var ErrOutcomeUnknown = errors.New("bitmap: outcome of the write is unknown")
 
 // ConflictError is the error a Store may return from Update when the stored revision has moved

@@ -109,11 +109,6 @@ func (p *Persistent) enqueueLocked(o *op) {
 	}
 }
 
-// undoTimeout bounds the Store calls of a release that undoes an abandoned allocation. If the
-// store does not take it within that time, the address stays allocated without an owner (a leak
-// that repair finds), as after a write whose outcome is unknown.
-const undoTimeout = time.Minute
-
 // lead commits batches of queued operations, in arrival order, until none is left.
 func (p *Persistent) lead() {
 	for {
@@ -298,7 +293,7 @@ func (p *Persistent) endWrite(ops []*op, stored bool, failure error) {
 			o.finish(netip.Addr{}, failure)
 		case stored:
 			if o.abandoned && o.tryErr == nil && (o.kind == opAllocate || o.kind == opAllocateNext) {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), undoTimeout)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), allocator.UndoTimeout)
 				p.enqueueLocked(&op{ctx: ctx, cancel: cancel, kind: opRelease, ip: o.tryIP, undo: true, done: make(chan struct{})})
 			}
 			if o.tryErr != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 )
 
 var cidr24 = netip.MustParsePrefix("10.96.0.0/24")
@@ -42,7 +43,7 @@ func stored(t *testing.T, m bitmap.Store, cidr netip.Prefix) []string {
 }
 
 func TestModifyCreatesAMissingBitmap(t *testing.T) {
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	if err := bitmap.Modify(t.Context(), m, cidr24, setBit("10.96.0.7")); err != nil {
 		t.Fatalf("Modify() = %v", err)
 	}
@@ -52,7 +53,7 @@ func TestModifyCreatesAMissingBitmap(t *testing.T) {
 }
 
 func TestModifyWithoutCreate(t *testing.T) {
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	called := false
 	err := bitmap.Modify(t.Context(), m, cidr24, func(a *bitmap.Allocator) (bool, error) {
 		called = true
@@ -67,7 +68,7 @@ func TestModifyWithoutCreate(t *testing.T) {
 }
 
 func TestModifyStoresNothingWithoutAChange(t *testing.T) {
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	if err := bitmap.Modify(t.Context(), m, cidr24, func(*bitmap.Allocator) (bool, error) { return false, nil }); err != nil {
 		t.Fatalf("Modify() = %v", err)
 	}
@@ -84,7 +85,7 @@ func TestModifyStoresNothingWithoutAChange(t *testing.T) {
 }
 
 func TestModifyRetriesOnTheStateThatWon(t *testing.T) {
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	if err := bitmap.Modify(t.Context(), m, cidr24, setBit("10.96.0.1")); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestModifyGivesUpAfterItsAttempts(t *testing.T) {
 		{"WithAttempts(0) keeps the default", []bitmap.ModifyOption{bitmap.WithAttempts(0)}, bitmap.DefaultModifyAttempts},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := bitmap.NewMemStore()
+			m := bitmaptest.NewMemStore()
 			m.OnUpdate(func(_ context.Context, _ int64, s bitmap.Snapshot) error {
 				m.Put(bitmap.Snapshot{Range: cidr24.String()}) // always first
 				return nil
@@ -148,7 +149,7 @@ func TestModifyGivesUpAfterItsAttempts(t *testing.T) {
 }
 
 func TestModifyWithRevisionActsOnlyOnThatRevision(t *testing.T) {
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	if err := bitmap.Modify(t.Context(), m, cidr24, setBit("10.96.0.1")); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestModifyOfAnotherRange(t *testing.T) {
 		_ = oldBits.Allocate(context.Background(), netip.MustParseAddr(ip), allocator.Owner{})
 	}
 
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	m.Put(oldBits.Snapshot())
 	var mismatch *bitmap.RangeMismatchError
 	if _, _, err := bitmap.Load(t.Context(), m, cidr24); !errors.As(err, &mismatch) {
@@ -261,7 +262,7 @@ func TestProject(t *testing.T) {
 
 func ExampleModify() {
 	ctx := context.Background()
-	store := bitmap.NewMemStore() // or an etcdstore.Store at kube-apiserver's key
+	store := bitmaptest.NewMemStore() // or an etcdstore.Store at kube-apiserver's key
 	cidr := netip.MustParsePrefix("10.96.0.0/24")
 	setBits := func(ips ...string) func(*bitmap.Allocator) (bool, error) {
 		return func(a *bitmap.Allocator) (bool, error) {
@@ -307,7 +308,7 @@ func (s *conflictThenBrokenStore) Update(ctx context.Context, rev int64, snap bi
 
 func TestModifyReturnsTheErrorOfTheReadAfterAConflict(t *testing.T) {
 	readErr := errors.New("etcd is gone")
-	s := &conflictThenBrokenStore{Store: bitmap.NewMemStore(), readErr: readErr}
+	s := &conflictThenBrokenStore{Store: bitmaptest.NewMemStore(), readErr: readErr}
 	calls := 0
 	err := bitmap.Modify(t.Context(), s, cidr24, func(a *bitmap.Allocator) (bool, error) {
 		calls++

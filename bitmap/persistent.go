@@ -23,35 +23,9 @@ var errClosed = fmt.Errorf("%w: the persistent allocator is closed", allocator.E
 // kube-apiserver keeps its own Service IP bitmap in, so that several allocators (in one process or
 // many) share one range without handing out an address twice.
 //
-// Every operation restores the stored snapshot when the local copy is stale, applies the
-// operation to a copy of it, and stores the result with compare-and-swap on the revision read;
-// it adopts the result only once the store has accepted it. A revision conflict that brings the
-// stored state along (a *ConflictError) is retried at once on that state, so that a loser is as
-// fresh as the winner and several processes on one key get fair shares; a conflict without it
-// reloads the snapshot, and long runs of conflicts back off (see WithBackoff). After
-// WithMaxAttempts attempts the operation fails with an error wrapping ErrConflict.
-//
-// Concurrent calls in one process are committed together (group commit): while one
-// compare-and-swap is in flight, new calls queue up; then every queued operation is applied, in
-// arrival order, to one copy, which is stored with a single compare-and-swap, and each caller gets
-// its own result (an operation that fails, say with allocator.ErrAllocated, fails
-// alone). No lock is held across a Store call, so Has, All, Used, Free, CIDR and DryRun answer at
-// once from the last state the allocator read or wrote; they do not see writes of other
-// allocators until the next operation or Refresh.
-//
-// A caller's context bounds its wait, whatever the other callers of its batch do. A caller whose
-// context ends before its operation is being stored returns the context's error at once, and the
-// operation is dropped. One whose context ends while a Store write including its operation is in
-// flight returns at once with an error wrapping both ErrOutcomeUnknown and the context's error; if
-// that write is then stored, the allocator releases the address of such an Allocate or
-// AllocateNext in a later batch, so that an address nobody was told about does not stay taken. A
-// Store call is canceled only when every caller in its batch has given up.
-//
-// A Store error other than a conflict is followed by a fencing write (the old snapshot again,
-// with compare-and-swap on the old revision): if that succeeds the operations failed and nothing
-// was stored; if not, they fail with an error wrapping
-// ErrOutcomeUnknown. So an error that does not wrap ErrOutcomeUnknown always means that the
-// operation changed nothing in the store.
+// Every operation is stored with compare-and-swap on the revision it read, and concurrent calls in
+// one process are committed together; the package documentation describes the retries, the group
+// commit, how a caller's context bounds its wait and what ErrOutcomeUnknown means.
 //
 // A Persistent is safe for concurrent use. Create one with NewPersistent; the zero Persistent is
 // not usable.

@@ -64,8 +64,8 @@ func WithMaxAttempts(n int) PersistentOption {
 }
 
 // WithBackoff sets how long Persistent waits between attempts once it backs off after revision
-// conflicts. A conflict that brings the stored state along (as etcdstore's and MemStore's do) is
-// retried at once on that state, without a wait, up to 16 in a row; after those, and from the
+// conflicts. A conflict that brings the stored state along (as etcdstore's and bitmaptest's
+// do) is retried at once on that state, without a wait, up to 16 in a row; after those, and from the
 // second conflict that does not, the wait is random up to initial, and the bound doubles every
 // round up to max. Defaults DefaultBackoff (100 µs) and DefaultMaxBackoff (2 ms); a value ≤ 0
 // keeps its default, and a max below initial is raised to initial.

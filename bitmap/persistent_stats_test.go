@@ -11,6 +11,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 	"github.com/kube-ipam/clusterip/bitmap/internal/churntest"
 )
 
@@ -21,25 +22,25 @@ func TestPersistentStatsCountCommitsAndConflicts(t *testing.T) {
 	tests := []struct {
 		name string
 		// run does its operations on p, whose store is store, and returns the error of the last.
-		run  func(t *testing.T, p *bitmap.Persistent, store *bitmap.MemStore) error
+		run  func(t *testing.T, p *bitmap.Persistent, store *bitmaptest.MemStore) error
 		opts []bitmap.PersistentOption
 		want bitmap.PersistentStats
 		// wantErr is the error the last operation must match; nil for success.
 		wantErr error
 	}{{
 		name: "nothing done",
-		run:  func(*testing.T, *bitmap.Persistent, *bitmap.MemStore) error { return nil },
+		run:  func(*testing.T, *bitmap.Persistent, *bitmaptest.MemStore) error { return nil },
 		want: bitmap.PersistentStats{},
 	}, {
 		name: "one allocation, no other writer",
-		run: func(_ *testing.T, p *bitmap.Persistent, _ *bitmap.MemStore) error {
+		run: func(_ *testing.T, p *bitmap.Persistent, _ *bitmaptest.MemStore) error {
 			_, err := p.AllocateNext(context.Background(), allocator.Owner{})
 			return err
 		},
 		want: bitmap.PersistentStats{Batches: 1, Writes: 1},
 	}, {
 		name: "an allocation already held needs no write",
-		run: func(_ *testing.T, p *bitmap.Persistent, _ *bitmap.MemStore) error {
+		run: func(_ *testing.T, p *bitmap.Persistent, _ *bitmaptest.MemStore) error {
 			if err := p.Allocate(context.Background(), ip, allocator.Owner{}); err != nil {
 				return err
 			}
@@ -49,7 +50,7 @@ func TestPersistentStatsCountCommitsAndConflicts(t *testing.T) {
 		wantErr: allocator.ErrAllocated,
 	}, {
 		name: "another Persistent on the store wrote first",
-		run: func(t *testing.T, p *bitmap.Persistent, store *bitmap.MemStore) error {
+		run: func(t *testing.T, p *bitmap.Persistent, store *bitmaptest.MemStore) error {
 			other := churntest.NewPersistent(t, cidr, store)
 			if err := other.Allocate(context.Background(), ip, allocator.Owner{}); err != nil {
 				t.Fatalf("other.Allocate(%v) = %v", ip, err)
@@ -60,7 +61,7 @@ func TestPersistentStatsCountCommitsAndConflicts(t *testing.T) {
 		want: bitmap.PersistentStats{Batches: 1, Writes: 1, Conflicts: 1, Retries: 1},
 	}, {
 		name: "three conflicting writes, then success",
-		run: func(t *testing.T, p *bitmap.Persistent, store *bitmap.MemStore) error {
+		run: func(t *testing.T, p *bitmap.Persistent, store *bitmaptest.MemStore) error {
 			conflictingWriter(t, store, cidr, 3)
 			_, err := p.AllocateNext(context.Background(), allocator.Owner{})
 			return err
@@ -69,7 +70,7 @@ func TestPersistentStatsCountCommitsAndConflicts(t *testing.T) {
 		want: bitmap.PersistentStats{Batches: 1, Writes: 1, Conflicts: 3, Retries: 3},
 	}, {
 		name: "gives up after max attempts: the last conflict is not retried",
-		run: func(t *testing.T, p *bitmap.Persistent, store *bitmap.MemStore) error {
+		run: func(t *testing.T, p *bitmap.Persistent, store *bitmaptest.MemStore) error {
 			conflictingWriter(t, store, cidr, 1000)
 			_, err := p.AllocateNext(context.Background(), allocator.Owner{})
 			return err
@@ -80,7 +81,7 @@ func TestPersistentStatsCountCommitsAndConflicts(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := bitmap.NewMemStore()
+			store := bitmaptest.NewMemStore()
 			p := churntest.NewPersistent(t, cidr, store, tt.opts...)
 			err := tt.run(t, p, store)
 			if (tt.wantErr == nil && err != nil) || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {

@@ -17,6 +17,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 	"github.com/kube-ipam/clusterip/bitmap/internal/churntest"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -37,7 +38,7 @@ func snapshotOf(t testing.TB, cidr string, ips ...string) bitmap.Snapshot {
 
 // gateUpdates makes every Update of store wait until open is called; started receives when the
 // first one is waiting.
-func gateUpdates(store *bitmap.MemStore) (started <-chan struct{}, open func()) {
+func gateUpdates(store *bitmaptest.MemStore) (started <-chan struct{}, open func()) {
 	gate := make(chan struct{})
 	ch := make(chan struct{}, 1)
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
@@ -53,18 +54,18 @@ func gateUpdates(store *bitmap.MemStore) (started <-chan struct{}, open func()) 
 
 func TestPersistentConformance(t *testing.T) {
 	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
-		return churntest.NewPersistent(t, cidr.String(), bitmap.NewMemStore())
+		return churntest.NewPersistent(t, cidr.String(), bitmaptest.NewMemStore())
 	})
 }
 
 func TestPersistentConformanceWithoutBatching(t *testing.T) {
 	allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
-		return churntest.NewPersistent(t, cidr.String(), bitmap.NewMemStore(), bitmap.WithoutBatching())
+		return churntest.NewPersistent(t, cidr.String(), bitmaptest.NewMemStore(), bitmap.WithoutBatching())
 	})
 }
 
 func TestNewPersistentBootstrapsMissingSnapshot(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	s, rev, err := store.Get(context.Background())
 	if err != nil {
@@ -79,7 +80,7 @@ func TestNewPersistentBootstrapsMissingSnapshot(t *testing.T) {
 }
 
 func TestNewPersistentAdoptsStoredSnapshot(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	rev := store.Put(snapshotOf(t, "10.96.0.0/24", "10.96.0.1", "10.96.0.200"))
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	if got := slices.Collect(p.All()); !slices.Equal(got, []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.200")}) {
@@ -94,7 +95,7 @@ func TestNewPersistentAdoptsStoredSnapshot(t *testing.T) {
 }
 
 func TestNewPersistentUsesSnapshotCreatedConcurrently(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	// Another allocator creates the snapshot between our Get and our create-if-absent.
 	store.OnUpdate(func(_ context.Context, rev int64, _ bitmap.Snapshot) error {
 		store.OnUpdate(nil)
@@ -117,7 +118,7 @@ func TestNewPersistentRefusesCorruptSnapshots(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := bitmap.NewMemStore()
+			store := bitmaptest.NewMemStore()
 			rev := store.Put(tt.snap)
 			_, err := bitmap.NewPersistent(context.Background(), netip.MustParsePrefix("10.96.0.0/24"), store)
 			if !errors.Is(err, bitmap.ErrCorrupt) {
@@ -166,7 +167,7 @@ func TestPersistentOverAnotherRangeFailsUntilRewritten(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			store := bitmap.NewMemStore()
+			store := bitmaptest.NewMemStore()
 			rev := store.Put(tt.snap)
 			p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(cidr), store)
 			if err != nil {
@@ -211,7 +212,7 @@ func TestPersistentOverAnotherRangeFailsUntilRewritten(t *testing.T) {
 
 func TestPersistentSeesOtherAllocatorsWrites(t *testing.T) {
 	ctx := context.Background()
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	a := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	b := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	ip, err := a.AllocateNext(ctx, allocator.Owner{})
@@ -257,7 +258,7 @@ func TestPersistentSeesOtherAllocatorsWrites(t *testing.T) {
 // CAS taking a while, N callers need far fewer than N of them.
 func TestPersistentGroupCommit(t *testing.T) {
 	const callers, each = 32, 4
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
 		time.Sleep(2 * time.Millisecond) // a CAS in flight for a while, as over the network
@@ -308,7 +309,7 @@ func TestPersistentGroupCommit(t *testing.T) {
 // does not fail the others.
 func TestPersistentBatchFailuresAreIsolated(t *testing.T) {
 	ctx := context.Background()
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithSeed(1))
 	held := netip.MustParseAddr("10.96.0.50")
 	if err := p.Allocate(ctx, held, allocator.Owner{}); err != nil {
@@ -372,7 +373,7 @@ func TestPersistentBatchFailuresAreIsolated(t *testing.T) {
 
 // conflictingWriter makes the next n Updates of store meet a write of another allocator that
 // takes one more address each time, and returns the addresses it takes.
-func conflictingWriter(t *testing.T, store *bitmap.MemStore, cidr string, n int) *[]string {
+func conflictingWriter(t *testing.T, store *bitmaptest.MemStore, cidr string, n int) *[]string {
 	var mu sync.Mutex
 	var taken []string
 	count := 0
@@ -391,7 +392,7 @@ func conflictingWriter(t *testing.T, store *bitmap.MemStore, cidr string, n int)
 }
 
 func TestPersistentRetriesConflicts(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Millisecond))
 	taken := conflictingWriter(t, store, "10.96.0.0/24", 3)
 	ip, err := p.AllocateNext(context.Background(), allocator.Owner{})
@@ -416,7 +417,7 @@ func TestPersistentRetriesConflicts(t *testing.T) {
 }
 
 func TestPersistentGivesUpAfterMaxAttempts(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithMaxAttempts(3), bitmap.WithBackoff(time.Microsecond, time.Microsecond))
 	conflictingWriter(t, store, "10.96.0.0/24", 1000)
 	before := store.Stats().Updates
@@ -436,7 +437,7 @@ func TestPersistentGivesUpAfterMaxAttempts(t *testing.T) {
 var errInjected = errors.New("injected store failure")
 
 func TestPersistentWriteFailureLeavesNothing(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
 		store.OnUpdate(nil) // fail once, before storing; the fencing write then succeeds
@@ -455,7 +456,7 @@ func TestPersistentWriteFailureLeavesNothing(t *testing.T) {
 }
 
 func TestPersistentLostResponseIsOutcomeUnknown(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.OnUpdated(func(context.Context, int64) error {
 		store.OnUpdated(nil) // stored, but the answer is lost
@@ -476,7 +477,7 @@ func TestPersistentLostResponseIsOutcomeUnknown(t *testing.T) {
 }
 
 func TestPersistentQueuedCallerGivesUp(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	started, open := gateUpdates(store)
 	defer open()
@@ -509,7 +510,7 @@ func TestPersistentQueuedCallerGivesUp(t *testing.T) {
 
 func TestPersistentDryRunNeverWrites(t *testing.T) {
 	ctx := context.Background()
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	held := netip.MustParseAddr("10.96.0.10")
 	if err := p.Allocate(ctx, held, allocator.Owner{}); err != nil {
@@ -536,7 +537,7 @@ func TestPersistentDryRunNeverWrites(t *testing.T) {
 
 func TestPersistentOutOfRangeNeverReachesStore(t *testing.T) {
 	ctx := context.Background()
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	before := store.Stats()
 	var nir *allocator.NotInRangeError
@@ -555,7 +556,7 @@ func TestPersistentOutOfRangeNeverReachesStore(t *testing.T) {
 }
 
 func TestPersistentClose(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -566,7 +567,7 @@ func TestPersistentClose(t *testing.T) {
 }
 
 func TestPersistentMissingSnapshotIsNotReady(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store)
 	store.Delete()
 	if _, err := p.AllocateNext(context.Background(), allocator.Owner{}); !errors.Is(err, allocator.ErrNotReady) {
@@ -579,7 +580,7 @@ func TestPersistentMissingSnapshotIsNotReady(t *testing.T) {
 
 func ExampleNewPersistent() {
 	ctx := context.Background()
-	store := bitmap.NewMemStore() // or etcdstore.New(client, etcdstore.ServiceIPsKey(""))
+	store := bitmaptest.NewMemStore() // or etcdstore.New(client, etcdstore.ServiceIPsKey(""))
 	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix("10.96.0.0/24"), store, bitmap.WithSeed(1))
 	if err != nil {
 		panic(err)
@@ -611,7 +612,7 @@ func ExampleNewPersistent() {
 // address is ever held by two callers, that every held address is stored, and that the store holds
 // nothing else but addresses of writes reported as ErrOutcomeUnknown.
 func TestPersistentChurnNeverDuplicates(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	var rngMu sync.Mutex // guards rng
 	rng := rand.New(rand.NewPCG(1, 2))
 	chance := func(n int) bool {
@@ -652,7 +653,7 @@ func TestPersistentChurnNeverDuplicates(t *testing.T) {
 // ends returns as soon as its own operation is finished (here: dropped after a conflict), even if
 // it was the first of its batch: it must not stay behind to store the other callers' operations.
 func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Microsecond, time.Microsecond))
 	first, second, rest := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	secondStarted := make(chan struct{})
@@ -707,7 +708,7 @@ func TestPersistentCanceledLeaderReturnsOnceItsOperationIsDone(t *testing.T) {
 // pausingStore is a Store whose next Get, once armed, reads the store and then waits until
 // resumed before it returns: a read that is answered late, after the store has moved on.
 type pausingStore struct {
-	*bitmap.MemStore
+	*bitmaptest.MemStore
 	mu     sync.Mutex
 	paused chan struct{} // closed once the armed Get has read
 	resume chan struct{} // the armed Get returns once this is closed
@@ -763,7 +764,7 @@ func (c *gatedErrContext) Err() error {
 func TestPersistentNeverAnswersFromAnOlderStateThanItRead(t *testing.T) {
 	ctx := context.Background()
 	const cidr = "10.96.0.0/24"
-	store := &pausingStore{MemStore: bitmap.NewMemStore()}
+	store := &pausingStore{MemStore: bitmaptest.NewMemStore()}
 	p := churntest.NewPersistent(t, cidr, store)
 	y := netip.MustParseAddr("10.96.0.77")
 	if err := p.Allocate(ctx, y, allocator.Owner{}); err != nil {
@@ -808,7 +809,7 @@ func TestPersistentNeverAnswersFromAnOlderStateThanItRead(t *testing.T) {
 // decoded makes NewPersistent fail with ErrCorrupt also when it appears between the first read and
 // the create-if-absent (a store then reports a plain conflict, without the value).
 func TestNewPersistentReportsValueCreatedConcurrentlyAsCorrupt(t *testing.T) {
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	store.OnUpdate(func(context.Context, int64, bitmap.Snapshot) error {
 		return fmt.Errorf("test: %w", bitmap.ErrConflict)
 	})
@@ -844,7 +845,7 @@ func TestNewPersistentRefusesRangesTooLargeToStore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.cidr, func(t *testing.T) {
 			cidr := netip.MustParsePrefix(tt.cidr)
-			store := bitmap.NewMemStore()
+			store := bitmaptest.NewMemStore()
 			p, err := bitmap.NewPersistent(context.Background(), cidr, store)
 			if !tt.refused {
 				if err != nil {
@@ -857,7 +858,7 @@ func TestNewPersistentRefusesRangesTooLargeToStore(t *testing.T) {
 			if !errors.As(err, &pe) || !errors.Is(err, allocator.ErrInvalid) || pe.Prefix != cidr {
 				t.Fatalf("NewPersistent(%s) error = %v, want an *allocator.PrefixError for %s matching ErrInvalid", cidr, err, cidr)
 			}
-			if got := store.Stats(); got != (bitmap.MemStoreStats{}) {
+			if got := store.Stats(); got != (bitmaptest.MemStoreStats{}) {
 				t.Errorf("store calls = %+v, want none", got)
 			}
 			if _, err := bitmap.New(cidr); err != nil {
@@ -903,7 +904,7 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := bitmap.NewMemStore()
+			store := bitmaptest.NewMemStore()
 			store.Put(snapshotOf(t, cidr, held.String()))
 			p := churntest.NewPersistent(t, cidr, store)
 
@@ -962,7 +963,7 @@ func TestPersistentCallerDeadlineBoundsItsWait(t *testing.T) {
 // allocation whose caller gave up was undone.
 func TestPersistentChurnWithDeadlinesLeaksNothing(t *testing.T) {
 	const cidr = "10.96.0.0/24"
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	var rngMu sync.Mutex // guards rng
 	rng := rand.New(rand.NewPCG(3, 4))
 	ps := make([]*bitmap.Persistent, 3)
@@ -1013,7 +1014,7 @@ func TestPersistentOnlyOptionsAreNotOptions(t *testing.T) {
 // however many rounds in a row it loses (up to the free retries).
 func TestPersistentLoserRetriesAtOnceOnTheStateThatWon(t *testing.T) {
 	const losses = 10
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	p := churntest.NewPersistent(t, "10.96.0.0/24", store, bitmap.WithBackoff(time.Hour, time.Hour))
 	taken := conflictingWriter(t, store, "10.96.0.0/24", losses)
 	gets := store.Stats().Gets
@@ -1047,7 +1048,7 @@ func allocateNextAsync(t *testing.T, p *bitmap.Persistent, what string) <-chan n
 
 // onNthUpdate makes every Update of store call hook with its number, counting from 1, before it is
 // stored, and returns a function that reports how many Updates have begun.
-func onNthUpdate(store *bitmap.MemStore, hook func(n int)) (updates func() int) {
+func onNthUpdate(store *bitmaptest.MemStore, hook func(n int)) (updates func() int) {
 	var (
 		mu sync.Mutex
 		n  int

@@ -132,7 +132,9 @@ func (a *Allocator) CIDR() netip.Prefix { return a.cidr }
 // Family returns IPv4Protocol or IPv6Protocol.
 func (a *Allocator) Family() corev1.IPFamily { return a.family }
 
-// Size returns the number of usable addresses of the range: 254 for a /24, 2^64-1 for an IPv6 /64.
+// Size returns the number of addresses the allocator can hand out, Used()+Free(): the usable
+// addresses of the range, 254 for a /24, 2^64-1 for an IPv6 /64 (bitmap.Allocator.Size caps IPv6
+// at 65535).
 func (a *Allocator) Size() uint64 { return a.size }
 
 // StaticBand returns the number of offsets, counted from the start of the range, that form the

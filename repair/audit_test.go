@@ -89,7 +89,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 	storeBitmap(t, cli, etcdstore.SecondaryServiceIPsKey(prefix), bits(t, "fd00::/64", "fd00::a", "fd00::c"))
 
 	objects := []runtime.Object{
-		serviceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
 		svc("a/ok", "10.0.0.10", "fd00::a"), ipAddr("10.0.0.10", "a/ok"), ipAddr("fd00::a", "a/ok"),
 		svc("a/missing", "10.0.0.11"),                               // bit, no IPAddress
 		svc("a/nobit", "10.0.0.12"), ipAddr("10.0.0.12", "a/nobit"), // IPAddress, no bit
@@ -197,7 +197,7 @@ func TestAuditReadsABitmapOfAnotherRangeAsItsRewrite(t *testing.T) {
 // would, and checks that Audit reads every page.
 func TestAuditFollowsListPages(t *testing.T) {
 	var all []corev1.Service
-	objects := []runtime.Object{serviceCIDR("kubernetes", "10.0.0.0/24")}
+	objects := []runtime.Object{testenv.ServiceCIDR("kubernetes", "10.0.0.0/24")}
 	for i := range 8 {
 		s := svc("a/s"+strconv.Itoa(i), "10.0.0."+strconv.Itoa(10+i))
 		all = append(all, *s)

@@ -399,7 +399,7 @@ func bitmapOf(bms []*bitmap.Allocator, ip netip.Addr) (int, bool) {
 			continue
 		}
 		off, ok := ipmath.Offset(b.CIDR(), ip)
-		return i, ok && off < uint64(b.Size())
+		return i, ok && off < b.Size()
 	}
 	return -1, false
 }

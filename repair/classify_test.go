@@ -11,6 +11,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // f is a Finding without its Detail, for the tables.
@@ -23,7 +24,7 @@ var ignoreDetail = cmpopts.IgnoreFields(Finding{}, "Detail")
 func TestClassifyFindsOneClassPerIP(t *testing.T) {
 	const flag4, flag6 = "10.0.0.0/24", "fd00::/64"
 	kubernetes := func() []*networkingv1.ServiceCIDR {
-		return []*networkingv1.ServiceCIDR{serviceCIDR("kubernetes", flag4, flag6)}
+		return []*networkingv1.ServiceCIDR{testenv.ServiceCIDR("kubernetes", flag4, flag6)}
 	}
 	tests := []struct {
 		name      string
@@ -102,21 +103,21 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 		{name: "ipaddress/in range in a ServiceCIDR not ready or being deleted, as v1.33 counts every ServiceCIDR", mode: featuregate.IPAddressOnly,
 			services: []*corev1.Service{svc("a/x", "10.1.0.10"), svc("a/y", "10.2.0.10"), svc("a/z", "10.3.0.10")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.1.0.10", "a/x"), ipAddr("10.2.0.10", "a/y"), ipAddr("10.3.0.10", "a/z")},
-			cidrs: append(kubernetes(), notReady(serviceCIDR("extra", "10.1.0.0/24")), deleting(serviceCIDR("gone", "10.2.0.0/24")),
-				deleting(notReady(serviceCIDR("terminating", "10.3.0.0/24"))))},
+			cidrs: append(kubernetes(), notReady(testenv.ServiceCIDR("extra", "10.1.0.0/24")), deleting(testenv.ServiceCIDR("gone", "10.2.0.0/24")),
+				deleting(notReady(testenv.ServiceCIDR("terminating", "10.3.0.0/24"))))},
 		{name: "ipaddress/missing in a terminating ServiceCIDR", mode: featuregate.IPAddressOnly,
 			services: []*corev1.Service{svc("a/x", "10.3.0.10")},
-			cidrs:    append(kubernetes(), deleting(notReady(serviceCIDR("terminating", "10.3.0.0/24")))),
+			cidrs:    append(kubernetes(), deleting(notReady(testenv.ServiceCIDR("terminating", "10.3.0.0/24")))),
 			want:     []Finding{f("10.3.0.10", Missing, "a/x")}},
 		{name: "ipaddress/out of range at the network and broadcast addresses of a terminating ServiceCIDR", mode: featuregate.IPAddressOnly,
 			services: []*corev1.Service{svc("a/x", "10.3.0.0"), svc("a/y", "10.3.0.255")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.3.0.0", "a/x"), ipAddr("10.3.0.255", "a/y")},
-			cidrs:    append(kubernetes(), deleting(notReady(serviceCIDR("terminating", "10.3.0.0/24")))),
+			cidrs:    append(kubernetes(), deleting(notReady(testenv.ServiceCIDR("terminating", "10.3.0.0/24")))),
 			want:     []Finding{f("10.3.0.0", OutOfRange, "a/x"), f("10.3.0.255", OutOfRange, "a/y")}},
 		{name: "ipaddress/in range in a second ready ServiceCIDR", mode: featuregate.IPAddressOnly,
 			services: []*corev1.Service{svc("a/x", "10.1.0.10")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.1.0.10", "a/x")},
-			cidrs:    append(kubernetes(), serviceCIDR("extra", "10.1.0.0/24"))},
+			cidrs:    append(kubernetes(), testenv.ServiceCIDR("extra", "10.1.0.0/24"))},
 		{name: "ipaddress/wrong parent", mode: featuregate.IPAddressOnly,
 			services: []*corev1.Service{svc("a/x", "10.0.0.10"), svc("a/y", "10.0.0.11")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.0.0.10", "a/other"), ipAddr("10.0.0.11", "")},
@@ -150,7 +151,7 @@ func TestClassifyFindsOneClassPerIP(t *testing.T) {
 		{name: "dualwrite/consistent without bits outside the flag ranges", mode: featuregate.DualWrite,
 			services: []*corev1.Service{svc("a/x", "10.1.0.10", "fd00::1:0:a")},
 			ipas:     []*networkingv1.IPAddress{ipAddr("10.1.0.10", "a/x"), ipAddr("fd00::1:0:a", "a/x")},
-			cidrs:    append(kubernetes(), serviceCIDR("extra", "10.1.0.0/24"))},
+			cidrs:    append(kubernetes(), testenv.ServiceCIDR("extra", "10.1.0.0/24"))},
 		{name: "dualwrite/invalid", mode: featuregate.DualWrite,
 			services: []*corev1.Service{svc("a/x", "not-an-ip")},
 			want:     []Finding{f("not-an-ip", Invalid, "a/x")}},
@@ -230,7 +231,7 @@ func TestReportJSONIsStable(t *testing.T) {
 			w: &world{mode: featuregate.DualWrite,
 				services:    []*corev1.Service{svc("a/x", "10.0.0.10"), svc("a/y", "bogus")},
 				ipAddresses: []*networkingv1.IPAddress{ipAddr("10.0.0.9", "a/gone"), ipAddr("10.0.0.10", "a/x")},
-				cidrs:       []*networkingv1.ServiceCIDR{serviceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64")},
+				cidrs:       []*networkingv1.ServiceCIDR{testenv.ServiceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64")},
 				bitmaps:     []*bitmap.Allocator{bits(t, "10.0.0.0/24", "10.0.0.10"), bits(t, "fd00::/64", "fd00::1")}},
 			want: `{"mode":"DualWrite","consistent":false,"counts":{"bitmap-only":1,"bitmapBits":2,"invalid":1,"ipAddresses":2,"leaked":1,"services":2},"findings":[` +
 				`{"ip":"10.0.0.9","class":"leaked","detail":"IPAddress 10.0.0.9 (parent services a/gone) is held by no Service."},` +

@@ -24,40 +24,7 @@ import (
 // passes how long each bit has been seen leaked. Build it with NewController; the zero Controller
 // is not usable. A Controller is safe for concurrent use, but passes are serialised.
 //
-// What it repairs:
-//
-//   - IPAddressOnly: creates the IPAddress of a Service that has none, deletes an IPAddress no
-//     Service holds once it is older than the hold-off, recreates one whose parentRef names the
-//     wrong Service. Every decision is confirmed with a live Get first, and every delete carries a
-//     UID and resourceVersion precondition, so a repair racing an allocation cannot undo it.
-//   - Legacy: rebuilds each bitmap from the Services and writes it back with a compare-and-swap
-//     on the revision it read before listing the Services, so a concurrent allocation makes the
-//     write fail instead of being undone. A leaked bit is kept until it has been seen leaked on 3
-//     passes and for the hold-off, as kube-apiserver does; a missing bitmap is created. A bitmap
-//     stored for another range (--service-cluster-ip-range changed) is first rewritten to the
-//     flag range, keeping the bits inside it, as kube-apiserver's repair does on its first pass.
-//   - DualWrite: both, and the bitmap from the IPAddress objects and Services, which
-//     kube-apiserver does not do (kubernetes#136475): a Service's bit that is clear is set, a
-//     stale bit (no IPAddress, no Service) is cleared once seen so for the hold-off and a live Get
-//     finds no IPAddress, and the bit of a leaked IPAddress goes with it.
-//
-// Invalid, duplicate and out-of-range ClusterIPs only get an Event.
-//
-// With Options.Registerer it keeps these metrics, per pass as kube-apiserver's repair loop
-// counts them (the type label of apiserver_clusterip_repair_ip_errors_total):
-//
-//	invalid     each Service holding an invalid ClusterIP (and each invalid IPAddress name)
-//	duplicate   each Service holding an IP another Service holds, after the first
-//	outOfRange  each out-of-range ClusterIP
-//	repair      each record repair writes for an IP a Service holds: a missing IPAddress or
-//	            bit, a recreated wrong parent, fixed labels, an ipaddress-only bit
-//	leak        each leaked IPAddress or bit repair frees, once its hold-off is over
-//	unknown     each bit of a Service's IP that could not be set for an unexpected reason
-//	full        never: a bitmap rebuilt from its own snapshot has room for every missing bit
-//
-// apiserver_clusterip_repair_reconcile_errors_total counts the passes (RunOnce, or Run's) that
-// returned an error, except those cut short because their ctx was done. clusterip_repair_drift_addresses{family,kind} holds, after each audit, the
-// number of bitmap-only and ipaddress-only findings of each IP family (0 outside DualWrite).
+// The package documentation lists what it repairs in each mode and the metrics it keeps.
 type Controller struct {
 	cfg       clusterip.Config
 	opts      Options
@@ -104,11 +71,21 @@ func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 // the audit it acted on, which still lists what was repaired. A failed repair does not stop the
 // others: their errors are joined in the returned error, next to the report.
 func (c *Controller) RunOnce(ctx context.Context) (*Report, error) {
+	ctx = withControllerLogger(ctx)
 	rep, _, itemErr, err := c.runOnce(ctx)
 	if rep == nil {
 		return nil, err
 	}
 	return rep, errors.Join(itemErr, err)
+}
+
+// controllerName is the value of the "controller" key of the Controller's log lines, as the
+// servicecidr controllers log theirs.
+const controllerName = "clusterip-repair"
+
+// withControllerLogger returns ctx with its logger naming the repair controller.
+func withControllerLogger(ctx context.Context) context.Context {
+	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("controller", controllerName))
 }
 
 // retry is a repair of one address that Run retries on its own, with the finding it acts on.
@@ -201,9 +178,11 @@ func (c *Controller) HeldOff() int {
 // in DualWrite mode, which the retry clears with a compare-and-swap. Failures are logged with the contextual
 // logger of ctx.
 func (c *Controller) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithName("clusterip-repair")
-	ctx = klog.NewContext(ctx, logger)
+	ctx = withControllerLogger(ctx)
+	logger := klog.FromContext(ctx)
 	interval := c.opts.interval()
+	logger.Info("Starting", "interval", interval)
+	defer logger.Info("Stopped")
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[itemKey](c.retryBase, interval),
 		workqueue.TypedRateLimitingQueueConfig[itemKey]{Name: "clusterip_repair"},
@@ -237,10 +216,10 @@ func (c *Controller) runPass(ctx context.Context, q workqueue.TypedRateLimitingI
 		return
 	}
 	if err != nil {
-		logger.Error(err, "repair pass failed; retrying", "retries", q.NumRequeues(passKey))
+		logger.Error(err, "Repair pass failed, will retry", "retries", q.NumRequeues(passKey))
 		q.AddRateLimited(passKey)
 	} else {
-		logger.V(2).Info("repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff(), "retries", len(retries))
+		logger.V(2).Info("Repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff(), "retries", len(retries))
 		q.Forget(passKey)
 		q.AddAfter(passKey, c.opts.interval())
 	}
@@ -248,7 +227,7 @@ func (c *Controller) runPass(ctx context.Context, q workqueue.TypedRateLimitingI
 		return // nothing was judged: keep the retries there are
 	}
 	if itemErr != nil {
-		logger.Error(itemErr, "some repairs failed; retrying each")
+		logger.Error(itemErr, "Some repairs failed, will retry each")
 	}
 	old := maps.Clone(pending)
 	clear(pending)
@@ -278,14 +257,14 @@ func (c *Controller) runItem(ctx context.Context, q workqueue.TypedRateLimitingI
 	after, deleted, err := c.repairOne(ctx, &f)
 	if deleted && f.bit && c.cfg.Mode == featuregate.DualWrite {
 		if err := c.releaseBit(ctx, f.addr); err != nil {
-			klog.FromContext(ctx).Error(err, "cannot clear the bit of a deleted leak; the next pass will", "ip", f.IP)
+			klog.FromContext(ctx).Error(err, "Cannot clear the bit of a deleted leak; the next pass will", "ip", f.IP)
 		}
 	}
 	c.pass.Unlock()
 	switch {
 	case ctx.Err() != nil:
 	case err != nil:
-		klog.FromContext(ctx).Error(err, "repair failed; retrying", "ip", f.IP, "class", f.Class, "retries", q.NumRequeues(key))
+		klog.FromContext(ctx).Error(err, "Repair failed, will retry", "ip", f.IP, "class", f.Class, "retries", q.NumRequeues(key))
 		q.AddRateLimited(key)
 	case after > 0:
 		q.AddAfter(key, after)
@@ -321,7 +300,7 @@ func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
 		if !cleared {
 			return nil
 		}
-		klog.FromContext(ctx).V(2).Info("cleared the bit of a deleted leak", "ip", ip)
+		klog.FromContext(ctx).V(2).Info("Cleared the bit of a deleted leak", "ip", ip)
 	}
 	return nil
 }

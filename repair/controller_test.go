@@ -81,7 +81,7 @@ func TestOptionsLeakGrace(t *testing.T) {
 
 func TestRepairIPAddressOnlyHealsWhatItMayAndReportsTheRest(t *testing.T) {
 	objects := []runtime.Object{
-		serviceCIDR("kubernetes", "10.0.0.0/24"),
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/missing", "10.0.0.11"),
 		aged(ipAddr("10.0.0.30", "a/gone"), time.Hour),   // leaked long ago: deleted
@@ -167,7 +167,7 @@ func TestRepairIPAddressOnlyHealsWhatItMayAndReportsTheRest(t *testing.T) {
 }
 
 func TestRepairIPAddressOnlyKeepsALeakThatChangedSinceTheAudit(t *testing.T) {
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), aged(ipAddr("10.0.0.30", "a/gone"), time.Hour))
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), aged(ipAddr("10.0.0.30", "a/gone"), time.Hour))
 	// The live Get sees another resourceVersion than the List did: someone wrote it meanwhile.
 	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		live := aged(ipAddr("10.0.0.30", "a/new"), time.Hour)
@@ -274,7 +274,7 @@ func TestRepairDualWriteHealsBothStores(t *testing.T) {
 	ranges := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.10", "10.0.0.30", "10.0.0.40"))
 	client := fake.NewClientset(
-		serviceCIDR("kubernetes", "10.0.0.0/24"),
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/missing", "10.0.0.11"),
 		svc("a/nobit", "10.0.0.12"), aged(ipAddr("10.0.0.12", "a/nobit"), time.Hour),
@@ -330,7 +330,7 @@ func TestRepairDualWriteKeepsABitWhoseIPAddressAppears(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	cli := e.TestClient(t)
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.40"))
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"))
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"))
 	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, aged(ipAddr("10.0.0.40", "a/new"), 0), nil
 	})
@@ -354,7 +354,7 @@ func TestRepairDualWriteKeepsABitWhoseIPAddressAppears(t *testing.T) {
 // TestRunRetriesAFailedPassAndStopsWithTheContext fails the first two Service lists: Run must
 // retry (without waiting for the Interval), repair, and return nil once ctx is done.
 func TestRunRetriesAFailedPassAndStopsWithTheContext(t *testing.T) {
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/missing", "10.0.0.11"))
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), svc("a/missing", "10.0.0.11"))
 	failFirst(client, "list", "services", 2, errors.New("apiserver not up yet"))
 	c := hourlyController(t, client)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -410,7 +410,7 @@ func TestRepairHoldsOffAnIPAddressNewerThanItsParent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ipa := aged(ipAddr("10.0.0.30", "a/web"), 0)
 			at(ipa, tt.ipaAge)
-			objects := []runtime.Object{serviceCIDR("kubernetes", "10.0.0.0/24"), ipa}
+			objects := []runtime.Object{testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), ipa}
 			if tt.parentAge > 0 {
 				parent := svc("a/web", "10.0.0.10")
 				at(parent, tt.parentAge)
@@ -448,7 +448,7 @@ func TestRepairHoldsOffAnIPAddressNewerThanItsParent(t *testing.T) {
 // TestRepairFixesLabelsInPlace: an IPAddress whose parent is right but whose labels are not the
 // allocator's is updated (never deleted), carrying the resourceVersion the audit read.
 func TestRepairFixesLabelsInPlace(t *testing.T) {
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
 		svc("a/x", "10.0.0.10", "fd00::a"),
 		aged(withLabel(ipAddr("10.0.0.10", "a/x"), networkingv1.LabelIPAddressFamily, ""), time.Hour),
 		aged(withLabel(ipAddr("fd00::a", "a/x"), networkingv1.LabelManagedBy, ""), time.Hour),

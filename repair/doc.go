@@ -31,7 +31,42 @@
 // [WrongParent] finding, and repair updates its labels in place, as kube-apiserver's repair fixes
 // wrong labels too.
 //
-// With [Options.Registerer], the Controller keeps kube-apiserver's repair metrics
-// (apiserver_clusterip_repair_ip_errors_total{type}, apiserver_clusterip_repair_reconcile_errors_total)
-// and drift gauges per IP family (clusterip_repair_drift_addresses{family,kind}); see [Controller].
+// # What the Controller repairs
+//
+//   - IPAddressOnly: creates the IPAddress of a Service that has none, deletes an IPAddress no
+//     Service holds once it is older than the hold-off, recreates one whose parentRef names the
+//     wrong Service. Every decision is confirmed with a live Get first, and every delete carries a
+//     UID and resourceVersion precondition, so a repair racing an allocation cannot undo it.
+//   - Legacy: rebuilds each bitmap from the Services and writes it back with a compare-and-swap
+//     on the revision it read before listing the Services, so a concurrent allocation makes the
+//     write fail instead of being undone. A leaked bit is kept until it has been seen leaked on 3
+//     passes and for the hold-off, as kube-apiserver does; a missing bitmap is created. A bitmap
+//     stored for another range (--service-cluster-ip-range changed) is first rewritten to the
+//     flag range, keeping the bits inside it, as kube-apiserver's repair does on its first pass.
+//   - DualWrite: both, and the bitmap from the IPAddress objects and Services, which
+//     kube-apiserver does not do (kubernetes#136475): a Service's bit that is clear is set, a
+//     stale bit (no IPAddress, no Service) is cleared once seen so for the hold-off and a live Get
+//     finds no IPAddress, and the bit of a leaked IPAddress goes with it.
+//
+// Invalid, duplicate and out-of-range ClusterIPs only get an Event.
+//
+// # Metrics
+//
+// With [Options.Registerer] (never the Config's) the Controller keeps kube-apiserver's repair metrics, counted per pass
+// as kube-apiserver's repair loop counts them (the type label of
+// apiserver_clusterip_repair_ip_errors_total):
+//
+//	invalid     each Service holding an invalid ClusterIP (and each invalid IPAddress name)
+//	duplicate   each Service holding an IP another Service holds, after the first
+//	outOfRange  each out-of-range ClusterIP
+//	repair      each record repair writes for an IP a Service holds: a missing IPAddress or
+//	            bit, a recreated wrong parent, fixed labels, an ipaddress-only bit
+//	leak        each leaked IPAddress or bit repair frees, once its hold-off is over
+//	unknown     each bit of a Service's IP that could not be set for an unexpected reason
+//	full        never: a bitmap rebuilt from its own snapshot has room for every missing bit
+//
+// apiserver_clusterip_repair_reconcile_errors_total counts the passes (RunOnce, or Run's) that
+// returned an error, except those cut short because their ctx was done.
+// clusterip_repair_drift_addresses{family,kind} holds, after each audit, the number of
+// bitmap-only and ipaddress-only findings of each IP family (0 outside DualWrite).
 package repair

@@ -66,11 +66,6 @@ func withLabel(ipa *networkingv1.IPAddress, key, value string) *networkingv1.IPA
 	return ipa
 }
 
-// serviceCIDR returns a ServiceCIDR named name of cidrs, with no conditions (ready).
-func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
-	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
-}
-
 // notReady marks sc Ready=False.
 func notReady(sc *networkingv1.ServiceCIDR) *networkingv1.ServiceCIDR {
 	sc.Status.Conditions = []metav1.Condition{{Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionFalse, Reason: "Terminating"}}

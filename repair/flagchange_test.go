@@ -73,7 +73,7 @@ func testRewrite(t *testing.T, mode featuregate.Mode, stored *bitmap.Allocator, 
 	storeBitmap(t, cli, key, stored)
 	client := fake.NewClientset()
 	if mode == featuregate.DualWrite {
-		if err := client.Tracker().Add(serviceCIDR("kubernetes", flagRange)); err != nil {
+		if err := client.Tracker().Add(testenv.ServiceCIDR("kubernetes", flagRange)); err != nil {
 			t.Fatal(err)
 		}
 	}

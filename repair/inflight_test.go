@@ -55,7 +55,7 @@ func TestAuditConfirmsAMissingRecordWithALiveRead(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			prefix := "/inflight" + string(rune('a'+i))
 			storeBitmap(t, cli, etcdstore.ServiceIPsKey(prefix), bits(t, "10.0.0.0/24", "10.0.0.11"))
-			client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"),
+			client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"),
 				svc("a/missing", "10.0.0.11"), // a real problem: no IPAddress object (its bit is set)
 			)
 			bitmapStore := etcdstore.New(cli, etcdstore.ServiceIPsKey(prefix))
@@ -121,7 +121,7 @@ func TestAuditConfirmsAMissingRecordWithALiveRead(t *testing.T) {
 // completed during the audit.
 func TestAuditConfirmsManyMissingRecordsWithOneListEach(t *testing.T) {
 	const n = 70
-	objects := []runtime.Object{serviceCIDR("kubernetes", "10.0.0.0/24")}
+	objects := []runtime.Object{testenv.ServiceCIDR("kubernetes", "10.0.0.0/24")}
 	var want []Finding
 	for i := range n {
 		ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(100 + i)}).String()
@@ -270,7 +270,7 @@ func TestAuditConfirmationKeepsTheFirstReadOfABitmapStoredForAnotherRange(t *tes
 // reads: the IPAddress read again names the other Service, but the listed one holds nothing
 // now, so there is nothing to report (not a wrong parent).
 func TestAuditConfirmationDropsAFindingWhoseServiceWentMeanwhile(t *testing.T) {
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/old", "10.0.0.20"))
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), svc("a/old", "10.0.0.20"))
 	var once sync.Once
 	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		once.Do(func() {

@@ -86,7 +86,7 @@ func scrape(t *testing.T, reg *prometheus.Registry, when, want string) {
 // one reconcile error.
 func TestRepairMetricsCountPerPassAsKubeAPIServer(t *testing.T) {
 	client := fake.NewClientset(
-		serviceCIDR("kubernetes", "10.0.0.0/24"),
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/bad", "10.0.0.700"),                                                                                                         // invalid: 1
 		svc("a/dup1", "10.0.0.60"), svc("a/dup2", "10.0.0.60"), svc("a/dup3", "10.0.0.60"), aged(ipAddr("10.0.0.60", "a/dup1"), time.Hour), // duplicate: 2
@@ -135,6 +135,24 @@ func TestRepairMetricsCountPerPassAsKubeAPIServer(t *testing.T) {
 	}
 }
 
+// TestRepairMetricsNotOnTheConfigRegisterer checks that a Controller without Options.Registerer
+// registers nothing, even on a Config that has a Registerer: repair takes its metrics' registry
+// from Options alone.
+func TestRepairMetricsNotOnTheConfigRegisterer(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: fake.NewClientset(), Registerer: reg}
+	if _, err := NewController(cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 0 {
+		t.Errorf("the Config's Registerer holds %d metric families, want none", len(mfs))
+	}
+}
+
 // TestRepairMetricsDriftPerFamily scrapes the drift gauges of a dual-stack DualWrite repair
 // against a real etcd: seeded at 0 for both families, set from the audit each pass acted on, and
 // back at 0 once repair healed the drift; the stale bit counts as a leak, the clear bit of a held
@@ -145,7 +163,7 @@ func TestRepairMetricsDriftPerFamily(t *testing.T) {
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.10", "10.0.0.40"))
 	storeBitmap(t, cli, etcdstore.SecondaryServiceIPsKey(""), bits(t, "fd00::/64", "fd00::c", "fd00::d"))
 	client := fake.NewClientset(
-		serviceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/nobit", "10.0.0.12", "fd00::a"), aged(ipAddr("10.0.0.12", "a/nobit"), time.Hour), aged(ipAddr("fd00::a", "a/nobit"), time.Hour),
 	)

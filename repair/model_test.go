@@ -16,6 +16,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
@@ -179,7 +180,7 @@ func TestClassifyMatchesNaiveModel(t *testing.T) {
 		}
 		for _, c := range []string{"10.0.0.0/29", "10.0.0.8/29", "fd00::/112"} {
 			if r.IntN(2) == 0 {
-				sc := serviceCIDR(c, c)
+				sc := testenv.ServiceCIDR(c, c)
 				if r.IntN(4) == 0 {
 					sc = notReady(sc)
 				}

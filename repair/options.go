@@ -53,8 +53,10 @@ type Options struct {
 	// apiserver_clusterip_repair_ip_errors_total{type} and
 	// apiserver_clusterip_repair_reconcile_errors_total, counted per pass as kube-apiserver's
 	// repair loop counts them, and clusterip_repair_drift_addresses{family,kind}, set after
-	// each audit (see the Controller). Controllers sharing a Registerer share the metrics.
-	// Defaults to none: nothing is registered or counted.
+	// each audit (see the package documentation). Controllers sharing a Registerer share the
+	// metrics. Defaults to none: nothing is registered or counted. The Config's Registerer is
+	// never used, so that a caller can run repair without metrics on the Config its allocators
+	// register theirs with (as the kube-apiserver fork does when the registry refuses them).
 	Registerer prometheus.Registerer
 }
 

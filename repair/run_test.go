@@ -87,7 +87,7 @@ func countServiceLists(client *fake.Clientset) *atomic.Int32 {
 // TestRunRetriesAFailedRepairOnItsOwn fails the first two creates of a missing IPAddress: Run
 // retries that one address with its own backoff, without another pass (the Interval is an hour).
 func TestRunRetriesAFailedRepairOnItsOwn(t *testing.T) {
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		svc("a/missing", "10.0.0.11"))
 	passes := countServiceLists(client)
 	failuresLeft := failFirst(client, "create", "ipaddresses", 2, errors.New("etcd leader lost"))
@@ -108,7 +108,7 @@ func TestRunRetriesAFailedRepairOnItsOwn(t *testing.T) {
 // TestRunFreesAHeldOffLeakWhenItsHoldOffEnds: the first pass holds a new leak off; Run
 // reconsiders that address when its hold-off ends, without waiting for the next pass.
 func TestRunFreesAHeldOffLeakWhenItsHoldOffEnds(t *testing.T) {
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"), aged(ipAddr("10.0.0.30", "a/gone"), 0))
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), aged(ipAddr("10.0.0.30", "a/gone"), 0))
 	passes := countServiceLists(client)
 	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
 		Options{Interval: time.Hour, LeakGrace: 200 * time.Millisecond})
@@ -174,7 +174,7 @@ func TestRunFreesAHeldOffDualWriteLeakWithItsBit(t *testing.T) {
 	cli := e.TestClient(t)
 	store := etcdstore.New(cli, etcdstore.ServiceIPsKey(""))
 	storeBitmap(t, cli, store.Key(), bits(t, "10.0.0.0/24", "10.0.0.10", "10.0.0.30"))
-	client := fake.NewClientset(serviceCIDR("kubernetes", "10.0.0.0/24"),
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"),
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		aged(ipAddr("10.0.0.30", "a/gone"), 0))
 	passes := countServiceLists(client)
@@ -250,7 +250,7 @@ func TestRunRetryRechecksLiveStateFirst(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			client := fake.NewClientset(append([]runtime.Object{serviceCIDR("kubernetes", "10.0.0.0/24")}, tt.objects...)...)
+			client := fake.NewClientset(append([]runtime.Object{testenv.ServiceCIDR("kubernetes", "10.0.0.0/24")}, tt.objects...)...)
 			cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client}
 			c, err := NewController(cfg, Options{LeakGrace: -1})
 			if err != nil {

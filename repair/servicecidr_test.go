@@ -14,6 +14,7 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // TestRepairTreatsAddressesOfATerminatingServiceCIDRAsInRange: while a ServiceCIDR is being
@@ -26,17 +27,17 @@ func TestRepairTreatsAddressesOfATerminatingServiceCIDRAsInRange(t *testing.T) {
 		cidr       func() *networkingv1.ServiceCIDR
 		wantEvents []string
 	}{
-		{name: "terminating", cidr: func() *networkingv1.ServiceCIDR { return deleting(notReady(serviceCIDR("old", "10.1.0.0/24"))) },
+		{name: "terminating", cidr: func() *networkingv1.ServiceCIDR { return deleting(notReady(testenv.ServiceCIDR("old", "10.1.0.0/24"))) },
 			wantEvents: []string{"Warning ClusterIPNotAllocated missing"}},
-		{name: "Ready=False", cidr: func() *networkingv1.ServiceCIDR { return notReady(serviceCIDR("old", "10.1.0.0/24")) },
+		{name: "Ready=False", cidr: func() *networkingv1.ServiceCIDR { return notReady(testenv.ServiceCIDR("old", "10.1.0.0/24")) },
 			wantEvents: []string{"Warning ClusterIPNotAllocated missing"}},
-		{name: "being deleted, Ready=True still", cidr: func() *networkingv1.ServiceCIDR { return deleting(serviceCIDR("old", "10.1.0.0/24")) },
+		{name: "being deleted, Ready=True still", cidr: func() *networkingv1.ServiceCIDR { return deleting(testenv.ServiceCIDR("old", "10.1.0.0/24")) },
 			wantEvents: []string{"Warning ClusterIPNotAllocated missing"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			client := fake.NewClientset([]runtime.Object{
-				serviceCIDR("kubernetes", "10.0.0.0/24"), tt.cidr(),
+				testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), tt.cidr(),
 				svc("a/healthy", "10.1.0.10"), aged(ipAddr("10.1.0.10", "a/healthy"), time.Hour),
 				svc("a/missing", "10.1.0.11"),
 			}...)

@@ -50,7 +50,7 @@ import (
 // range, and DualWrite and IPAddressOnly share the IPAddress objects; Legacy and IPAddressOnly
 // share no record, so on one address they would hand it out twice, which is why kube-apiserver
 // never runs them side by side (the upgrade goes through dual write). So the Legacy process asks
-// only for chosen addresses of the static band (the first 64 of the /22, DESIGN §2), which
+// only for chosen addresses of the static band (the first 64 of the /22; docs/design.md §5), which
 // AllocateNext does not touch while the dynamic band has room (958 addresses; the processes keep
 // at most 120 Services at once), and the IPAddressOnly process takes only the dynamic band:
 // AllocateNext, and chosen addresses at its top. DualWrite does all three and meets each of the

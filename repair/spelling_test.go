@@ -49,7 +49,7 @@ func TestClassifyKeysNonCanonicalClusterIPsByTheParsedAddress(t *testing.T) {
 			bits6 = append(bits6, s.addr)
 		}
 	}
-	cidrs := []*networkingv1.ServiceCIDR{serviceCIDR("kubernetes", flag4, flag6)}
+	cidrs := []*networkingv1.ServiceCIDR{testenv.ServiceCIDR("kubernetes", flag4, flag6)}
 	tests := []struct {
 		name     string
 		mode     featuregate.Mode
@@ -102,7 +102,7 @@ func TestRepairKeepsTheRecordsOfNonCanonicalClusterIPs(t *testing.T) {
 	cli := e.TestClient(t)
 	ranges := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24"), netip.MustParsePrefix("fd00:10:96::/112")}
 	var bits4, bits6 []string
-	objects := []runtime.Object{serviceCIDR("kubernetes", "10.96.0.0/24", "fd00:10:96::/112")}
+	objects := []runtime.Object{testenv.ServiceCIDR("kubernetes", "10.96.0.0/24", "fd00:10:96::/112")}
 	for i, s := range spellings {
 		key := "ns/s" + string(rune('a'+i))
 		objects = append(objects, svc(key, s.clusterIP), aged(ipAddr(s.addr, key), time.Hour))

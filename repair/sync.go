@@ -165,7 +165,7 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 		return nil // created meanwhile; the next pass judges it
 	}
 	if err == nil {
-		klog.FromContext(ctx).V(2).Info("created missing IPAddress", "ip", f.IP, "service", f.Service)
+		klog.FromContext(ctx).V(2).Info("Created a missing IPAddress", "ip", f.IP, "service", f.Service)
 	}
 	return err
 }
@@ -215,7 +215,7 @@ func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (after time.D
 	case err != nil:
 		return 0, false, err
 	}
-	klog.FromContext(ctx).V(2).Info("deleted leaked IPAddress", "ip", f.IP)
+	klog.FromContext(ctx).V(2).Info("Deleted a leaked IPAddress", "ip", f.IP)
 	return 0, true, nil
 }
 
@@ -244,7 +244,7 @@ func (c *Controller) fixLabels(ctx context.Context, f *finding) error {
 	case err != nil:
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("fixed the labels of an IPAddress", "ip", f.IP, "service", f.Service)
+	klog.FromContext(ctx).V(2).Info("Fixed the labels of an IPAddress", "ip", f.IP, "service", f.Service)
 	return nil
 }
 
@@ -311,7 +311,7 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 			}
 			if err := t.b.Allocate(ctx, f.addr, allocator.Owner{}); err != nil {
 				c.metrics.IPErrors(metrics.RepairUnknown, 1)
-				klog.FromContext(ctx).Error(err, "cannot set the bit of a Service's IP", "ip", f.IP, "service", f.Service)
+				klog.FromContext(ctx).Error(err, "Cannot set the bit of a Service's IP", "ip", f.IP, "service", f.Service)
 				continue
 			}
 			t.changed = true
@@ -376,7 +376,7 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 			delete(c.leaks, ip)
 		}
 		c.mu.Unlock()
-		klog.FromContext(ctx).V(2).Info("repaired bitmap", "range", t.b.CIDR(), "freed", len(t.freed))
+		klog.FromContext(ctx).V(2).Info("Repaired a bitmap", "range", t.b.CIDR(), "freed", len(t.freed))
 	}
 	return held, errors.Join(errs...)
 }

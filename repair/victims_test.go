@@ -35,7 +35,7 @@ func TestAuditReportsASlash64VictimOutOfRange(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			client := fake.NewClientset([]runtime.Object{
-				serviceCIDR("kubernetes", cidr),
+				testenv.ServiceCIDR("kubernetes", cidr),
 				svc("a/ok", "fd00:10:96::a"), aged(ipAddr("fd00:10:96::a", "a/ok"), time.Hour),
 				svc("a/victim", tt.victim), aged(ipAddr(tt.victim, "a/victim"), time.Hour),
 			}...)

@@ -106,10 +106,9 @@ func New(family corev1.IPFamily, client kubernetes.Interface, cidrs networkingv1
 		if client == nil {
 			return nil, errors.New("servicecidr: nil client")
 		}
-		ipOpts := o.ipaddresses
-		if o.managedBySet {
-			ipOpts = append(slices.Clone(ipOpts), ipaddress.WithManagedBy(o.managedBy))
-		}
+		// The Allocator's managed-by value goes last, so that an ipaddress.WithManagedBy in
+		// WithIPAddressOptions cannot label objects that Release would not recognise.
+		ipOpts := append(slices.Clone(o.ipaddresses), ipaddress.WithManagedBy(o.managedBy))
 		o.factory = ipaddressFactory(client, ips, ipOpts)
 	}
 	return &Allocator{

@@ -32,21 +32,21 @@ type allocatorFactory func(logger klog.Logger, cidr netip.Prefix) (cidrAllocator
 type Option func(*options)
 
 type options struct {
-	factory      allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
-	ipaddresses  []ipaddress.Option
-	managedBy    string // the managed-by label value; ipaddress.DefaultManagedBy unless set
-	managedBySet bool   // WithManagedBy was given: pass it on to the per-CIDR allocators
+	factory     allocatorFactory // nil: ipaddress.New with the Allocator's client and informer
+	ipaddresses []ipaddress.Option
+	managedBy   string // the managed-by label value, given to every per-CIDR allocator
 }
 
 // WithManagedBy sets the ipaddress.kubernetes.io/managed-by label of the IPAddress objects the
 // Allocator creates (it is passed to every per-CIDR allocator, after WithIPAddressOptions) and by
 // which Release recognises them outside any known ServiceCIDR. Default
-// ipaddress.DefaultManagedBy; an empty value keeps the default. Set it here rather than with
-// ipaddress.WithManagedBy in WithIPAddressOptions, which Release would not know of.
+// ipaddress.DefaultManagedBy, as ipaddress.New's; an empty value keeps the default. An
+// ipaddress.WithManagedBy in WithIPAddressOptions is overridden by this value, default or not, so
+// the two cannot disagree.
 func WithManagedBy(value string) Option {
 	return func(o *options) {
 		if value != "" {
-			o.managedBy, o.managedBySet = value, true
+			o.managedBy = value
 		}
 	}
 }

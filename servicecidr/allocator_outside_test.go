@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 func TestAllocateNextOutsideNeverChoosesPrefixesInside(t *testing.T) {
@@ -28,13 +29,13 @@ func TestAllocateNextOutsideNeverChoosesPrefixesInside(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var objs []runtime.Object
 			for i, c := range tt.cidrs {
-				objs = append(objs, serviceCIDR(string(rune('a'+i)), c))
+				objs = append(objs, testenv.ServiceCIDR(string(rune('a'+i)), c))
 			}
 			f := newFixture(t, fixtureConfig{mem: newMemFactory(), objects: objs})
 			f.waitReady(tt.cidrs...)
 			var skip netip.Prefix
 			if tt.outside != "" {
-				skip = mustPrefix(tt.outside)
+				skip = netip.MustParsePrefix(tt.outside)
 			}
 			for i := range tt.n {
 				ip, err := f.alloc.AllocateNextOutside(f.ctx, testOwner, skip)
@@ -43,7 +44,7 @@ func TestAllocateNextOutsideNeverChoosesPrefixesInside(t *testing.T) {
 				}
 				ok := false
 				for _, p := range tt.allowed {
-					ok = ok || mustPrefix(p).Contains(ip)
+					ok = ok || netip.MustParsePrefix(p).Contains(ip)
 				}
 				if !ok {
 					t.Errorf("AllocateNextOutside(%v) #%d = %v, want an address of %v", skip, i+1, ip, tt.allowed)

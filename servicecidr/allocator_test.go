@@ -22,9 +22,6 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
-
 func TestNewRejectsBadArguments(t *testing.T) {
 	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true})
 	cidrs, ips := f.cidrInf.Networking().V1().ServiceCIDRs(), f.ipInf.Networking().V1().IPAddresses()
@@ -109,14 +106,14 @@ func (f closerFunc) Close() error { return f() }
 func nopCloser(*LifecycleController) io.Closer { return closerFunc(func() error { return nil }) }
 
 func TestNotReadyBeforeRun(t *testing.T) {
-	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true, objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/28")}})
+	f := newFixture(t, fixtureConfig{mem: newMemFactory(), noRun: true, objects: []runtime.Object{testenv.ServiceCIDR("a", "10.1.0.0/28")}})
 	if _, err := f.alloc.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("AllocateNext() before Run = %v, want ErrNotReady", err)
 	}
-	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+	if err := f.alloc.Allocate(f.ctx, netip.MustParseAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() before Run = %v, want ErrNotReady", err)
 	}
-	if err := f.alloc.DryRun().Allocate(f.ctx, mustAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+	if err := f.alloc.DryRun().Allocate(f.ctx, netip.MustParseAddr("10.1.0.1"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("DryRun().Allocate() before Run = %v, want ErrNotReady", err)
 	}
 	if f.alloc.Ready() {
@@ -128,7 +125,7 @@ func TestNotReadyBeforeRun(t *testing.T) {
 }
 
 func TestRunTwiceFails(t *testing.T) {
-	f := newFixture(t, fixtureConfig{mem: newMemFactory(), objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/28")}})
+	f := newFixture(t, fixtureConfig{mem: newMemFactory(), objects: []runtime.Object{testenv.ServiceCIDR("a", "10.1.0.0/28")}})
 	f.waitReady("10.1.0.0/28")
 	if err := f.alloc.Run(f.ctx); err == nil {
 		t.Errorf("second Run() = nil, want an error")
@@ -138,7 +135,7 @@ func TestRunTwiceFails(t *testing.T) {
 func TestAllocateNextPrefersFreeSpace(t *testing.T) {
 	// A /22 has 1022 free addresses and a /28 14: about 1.4% of picks go to the /28.
 	f := newFixture(t, fixtureConfig{mem: newMemFactory(), objects: []runtime.Object{
-		serviceCIDR("big", "10.1.0.0/22"), serviceCIDR("small", "10.2.0.0/28"),
+		testenv.ServiceCIDR("big", "10.1.0.0/22"), testenv.ServiceCIDR("small", "10.2.0.0/28"),
 	}})
 	f.waitReady("10.1.0.0/22", "10.2.0.0/28")
 	small := 0
@@ -147,7 +144,7 @@ func TestAllocateNextPrefersFreeSpace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if mustPrefix("10.2.0.0/28").Contains(ip) {
+		if netip.MustParsePrefix("10.2.0.0/28").Contains(ip) {
 			small++
 		}
 	}
@@ -159,7 +156,7 @@ func TestAllocateNextPrefersFreeSpace(t *testing.T) {
 
 func TestDeleteTombstone(t *testing.T) {
 	mem := newMemFactory()
-	f := newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/28"), serviceCIDR("b", "10.2.0.0/28")}})
+	f := newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{testenv.ServiceCIDR("a", "10.1.0.0/28"), testenv.ServiceCIDR("b", "10.2.0.0/28")}})
 	f.waitReady("10.1.0.0/28", "10.2.0.0/28")
 	// An informer that missed the delete event removes the object from its store and hands the
 	// handlers a tombstone.
@@ -173,10 +170,10 @@ func TestDeleteTombstone(t *testing.T) {
 	}
 	logger, _ := ktesting.NewTestContext(t)
 	f.alloc.handlers(logger).OnDelete(cache.DeletedFinalStateUnknown{Key: "b", Obj: obj})
-	if got, want := f.alloc.ReadyCIDRs(), []netip.Prefix{mustPrefix("10.1.0.0/28")}; !slices.Equal(got, want) {
+	if got, want := f.alloc.ReadyCIDRs(), []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}; !slices.Equal(got, want) {
 		t.Errorf("ReadyCIDRs() right after a tombstone = %v, want %v", got, want)
 	}
-	if !mem.allocs(mustPrefix("10.2.0.0/28"))[0].closed.Load() {
+	if !mem.allocs(netip.MustParsePrefix("10.2.0.0/28"))[0].closed.Load() {
 		t.Errorf("the allocator of a tombstoned ServiceCIDR is still open")
 	}
 	f.alloc.handlers(logger).OnDelete("not a ServiceCIDR") // logged and ignored
@@ -201,7 +198,7 @@ func TestAllocateNextIsNotSerialised(t *testing.T) {
 		case <-time.After(waitTimeout):
 		}
 	}
-	f := newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/24"), serviceCIDR("b", "10.2.0.0/24")}})
+	f := newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{testenv.ServiceCIDR("a", "10.1.0.0/24"), testenv.ServiceCIDR("b", "10.2.0.0/24")}})
 	f.waitReady("10.1.0.0/24", "10.2.0.0/24")
 	var wg sync.WaitGroup
 	for range callers {
@@ -226,7 +223,7 @@ func TestAllocateNextIsNotSerialised(t *testing.T) {
 // used.
 func TestAllocationUndoneWhenServiceCIDRStopsBeingReady(t *testing.T) {
 	mem := newMemFactory()
-	doomed := mustPrefix("10.2.0.0/24")
+	doomed := netip.MustParsePrefix("10.2.0.0/24")
 	var f *fixture
 	var hits atomic.Int32
 	mem.hook = func(m *memAlloc) {
@@ -239,7 +236,7 @@ func TestAllocationUndoneWhenServiceCIDRStopsBeingReady(t *testing.T) {
 		f.alloc.entries[doomed].ready = false
 		f.alloc.mu.Unlock()
 	}
-	f = newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{serviceCIDR("keep", "10.1.0.0/24"), serviceCIDR("doomed", doomed.String())}})
+	f = newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{testenv.ServiceCIDR("keep", "10.1.0.0/24"), testenv.ServiceCIDR("doomed", doomed.String())}})
 	f.waitReady("10.1.0.0/24", doomed.String())
 	// Picks are random: allocate until one went to the doomed ServiceCIDR.
 	for i := 0; hits.Load() == 0; i++ {
@@ -260,7 +257,7 @@ func TestAllocationUndoneWhenServiceCIDRStopsBeingReady(t *testing.T) {
 		}
 	}
 	// Allocate of an address only in the doomed ServiceCIDR: its entry is now not ready.
-	if err := f.alloc.Allocate(f.ctx, mustAddr("10.2.0.7"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+	if err := f.alloc.Allocate(f.ctx, netip.MustParseAddr("10.2.0.7"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() in a not-ready ServiceCIDR = %v, want ErrNotReady", err)
 	}
 }
@@ -268,16 +265,16 @@ func TestAllocationUndoneWhenServiceCIDRStopsBeingReady(t *testing.T) {
 // TestAllocateUndoneWhenServiceCIDRStopsBeingReady is the Allocate flavour of the test above.
 func TestAllocateUndoneWhenServiceCIDRStopsBeingReady(t *testing.T) {
 	mem := newMemFactory()
-	doomed := mustPrefix("10.2.0.0/24")
+	doomed := netip.MustParsePrefix("10.2.0.0/24")
 	var f *fixture
 	mem.hook = func(m *memAlloc) {
 		f.alloc.mu.Lock()
 		f.alloc.entries[doomed].ready = false
 		f.alloc.mu.Unlock()
 	}
-	f = newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{serviceCIDR("doomed", doomed.String())}})
+	f = newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{testenv.ServiceCIDR("doomed", doomed.String())}})
 	f.waitReady(doomed.String())
-	ip := mustAddr("10.2.0.7")
+	ip := netip.MustParseAddr("10.2.0.7")
 	if err := f.alloc.Allocate(f.ctx, ip, testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() while the ServiceCIDR stops being ready = %v, want ErrNotReady", err)
 	}
@@ -288,19 +285,19 @@ func TestAllocateUndoneWhenServiceCIDRStopsBeingReady(t *testing.T) {
 
 func TestCloseStopsServing(t *testing.T) {
 	mem := newMemFactory()
-	f := newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/28")}})
+	f := newFixture(t, fixtureConfig{mem: mem, objects: []runtime.Object{testenv.ServiceCIDR("a", "10.1.0.0/28")}})
 	f.waitReady("10.1.0.0/28")
 	if err := f.alloc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !mem.allocs(mustPrefix("10.1.0.0/28"))[0].closed.Load() {
+	if !mem.allocs(netip.MustParsePrefix("10.1.0.0/28"))[0].closed.Load() {
 		t.Errorf("per-CIDR allocator not closed")
 	}
 	if _, err := f.alloc.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("AllocateNext() after Close = %v, want ErrNotReady", err)
 	}
 	// A later event adds nothing.
-	f.create(serviceCIDR("b", "10.2.0.0/28"))
+	f.create(testenv.ServiceCIDR("b", "10.2.0.0/28"))
 	time.Sleep(50 * time.Millisecond)
 	if got := f.alloc.ReadyCIDRs(); len(got) != 0 {
 		t.Errorf("ReadyCIDRs() after Close = %v", got)
@@ -309,14 +306,14 @@ func TestCloseStopsServing(t *testing.T) {
 
 func TestDryRunChangesNothing(t *testing.T) {
 	f := newFixture(t, fixtureConfig{mem: newMemFactory(), objects: []runtime.Object{
-		serviceCIDR("a", "10.1.0.0/28"), notReady(serviceCIDR("off", "10.9.0.0/28")),
+		testenv.ServiceCIDR("a", "10.1.0.0/28"), notReady(testenv.ServiceCIDR("off", "10.9.0.0/28")),
 	}})
 	f.waitReady("10.1.0.0/28")
 	d := f.alloc.DryRun()
 	if d.DryRun() != d || d.CIDR().IsValid() || d.Family() != corev1.IPv4Protocol {
 		t.Errorf("DryRun() metadata: DryRun()=%v CIDR()=%v Family()=%v", d.DryRun(), d.CIDR(), d.Family())
 	}
-	held := mustAddr("10.1.0.2")
+	held := netip.MustParseAddr("10.1.0.2")
 	if err := f.alloc.Allocate(f.ctx, held, testOwner); err != nil {
 		t.Fatal(err)
 	}
@@ -324,10 +321,10 @@ func TestDryRunChangesNothing(t *testing.T) {
 		ip   netip.Addr
 		want error
 	}{
-		{mustAddr("10.1.0.3"), nil},
+		{netip.MustParseAddr("10.1.0.3"), nil},
 		{held, allocator.ErrAllocated},
-		{mustAddr("10.9.0.3"), allocator.ErrNotReady},
-		{mustAddr("10.5.0.3"), allocator.ErrMismatchedNetwork},
+		{netip.MustParseAddr("10.9.0.3"), allocator.ErrNotReady},
+		{netip.MustParseAddr("10.5.0.3"), allocator.ErrMismatchedNetwork},
 		{netip.Addr{}, allocator.ErrInvalid},
 	} {
 		if err := d.Allocate(f.ctx, tt.ip, testOwner); !errors.Is(err, tt.want) {
@@ -335,7 +332,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 		}
 	}
 	ip, err := d.AllocateNext(f.ctx, testOwner)
-	if err != nil || ip == held || !mustPrefix("10.1.0.0/28").Contains(ip) {
+	if err != nil || ip == held || !netip.MustParsePrefix("10.1.0.0/28").Contains(ip) {
 		t.Errorf("DryRun().AllocateNext() = %v, %v", ip, err)
 	}
 	if err := d.Release(f.ctx, held); err != nil {
@@ -356,14 +353,14 @@ func TestServiceCIDROverlappingIPv4MappedBlockIsSkipped(t *testing.T) {
 	for _, b := range []backend{memBackend, fakeBackend} {
 		t.Run(b.name, func(t *testing.T) {
 			f := b.fixture(t, fixtureConfig{family: corev1.IPv6Protocol})
-			f.create(serviceCIDR("mapped", "::fffe:0:0/95"))
-			f.create(serviceCIDR("ok", "fd00:5::/120"))
+			f.create(testenv.ServiceCIDR("mapped", "::fffe:0:0/95"))
+			f.create(testenv.ServiceCIDR("ok", "fd00:5::/120"))
 			testenv.WaitFor(t, "the logged skip", func() bool {
 				return strings.Contains(logsOf(f), "Not allocating from a CIDR of a ServiceCIDR")
 			})
 			f.waitReady("fd00:5::/120")
 			time.Sleep(50 * time.Millisecond) // more syncs: still skipped
-			if got, want := f.alloc.ReadyCIDRs(), []netip.Prefix{mustPrefix("fd00:5::/120")}; !slices.Equal(got, want) {
+			if got, want := f.alloc.ReadyCIDRs(), []netip.Prefix{netip.MustParsePrefix("fd00:5::/120")}; !slices.Equal(got, want) {
 				t.Errorf("ReadyCIDRs() = %v, want %v", got, want)
 			}
 			if got := strings.Count(logsOf(f), "Not allocating from a CIDR of a ServiceCIDR"); got != 1 {
@@ -371,7 +368,7 @@ func TestServiceCIDROverlappingIPv4MappedBlockIsSkipped(t *testing.T) {
 			}
 			for range 20 {
 				ip, err := f.alloc.AllocateNext(f.ctx, webOwner)
-				if err != nil || ip.Is4In6() || !mustPrefix("fd00:5::/120").Contains(ip) {
+				if err != nil || ip.Is4In6() || !netip.MustParsePrefix("fd00:5::/120").Contains(ip) {
 					t.Fatalf("AllocateNext() = %v, %v; want an address of fd00:5::/120", ip, err)
 				}
 			}

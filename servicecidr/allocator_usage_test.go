@@ -1,6 +1,7 @@
 package servicecidr
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -26,14 +27,14 @@ func TestUsageCountsEachPrefixOnItsOwn(t *testing.T) {
 	// Two nested prefixes share 10.0.0.5; 10.0.1.5 is only in the outer one; a ServiceCIDR that
 	// is not ready is reported too. The per-CIDR allocators are the real ones (IPAddress objects).
 	f := newFixture(t, fixtureConfig{objects: []runtime.Object{
-		serviceCIDR("wide", "10.0.0.0/16"), serviceCIDR("narrow", "10.0.0.0/24"),
-		serviceCIDR("also-narrow", "10.0.0.0/24"), notReady(serviceCIDR("idle", "10.1.0.0/28")),
-		ipAddress("10.0.0.5"), ipAddress("10.0.1.5"), ipAddress("10.1.0.3"), ipAddress("10.9.0.1"),
+		testenv.ServiceCIDR("wide", "10.0.0.0/16"), testenv.ServiceCIDR("narrow", "10.0.0.0/24"),
+		testenv.ServiceCIDR("also-narrow", "10.0.0.0/24"), notReady(testenv.ServiceCIDR("idle", "10.1.0.0/28")),
+		testenv.IPAddress("10.0.0.5", "default", "test"), testenv.IPAddress("10.0.1.5", "default", "test"), testenv.IPAddress("10.1.0.3", "default", "test"), testenv.IPAddress("10.9.0.1", "default", "test"),
 	}})
 	waitUsage(t, f, []PrefixUsage{
-		{Prefix: mustPrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
-		{Prefix: mustPrefix("10.0.0.0/24"), Used: 1, Free: 254 - 1, Ready: true},
-		{Prefix: mustPrefix("10.1.0.0/28"), Used: 1, Free: 14 - 1, Ready: false},
+		{Prefix: netip.MustParsePrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Used: 1, Free: 254 - 1, Ready: true},
+		{Prefix: netip.MustParsePrefix("10.1.0.0/28"), Used: 1, Free: 14 - 1, Ready: false},
 	})
 	for _, tt := range []struct {
 		ip     string
@@ -48,7 +49,7 @@ func TestUsageCountsEachPrefixOnItsOwn(t *testing.T) {
 		{"10.1.0.0", "", "the network address of the only prefix"},
 		{"10.9.0.1", "", "in no prefix"},
 	} {
-		got, ok := f.alloc.PrefixOf(mustAddr(tt.ip))
+		got, ok := f.alloc.PrefixOf(netip.MustParseAddr(tt.ip))
 		if want, wantOK := tt.want, tt.want != ""; ok != wantOK || (ok && got.String() != want) {
 			t.Errorf("PrefixOf(%s) = %v, %v; want %q (%s)", tt.ip, got, ok, want, tt.reason)
 		}
@@ -58,18 +59,18 @@ func TestUsageCountsEachPrefixOnItsOwn(t *testing.T) {
 	f.delete("narrow")
 	f.delete("idle")
 	waitUsage(t, f, []PrefixUsage{
-		{Prefix: mustPrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
-		{Prefix: mustPrefix("10.0.0.0/24"), Used: 1, Free: 254 - 1, Ready: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Used: 1, Free: 254 - 1, Ready: true},
 	})
 	f.delete("also-narrow")
 	waitUsage(t, f, []PrefixUsage{
-		{Prefix: mustPrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
 	})
 
 	// A new prefix is reported from the moment its allocator exists, empty or not.
-	f.create(serviceCIDR("fresh", "10.2.0.0/29"))
+	f.create(testenv.ServiceCIDR("fresh", "10.2.0.0/29"))
 	waitUsage(t, f, []PrefixUsage{
-		{Prefix: mustPrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
-		{Prefix: mustPrefix("10.2.0.0/29"), Used: 0, Free: 6, Ready: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.0/16"), Used: 2, Free: 65534 - 2, Ready: true},
+		{Prefix: netip.MustParsePrefix("10.2.0.0/29"), Used: 0, Free: 6, Ready: true},
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // BenchmarkAllocateNext measures AllocateNext across four ServiceCIDRs with 1, 4 and 16
@@ -39,7 +41,7 @@ func BenchmarkAllocateNext(b *testing.B) {
 func benchAllocateNext(b *testing.B, f *fixture, callers int) {
 	cidrs := []string{"10.128.0.0/16", "10.129.0.0/16", "10.130.0.0/16", "10.131.0.0/16"}
 	for i, c := range cidrs {
-		f.create(serviceCIDR(fmt.Sprintf("bench-%d", i), c))
+		f.create(testenv.ServiceCIDR(fmt.Sprintf("bench-%d", i), c))
 	}
 	f.waitReady(cidrs...)
 	var (

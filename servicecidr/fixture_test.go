@@ -31,13 +31,6 @@ var testOwner = allocator.Owner{Resource: "services", Namespace: "default", Name
 // webOwner is the Owner of a named Service, as a registry would pass it.
 var webOwner = allocator.ServiceOwner(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "web-uid"}})
 
-func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
-	return &networkingv1.ServiceCIDR{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: cidrs},
-	}
-}
-
 // notReady marks sc with the condition Ready=False.
 func notReady(sc *networkingv1.ServiceCIDR) *networkingv1.ServiceCIDR {
 	sc.Status.Conditions = []metav1.Condition{{
@@ -45,15 +38,6 @@ func notReady(sc *networkingv1.ServiceCIDR) *networkingv1.ServiceCIDR {
 		Reason: "Test", LastTransitionTime: metav1.Now(),
 	}}
 	return sc
-}
-
-func ipAddress(ip string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Resource: "services", Namespace: "default", Name: "test",
-		}},
-	}
 }
 
 // fixture is an Allocator (and, if asked, a LifecycleController) running against a client and

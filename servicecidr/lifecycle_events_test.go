@@ -39,7 +39,7 @@ func TestLifecycleEventWhenDeletionIsBlocked(t *testing.T) {
 	rec := events.NewFakeRecorder(100)
 	f := newFixture(t, fixtureConfig{
 		mem:       newMemFactory(),
-		objects:   []runtime.Object{withFinalizer(serviceCIDR("a", "10.1.0.0/24")), ipAddress("10.1.0.5")},
+		objects:   []runtime.Object{withFinalizer(testenv.ServiceCIDR("a", "10.1.0.0/24")), testenv.IPAddress("10.1.0.5", "default", "test")},
 		lifecycle: &LifecycleOptions{GracePeriod: testGrace, RecheckInterval: 50 * time.Millisecond, Recorder: rec},
 	})
 	f.markDeleting("a")
@@ -73,7 +73,7 @@ func TestLifecycleEventWhenReadyCannotBeSet(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/24")}})
+			client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{testenv.ServiceCIDR("a", "10.1.0.0/24")}})
 			var failures atomic.Int32
 			client.PrependReactor("update", "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {
 				if action.GetSubresource() == "status" && failures.Add(1) == 1 {
@@ -110,7 +110,7 @@ func TestLifecycleEventReachesKubeAPIServer(t *testing.T) {
 		client: client, label: nextLabel(),
 		lifecycle: &LifecycleOptions{GracePeriod: testGrace, RecheckInterval: 100 * time.Millisecond, Recorder: rec},
 	})
-	f.create(serviceCIDR("doomed", "10.14.0.0/24"))
+	f.create(testenv.ServiceCIDR("doomed", "10.14.0.0/24"))
 	f.waitFinalized("doomed")
 	f.createIP("10.14.0.5")
 	f.markDeleting("doomed")

@@ -91,7 +91,7 @@ func (f *fixture) waitGone(name string) {
 
 func (f *fixture) createIP(ip string) {
 	f.t.Helper()
-	if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, ipAddress(ip), metav1.CreateOptions{}); err != nil {
+	if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, testenv.IPAddress(ip, "default", "test"), metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -121,8 +121,8 @@ func (f *fixture) waitTerminating(name string) {
 }
 
 func TestLifecycleAddsFinalizerAndReadyCondition(t *testing.T) {
-	f := newLifecycleFixture(t, notReady(serviceCIDR("other", "10.9.0.0/24")))
-	f.create(serviceCIDR("a", "10.1.0.0/24"))
+	f := newLifecycleFixture(t, notReady(testenv.ServiceCIDR("other", "10.9.0.0/24")))
+	f.create(testenv.ServiceCIDR("a", "10.1.0.0/24"))
 	testenv.WaitFor(t, "finalizer and Ready=True on a", func() bool {
 		sc := f.get("a")
 		c := readyCondition(sc)
@@ -140,7 +140,7 @@ func TestLifecycleAddsFinalizerAndReadyCondition(t *testing.T) {
 }
 
 func TestLifecycleBlocksDeletionWhileIPAddressesWouldBeOrphaned(t *testing.T) {
-	f := newLifecycleFixture(t, withFinalizer(serviceCIDR("a", "10.1.0.0/24")), ipAddress("10.1.0.5"), ipAddress("10.2.0.5"))
+	f := newLifecycleFixture(t, withFinalizer(testenv.ServiceCIDR("a", "10.1.0.0/24")), testenv.IPAddress("10.1.0.5", "default", "test"), testenv.IPAddress("10.2.0.5", "default", "test"))
 	f.markDeleting("a")
 	f.waitTerminating("a")
 	time.Sleep(2 * testGrace)
@@ -156,9 +156,9 @@ func TestLifecycleBlocksDeletionWhileIPAddressesWouldBeOrphaned(t *testing.T) {
 
 func TestLifecycleAllowsDeletionCoveredByAnotherServiceCIDR(t *testing.T) {
 	f := newLifecycleFixture(t,
-		withFinalizer(serviceCIDR("a", "10.1.0.0/24")), serviceCIDR("wide", "10.1.0.0/16"),
-		withFinalizer(serviceCIDR("b", "10.2.0.0/24")), notReady(serviceCIDR("off", "10.2.0.0/16")),
-		ipAddress("10.1.0.5"), ipAddress("10.2.0.5"), ipAddress("10.1.0.0"))
+		withFinalizer(testenv.ServiceCIDR("a", "10.1.0.0/24")), testenv.ServiceCIDR("wide", "10.1.0.0/16"),
+		withFinalizer(testenv.ServiceCIDR("b", "10.2.0.0/24")), notReady(testenv.ServiceCIDR("off", "10.2.0.0/16")),
+		testenv.IPAddress("10.1.0.5", "default", "test"), testenv.IPAddress("10.2.0.5", "default", "test"), testenv.IPAddress("10.1.0.0", "default", "test"))
 	f.markDeleting("a")
 	f.markDeleting("b")
 	f.waitFinalizerGone("a") // 10.1.0.5 and 10.1.0.0 (a's network address) are in wide
@@ -171,7 +171,7 @@ func TestLifecycleAllowsDeletionCoveredByAnotherServiceCIDR(t *testing.T) {
 func TestLifecycleRechecksAfterGracePeriod(t *testing.T) {
 	f := newFixture(t, fixtureConfig{
 		mem:       newMemFactory(),
-		objects:   []runtime.Object{withFinalizer(serviceCIDR("a", "10.1.0.0/24"))},
+		objects:   []runtime.Object{withFinalizer(testenv.ServiceCIDR("a", "10.1.0.0/24"))},
 		lifecycle: &LifecycleOptions{GracePeriod: 2 * time.Second, RecheckInterval: 50 * time.Millisecond},
 	})
 	f.markDeleting("a")
@@ -187,7 +187,7 @@ func TestLifecycleRechecksAfterGracePeriod(t *testing.T) {
 }
 
 func TestLifecycleRetriesOnConflict(t *testing.T) {
-	client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{serviceCIDR("a", "10.1.0.0/24")}})
+	client := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{testenv.ServiceCIDR("a", "10.1.0.0/24")}})
 	var conflicts atomic.Int32
 	for _, verb := range []string{"update"} {
 		client.PrependReactor(verb, "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -210,11 +210,11 @@ func TestLifecycleRetriesOnConflict(t *testing.T) {
 
 func TestLifecycleIgnoresServiceCIDRWithoutFinalizer(t *testing.T) {
 	// Deleting with no finalizer of ours: nothing to do, nothing written.
-	sc := serviceCIDR("a", "10.1.0.0/24")
+	sc := testenv.ServiceCIDR("a", "10.1.0.0/24")
 	now := metav1.Now()
 	sc.DeletionTimestamp = &now
 	sc.Finalizers = []string{"example.com/other"}
-	f := newLifecycleFixture(t, sc, ipAddress("10.1.0.5"))
+	f := newLifecycleFixture(t, sc, testenv.IPAddress("10.1.0.5", "default", "test"))
 	time.Sleep(2 * testGrace)
 	got := f.get("a")
 	if readyCondition(got) != nil || !slices.Equal(got.Finalizers, []string{"example.com/other"}) {
@@ -227,7 +227,7 @@ func TestLifecycleIgnoresServiceCIDRWithoutFinalizer(t *testing.T) {
 // grace period would have ended: the new ServiceCIDR gets a grace period of its own.
 func TestLifecycleGraceRestartsForARecreatedServiceCIDR(t *testing.T) {
 	const grace = 500 * time.Millisecond
-	first := withFinalizer(serviceCIDR("a", "10.1.0.0/24"))
+	first := withFinalizer(testenv.ServiceCIDR("a", "10.1.0.0/24"))
 	first.UID = "a-1"
 	f := newFixture(t, fixtureConfig{
 		mem:       newMemFactory(),
@@ -238,7 +238,7 @@ func TestLifecycleGraceRestartsForARecreatedServiceCIDR(t *testing.T) {
 	testenv.WaitFor(t, "the grace period to start", func() bool { return !f.lifecycle.clearSinceOf("a").IsZero() })
 	// Someone else removes it at once (the fake clientset ignores finalizers), and it comes back.
 	f.delete("a")
-	second := serviceCIDR("a", "10.1.0.0/24")
+	second := testenv.ServiceCIDR("a", "10.1.0.0/24")
 	second.UID = "a-2"
 	f.create(second)
 	testenv.WaitFor(t, "the finalizer on the new a", func() bool {
@@ -275,7 +275,7 @@ func TestLifecycleConfirmsFinalizerRemovalAgainstLiveState(t *testing.T) {
 				blindLifecycleIPs: tt.blind,
 				lifecycle:         &LifecycleOptions{GracePeriod: -1, RecheckInterval: 50 * time.Millisecond},
 			})
-			f.create(serviceCIDR("a", "10.21.0.0/24"))
+			f.create(testenv.ServiceCIDR("a", "10.21.0.0/24"))
 			f.waitFinalized("a")
 			f.waitReady("10.21.0.0/24")
 			ip, err := f.alloc.AllocateNext(f.ctx, webOwner)

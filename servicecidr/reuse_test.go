@@ -23,7 +23,7 @@ func TestReleaseAndReuseOutrunTheInformer(t *testing.T) {
 func testReleaseAndReuse(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{family: corev1.IPv6Protocol})
 	p := netip.MustParsePrefix("fd00:18::/126")
-	f.create(serviceCIDR("a", p.String()))
+	f.create(testenv.ServiceCIDR("a", p.String()))
 	f.waitReady(p.String())
 	releaseAndReuse(t, f, p, 25, true)
 }
@@ -37,8 +37,8 @@ func TestReleaseAndReuseInsideAPrefixThatIsNotReady(t *testing.T) {
 	runScenario(t, func(t *testing.T, b backend) {
 		f := b.fixture(t, fixtureConfig{family: corev1.IPv6Protocol})
 		p := netip.MustParsePrefix("fd00:19::/126")
-		f.create(notReady(serviceCIDR("outer", "fd00:19::/120")))
-		f.create(serviceCIDR("inner", p.String()))
+		f.create(notReady(testenv.ServiceCIDR("outer", "fd00:19::/120")))
+		f.create(testenv.ServiceCIDR("inner", p.String()))
 		f.waitReady(p.String())
 		releaseAndReuse(t, f, p, 25, false)
 	}, fakeBackend, apiserverBackend)

@@ -64,9 +64,9 @@ func TestAllocateNextUsesEveryCIDR(t *testing.T) { runScenario(t, testUsesEveryC
 func testUsesEveryCIDR(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
 	cidrs := []string{"10.1.0.0/28", "10.2.0.0/28", "10.3.0.0/28"}
-	f.create(serviceCIDR("a", cidrs[0]))
-	f.create(serviceCIDR("b", cidrs[1]))
-	f.create(serviceCIDR("c", cidrs[2], "fd00:3::/120"))
+	f.create(testenv.ServiceCIDR("a", cidrs[0]))
+	f.create(testenv.ServiceCIDR("b", cidrs[1]))
+	f.create(testenv.ServiceCIDR("c", cidrs[2], "fd00:3::/120"))
 	f.waitReady(cidrs...)
 	allocatortest.CheckCounts(t, f.alloc, 0, 3*14)
 	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
@@ -81,13 +81,13 @@ func testUsesEveryCIDR(t *testing.T, b backend) {
 		}
 		seen[ip] = true
 		for _, s := range cidrs {
-			if p := mustPrefix(s); ipmath.Usable(p, ip) {
+			if p := netip.MustParsePrefix(s); ipmath.Usable(p, ip) {
 				per[p]++
 			}
 		}
 	}
 	for _, s := range cidrs {
-		if n := per[mustPrefix(s)]; n != 14 {
+		if n := per[netip.MustParsePrefix(s)]; n != 14 {
 			t.Errorf("%d addresses from %s, want 14", n, s)
 		}
 	}
@@ -103,7 +103,7 @@ func TestGrowsWhenAServiceCIDRIsAdded(t *testing.T) { runScenario(t, testGrows) 
 
 func testGrows(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
-	f.create(serviceCIDR("a", "10.1.0.0/29"))
+	f.create(testenv.ServiceCIDR("a", "10.1.0.0/29"))
 	f.waitReady("10.1.0.0/29")
 	if got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner); len(got) != 6 {
 		t.Fatalf("filled %d addresses, want 6", len(got))
@@ -111,7 +111,7 @@ func testGrows(t *testing.T, b backend) {
 	if _, err := f.alloc.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("AllocateNext() on a full allocator = %v, want ErrFull", err)
 	}
-	f.create(serviceCIDR("b", "10.2.0.0/29"))
+	f.create(testenv.ServiceCIDR("b", "10.2.0.0/29"))
 	f.waitReady("10.1.0.0/29", "10.2.0.0/29")
 	allocatortest.CheckCounts(t, f.alloc, 6, 6)
 	fillFrom(t, f, "10.2.0.0/29", 6)
@@ -123,7 +123,7 @@ func fillFrom(t *testing.T, f *fixture, want string, n int) {
 	t.Helper()
 	got := allocatortest.Fill(t, f.ctx, f.alloc, testOwner)
 	for _, ip := range got {
-		if !ipmath.Usable(mustPrefix(want), ip) {
+		if !ipmath.Usable(netip.MustParsePrefix(want), ip) {
 			t.Errorf("AllocateNext() = %v, want an address of %s", ip, want)
 		}
 	}
@@ -136,19 +136,19 @@ func TestShrinksWhenAServiceCIDRIsDeleted(t *testing.T) { runScenario(t, testShr
 
 func testShrinks(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
-	f.create(serviceCIDR("a", "10.1.0.0/28"))
-	f.create(serviceCIDR("b", "10.2.0.0/28"))
+	f.create(testenv.ServiceCIDR("a", "10.1.0.0/28"))
+	f.create(testenv.ServiceCIDR("b", "10.2.0.0/28"))
 	f.waitReady("10.1.0.0/28", "10.2.0.0/28")
-	inB := mustAddr("10.2.0.5")
+	inB := netip.MustParseAddr("10.2.0.5")
 	if err := f.alloc.Allocate(f.ctx, inB, testOwner); err != nil {
 		t.Fatal(err)
 	}
 	f.delete("b")
 	f.waitReady("10.1.0.0/28")
-	if f.mem != nil && !f.mem.allocs(mustPrefix("10.2.0.0/28"))[0].closed.Load() {
+	if f.mem != nil && !f.mem.allocs(netip.MustParsePrefix("10.2.0.0/28"))[0].closed.Load() {
 		t.Errorf("the allocator of 10.2.0.0/28 is not closed after its ServiceCIDR was deleted")
 	}
-	err := f.alloc.Allocate(f.ctx, mustAddr("10.2.0.6"), testOwner)
+	err := f.alloc.Allocate(f.ctx, netip.MustParseAddr("10.2.0.6"), testOwner)
 	var nir *allocator.NotInRangeError
 	if !errors.As(err, &nir) || nir.Range.IsValid() || !errors.Is(err, allocator.ErrMismatchedNetwork) {
 		t.Errorf("Allocate() in a deleted ServiceCIDR = %v, want a range-less *NotInRangeError", err)
@@ -165,9 +165,9 @@ func TestShadowedNetworkAddress(t *testing.T) { runScenario(t, testShadowed) }
 // a ServiceCIDR containing the /24 exists, and that addresses in both are counted once.
 func testShadowed(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
-	f.create(serviceCIDR("small", "192.168.1.0/24"))
+	f.create(testenv.ServiceCIDR("small", "192.168.1.0/24"))
 	f.waitReady("192.168.1.0/24")
-	network, broadcast, inside := mustAddr("192.168.1.0"), mustAddr("192.168.1.255"), mustAddr("192.168.1.5")
+	network, broadcast, inside := netip.MustParseAddr("192.168.1.0"), netip.MustParseAddr("192.168.1.255"), netip.MustParseAddr("192.168.1.5")
 	for _, ip := range []netip.Addr{network, broadcast} {
 		if err := f.alloc.Allocate(f.ctx, ip, testOwner); !errors.Is(err, allocator.ErrMismatchedNetwork) {
 			t.Errorf("Allocate(%v) with only 192.168.1.0/24 = %v, want a range-less *NotInRangeError", ip, err)
@@ -177,7 +177,7 @@ func testShadowed(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 
-	f.create(serviceCIDR("big", "192.168.0.0/16"))
+	f.create(testenv.ServiceCIDR("big", "192.168.0.0/16"))
 	f.waitReady("192.168.0.0/16", "192.168.1.0/24")
 	for _, ip := range []netip.Addr{network, broadcast} {
 		if err := f.alloc.Allocate(f.ctx, ip, testOwner); err != nil {
@@ -191,14 +191,14 @@ func testShadowed(t *testing.T, b backend) {
 		}
 	}
 	// 192.168.1.5 is in both prefixes and counted once; the /24 adds nothing to Free.
-	allocatortest.CheckCounts(t, f.alloc, 3, ipmath.Size(mustPrefix("192.168.0.0/16"))-3)
+	allocatortest.CheckCounts(t, f.alloc, 3, ipmath.Size(netip.MustParsePrefix("192.168.0.0/16"))-3)
 	if got, want := slices.Collect(f.alloc.All()), []netip.Addr{network, inside, broadcast}; !slices.Equal(got, want) {
 		t.Errorf("All() = %v, want %v", got, want)
 	}
 	if err := f.alloc.Release(f.ctx, network); err != nil || f.alloc.Has(network) {
 		t.Errorf("Release(%v) = %v, Has = %v; want nil, false", network, err, f.alloc.Has(network))
 	}
-	if err := f.alloc.Allocate(f.ctx, mustAddr("192.168.0.0"), testOwner); !errors.Is(err, allocator.ErrMismatchedNetwork) {
+	if err := f.alloc.Allocate(f.ctx, netip.MustParseAddr("192.168.0.0"), testOwner); !errors.Is(err, allocator.ErrMismatchedNetwork) {
 		t.Errorf("Allocate(192.168.0.0), the network address of the /16, = %v, want a range-less *NotInRangeError", err)
 	}
 	// Deleting the /16 shadows them again.
@@ -213,11 +213,11 @@ func TestNotReadyServiceCIDRIsSkipped(t *testing.T) { runScenario(t, testNotRead
 
 func testNotReadySkipped(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
-	f.create(notReady(serviceCIDR("off", "10.1.0.0/28")))
-	f.create(serviceCIDR("on", "10.2.0.0/29"))
+	f.create(notReady(testenv.ServiceCIDR("off", "10.1.0.0/28")))
+	f.create(testenv.ServiceCIDR("on", "10.2.0.0/29"))
 	f.waitReady("10.2.0.0/29")
 	fillFrom(t, f, "10.2.0.0/29", 6) // the ready one only
-	if err := f.alloc.Allocate(f.ctx, mustAddr("10.1.0.3"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+	if err := f.alloc.Allocate(f.ctx, netip.MustParseAddr("10.1.0.3"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() in a not-ready ServiceCIDR = %v, want ErrNotReady", err)
 	}
 	allocatortest.CheckCounts(t, f.alloc, 6, 0) // Free counts ready ServiceCIDRs only
@@ -235,7 +235,7 @@ func testNotReadySkipped(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	f.waitReady("10.1.0.0/28")
-	ip := mustAddr("10.1.0.3")
+	ip := netip.MustParseAddr("10.1.0.3")
 	if err := f.alloc.Allocate(f.ctx, ip, testOwner); err != nil {
 		t.Errorf("Allocate() once ready = %v", err)
 	}
@@ -256,13 +256,13 @@ func TestSharedPrefixLivesUntilLastServiceCIDR(t *testing.T) { runScenario(t, te
 
 func testSharedPrefix(t *testing.T, b backend) {
 	f := b.fixture(t, fixtureConfig{})
-	p := mustPrefix("10.1.0.0/28")
-	f.create(serviceCIDR("one", p.String()))
-	f.create(serviceCIDR("two", p.String()))
-	f.create(notReady(serviceCIDR("off", p.String())))
+	p := netip.MustParsePrefix("10.1.0.0/28")
+	f.create(testenv.ServiceCIDR("one", p.String()))
+	f.create(testenv.ServiceCIDR("two", p.String()))
+	f.create(notReady(testenv.ServiceCIDR("off", p.String())))
 	f.waitReady(p.String())
 	testenv.WaitFor(t, "three ServiceCIDRs on one prefix", func() bool { return f.alloc.refs(p) == 3 })
-	ip := mustAddr("10.1.0.9")
+	ip := netip.MustParseAddr("10.1.0.9")
 	if err := f.alloc.Allocate(f.ctx, ip, testOwner); err != nil {
 		t.Fatal(err)
 	}
@@ -307,12 +307,12 @@ func testOwnFamily(t *testing.T, b backend) {
 		want   string
 		other  netip.Addr
 	}{
-		{corev1.IPv4Protocol, "10.1.0.0/28", mustAddr("fd00:1::5")},
-		{corev1.IPv6Protocol, "fd00:1::/120", mustAddr("10.1.0.5")},
+		{corev1.IPv4Protocol, "10.1.0.0/28", netip.MustParseAddr("fd00:1::5")},
+		{corev1.IPv6Protocol, "fd00:1::/120", netip.MustParseAddr("10.1.0.5")},
 	} {
 		t.Run(string(tt.family), func(t *testing.T) {
 			f := b.fixture(t, fixtureConfig{family: tt.family})
-			f.create(serviceCIDR("dual", "10.1.0.0/28", "fd00:1::/120"))
+			f.create(testenv.ServiceCIDR("dual", "10.1.0.0/28", "fd00:1::/120"))
 			f.waitReady(tt.want)
 			if f.alloc.Family() != tt.family {
 				t.Errorf("Family() = %v, want %v", f.alloc.Family(), tt.family)
@@ -321,7 +321,7 @@ func testOwnFamily(t *testing.T, b backend) {
 				t.Errorf("Allocate(%v) = %v, want a range-less *NotInRangeError", tt.other, err)
 			}
 			ip, err := f.alloc.AllocateNext(f.ctx, testOwner)
-			if err != nil || !mustPrefix(tt.want).Contains(ip) {
+			if err != nil || !netip.MustParsePrefix(tt.want).Contains(ip) {
 				t.Errorf("AllocateNext() = %v, %v; want an address of %s", ip, err, tt.want)
 			}
 		})
@@ -336,9 +336,9 @@ func TestDeleteRacingAllocationsStaysInReadyCIDRs(t *testing.T) {
 			mem.hook = func(*memAlloc) { time.Sleep(50 * time.Microsecond) }
 		}
 		f := b.fixture(t, fixtureConfig{mem: mem})
-		keep, doomed := mustPrefix("10.1.0.0/24"), mustPrefix("10.2.0.0/24")
-		f.create(serviceCIDR("keep", keep.String()))
-		f.create(serviceCIDR("doomed", doomed.String()))
+		keep, doomed := netip.MustParsePrefix("10.1.0.0/24"), netip.MustParsePrefix("10.2.0.0/24")
+		f.create(testenv.ServiceCIDR("keep", keep.String()))
+		f.create(testenv.ServiceCIDR("doomed", doomed.String()))
 		f.waitReady(keep.String(), doomed.String())
 		held := raceDelete(t, f.alloc, keep, doomed, 0, false, func() { f.delete("doomed") })
 		release(t, f.alloc, held)
@@ -351,9 +351,9 @@ func TestDeleteRacingAllocationsStaysInReadyCIDRs(t *testing.T) {
 func TestLifecycleHoldsDeletionRacingAllocations(t *testing.T) {
 	runScenario(t, func(t *testing.T, b backend) {
 		f := b.fixture(t, fixtureConfig{lifecycle: &LifecycleOptions{GracePeriod: 500 * time.Millisecond, RecheckInterval: 100 * time.Millisecond}})
-		keep, doomed := mustPrefix("10.1.0.0/24"), mustPrefix("10.2.0.0/24")
-		f.create(serviceCIDR("keep", keep.String()))
-		f.create(serviceCIDR("doomed", doomed.String()))
+		keep, doomed := netip.MustParsePrefix("10.1.0.0/24"), netip.MustParsePrefix("10.2.0.0/24")
+		f.create(testenv.ServiceCIDR("keep", keep.String()))
+		f.create(testenv.ServiceCIDR("doomed", doomed.String()))
 		f.waitFinalized("keep", "doomed")
 		f.waitReady(keep.String(), doomed.String())
 		held := raceDelete(t, f.alloc, keep, doomed, 2, true, func() { f.markDeleting("doomed") })
@@ -384,23 +384,23 @@ func TestLifecycleBlocksThenAllowsDeletion(t *testing.T) {
 	runScenario(t, func(t *testing.T, b backend) {
 		grace := 300 * time.Millisecond
 		f := b.fixture(t, fixtureConfig{lifecycle: &LifecycleOptions{GracePeriod: grace, RecheckInterval: 100 * time.Millisecond}})
-		f.create(serviceCIDR("keep", "10.11.0.0/24"))
-		f.create(serviceCIDR("doomed", "10.12.0.0/24"))
+		f.create(testenv.ServiceCIDR("keep", "10.11.0.0/24"))
+		f.create(testenv.ServiceCIDR("doomed", "10.12.0.0/24"))
 		f.waitFinalized("keep", "doomed")
 		f.waitReady("10.11.0.0/24", "10.12.0.0/24")
-		ip := mustAddr("10.12.0.10")
+		ip := netip.MustParseAddr("10.12.0.10")
 		if err := f.alloc.Allocate(f.ctx, ip, testOwner); err != nil {
 			t.Fatal(err)
 		}
 		f.markDeleting("doomed")
 		f.waitTerminating("doomed")
 		f.waitReady("10.11.0.0/24")
-		if err := f.alloc.Allocate(f.ctx, mustAddr("10.12.0.11"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
+		if err := f.alloc.Allocate(f.ctx, netip.MustParseAddr("10.12.0.11"), testOwner); !errors.Is(err, allocator.ErrNotReady) {
 			t.Errorf("Allocate() in a terminating ServiceCIDR = %v, want ErrNotReady", err)
 		}
 		for range 10 {
 			got, err := f.alloc.AllocateNext(f.ctx, testOwner)
-			if err != nil || !mustPrefix("10.11.0.0/24").Contains(got) {
+			if err != nil || !netip.MustParsePrefix("10.11.0.0/24").Contains(got) {
 				t.Errorf("AllocateNext() = %v, %v; want an address of the ServiceCIDR that is not being deleted", got, err)
 			}
 		}
@@ -537,7 +537,7 @@ func TestConformance(t *testing.T) {
 	runScenario(t, func(t *testing.T, b backend) {
 		allocatortest.Run(t, func(t *testing.T, cidr netip.Prefix) allocator.Interface {
 			f := b.fixture(t, fixtureConfig{family: allocator.FamilyOf(cidr.Addr())})
-			f.create(serviceCIDR("conformance", cidr.String()))
+			f.create(testenv.ServiceCIDR("conformance", cidr.String()))
 			f.waitReady(cidr.String())
 			return f.alloc
 		}, allocatortest.MultiCIDR())

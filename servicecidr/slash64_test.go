@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // TestAllocateNextInASlash64NeverLeavesThePrefix is the regression test of kubernetes#138374:
@@ -27,7 +29,7 @@ func TestAllocateNextInASlash64NeverLeavesThePrefix(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			prefix := netip.MustParsePrefix(tt.cidr)
-			f := newFixture(t, fixtureConfig{family: corev1.IPv6Protocol, objects: []runtime.Object{serviceCIDR("wide", tt.cidr)}})
+			f := newFixture(t, fixtureConfig{family: corev1.IPv6Protocol, objects: []runtime.Object{testenv.ServiceCIDR("wide", tt.cidr)}})
 			f.waitReady(tt.cidr)
 			high := 0 // picks whose offset is 2^63 or more: where v1.33 goes wrong
 			for i := range picks {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 )
 
@@ -38,11 +39,11 @@ func TestConstructorsRejectNilAndZeroArguments(t *testing.T) {
 		{name: "bitmap.New nil Option", call: func() error { _, err := bitmap.New(cidr, nil); return err }},
 		{name: "bitmap.NewPersistent nil Store", call: func() error { return newPersistent(nil) }},
 		{name: "bitmap.NewPersistent zero Prefix", call: func() error {
-			_, err := bitmap.NewPersistent(ctx, netip.Prefix{}, bitmap.NewMemStore())
+			_, err := bitmap.NewPersistent(ctx, netip.Prefix{}, bitmaptest.NewMemStore())
 			return err
 		}},
-		{name: "bitmap.NewPersistent nil Option", call: func() error { return newPersistent(bitmap.NewMemStore(), nil) }},
-		{name: "bitmap.NewPersistent nil *MemStore", call: func() error { return newPersistent((*bitmap.MemStore)(nil)) }},
+		{name: "bitmap.NewPersistent nil Option", call: func() error { return newPersistent(bitmaptest.NewMemStore(), nil) }},
+		{name: "bitmap.NewPersistent nil *MemStore", call: func() error { return newPersistent((*bitmaptest.MemStore)(nil)) }},
 		{name: "bitmap.NewPersistent nil *etcdstore.Store", call: func() error { return newPersistent((*etcdstore.Store)(nil)) }},
 		{name: "bitmap.NewPersistent zero etcdstore.Store", call: func() error { return newPersistent(&etcdstore.Store{}) }},
 		{name: "bitmap.NewPersistent etcdstore.New nil client", call: func() error {

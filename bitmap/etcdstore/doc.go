@@ -6,7 +6,7 @@
 // <prefix>/ranges/secondaryserviceips for the secondary one, the prefix being kube-apiserver's
 // --etcd-prefix (default "/registry"); see ServiceIPsKey and SecondaryServiceIPsKey. The value is
 // a core/v1 RangeAllocation in kube-apiserver's storage encoding: protobuf behind the "k8s\x00"
-// envelope by default, JSON on request (WithJSON); both are read. Updates are compare-and-swap
+// envelope by default, JSON on request (WithFormat(JSON)); both are read. Updates are compare-and-swap
 // transactions on the key's ModRevision, which is the Store revision.
 //
 // This replaces the RangeAllocation storage of kube-apiserver's

@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"bytes"
 	"errors"
+	"net/netip"
 	"os"
 	"testing"
 
@@ -62,15 +63,15 @@ func TestDecodeGoldenFromKubeAPIServer(t *testing.T) {
 		t.Errorf("Decode(golden) mismatch (-want +got):\n%s", diff)
 	}
 	// And the bitmap it holds is the kubernetes Service's 10.96.0.1 alone.
-	a, err := bitmap.New(mustPrefix("10.96.0.0/24"))
+	a, err := bitmap.New(netip.MustParsePrefix("10.96.0.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Restore(got); err != nil {
 		t.Fatal(err)
 	}
-	if a.Used() != 1 || !a.Has(mustAddr("10.96.0.1")) {
-		t.Errorf("restored golden: Used() = %d, Has(10.96.0.1) = %v; want 1, true", a.Used(), a.Has(mustAddr("10.96.0.1")))
+	if a.Used() != 1 || !a.Has(netip.MustParseAddr("10.96.0.1")) {
+		t.Errorf("restored golden: Used() = %d, Has(10.96.0.1) = %v; want 1, true", a.Used(), a.Has(netip.MustParseAddr("10.96.0.1")))
 	}
 }
 

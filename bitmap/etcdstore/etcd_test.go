@@ -146,10 +146,10 @@ func TestKubeAPIServerValueIsReadAndUpdated(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newPersistent(t, client, key, testCIDR)
-	if !p.Has(mustAddr("10.96.0.1")) || p.Used() != 1 {
-		t.Fatalf("Has(10.96.0.1) = %v, Used() = %d; want kube-apiserver's kubernetes Service IP only", p.Has(mustAddr("10.96.0.1")), p.Used())
+	if !p.Has(netip.MustParseAddr("10.96.0.1")) || p.Used() != 1 {
+		t.Fatalf("Has(10.96.0.1) = %v, Used() = %d; want kube-apiserver's kubernetes Service IP only", p.Has(netip.MustParseAddr("10.96.0.1")), p.Used())
 	}
-	if err := p.Allocate(ctx, mustAddr("10.96.0.10"), allocator.Owner{}); err != nil {
+	if err := p.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), allocator.Owner{}); err != nil {
 		t.Fatal(err)
 	}
 	value, _ := rawValue(t, client, key)
@@ -364,7 +364,7 @@ func TestSeparateProcessesFillRangeWithoutDuplicates(t *testing.T) {
 			if !ok {
 				continue
 			}
-			all = append(all, mustAddr(s))
+			all = append(all, netip.MustParseAddr(s))
 			n++
 		}
 		t.Logf("child %d allocated %d addresses", i, n)
@@ -524,7 +524,7 @@ func TestNewPersistentOnEtcdRefusesRangesTooLargeToStore(t *testing.T) {
 	key := "/registry/test/too-large"
 	store := etcdstore.New(client, key)
 	for _, cidr := range []string{"10.0.0.0/8", "10.0.0.0/11"} {
-		_, err := bitmap.NewPersistent(ctx, mustPrefix(cidr), store)
+		_, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix(cidr), store)
 		if !errors.Is(err, allocator.ErrInvalid) {
 			t.Errorf("NewPersistent(%s) error = %v, want one matching allocator.ErrInvalid", cidr, err)
 		}
@@ -586,7 +586,7 @@ func churnChild(p *bitmap.Persistent, _ string) {
 
 // TestSeveralProcessesShareOneKey runs three OS processes × 4 workers doing AllocateNext+Release
 // on one etcd key (a /20) and logs each process's share of the pairs and its p50/p99 latency of
-// AllocateNext (DESIGN §9: each ½×–2× its fair share, p99 ≤ 10× p50). It asserts only that every
+// AllocateNext (target: each ½×–2× its fair share, p99 ≤ 3× p50). It asserts only that every
 // process finished without errors and made progress; the numbers are reported, not asserted.
 // CLUSTERIP_ETCDSTORE_TEST_SECONDS sets the duration (default 2; 8 for the reported figures).
 func TestSeveralProcessesShareOneKey(t *testing.T) {

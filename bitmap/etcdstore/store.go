@@ -147,7 +147,8 @@ var ErrInvalidStore = fmt.Errorf("%w: etcdstore: invalid Store", allocator.ErrIn
 type Option func(*Store)
 
 // WithFormat sets the encoding Store writes; values in either encoding are read. Default
-// Protobuf, kube-apiserver's default; an unknown format keeps the default.
+// Protobuf, kube-apiserver's default; JSON writes as kube-apiserver does with
+// --storage-media-type=application/json; an unknown format keeps the default.
 func WithFormat(f Format) Option {
 	return func(s *Store) {
 		if _, ok := encoders[f]; ok {
@@ -155,10 +156,6 @@ func WithFormat(f Format) Option {
 		}
 	}
 }
-
-// WithJSON makes Store write JSON, as kube-apiserver does with
-// --storage-media-type=application/json. It is WithFormat(JSON).
-func WithJSON() Option { return WithFormat(JSON) }
 
 var _ bitmap.Store = (*Store)(nil)
 

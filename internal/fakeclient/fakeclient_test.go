@@ -4,31 +4,24 @@ import (
 	"context"
 	"testing"
 
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
-
-func ipAddress(name string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Name: "x"}},
-	}
-}
 
 func TestCreatedIPAddressesGetUIDsAndRisingResourceVersions(t *testing.T) {
 	for _, fieldManaged := range []bool{false, true} {
 		c := fakeclient.New(fakeclient.Options{FieldManaged: fieldManaged})
 		ips := c.NetworkingV1().IPAddresses()
 		ctx := context.Background()
-		a, err := ips.Create(ctx, ipAddress("10.0.0.1"), metav1.CreateOptions{})
+		a, err := ips.Create(ctx, testenv.IPAddress("10.0.0.1", "", "x"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := ips.Create(ctx, ipAddress("10.0.0.2"), metav1.CreateOptions{})
+		b, err := ips.Create(ctx, testenv.IPAddress("10.0.0.2", "", "x"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,16 +37,16 @@ func TestDryRunCreatePersistsNothing(t *testing.T) {
 	ips := c.NetworkingV1().IPAddresses()
 	ctx := context.Background()
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	if _, err := ips.Create(ctx, ipAddress("10.0.0.1"), dry); err != nil {
+	if _, err := ips.Create(ctx, testenv.IPAddress("10.0.0.1", "", "x"), dry); err != nil {
 		t.Fatalf("dry-run Create() = %v", err)
 	}
 	if _, err := ips.Get(ctx, "10.0.0.1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Get() after a dry-run Create = %v, want NotFound", err)
 	}
-	if _, err := ips.Create(ctx, ipAddress("10.0.0.1"), metav1.CreateOptions{}); err != nil {
+	if _, err := ips.Create(ctx, testenv.IPAddress("10.0.0.1", "", "x"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ips.Create(ctx, ipAddress("10.0.0.1"), dry); !apierrors.IsAlreadyExists(err) {
+	if _, err := ips.Create(ctx, testenv.IPAddress("10.0.0.1", "", "x"), dry); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("dry-run Create() of an existing name = %v, want AlreadyExists", err)
 	}
 }

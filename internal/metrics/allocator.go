@@ -3,14 +3,11 @@ package metrics
 import (
 	"context"
 	"errors"
-	"iter"
 	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
 )
@@ -27,10 +24,13 @@ var _ allocator.Interface = (*Allocator)(nil)
 // (kube-apiserver returns it before counting anything): it adds to
 // clusterip_allocator_not_ready_total instead. Release and the DryRun view count nothing.
 type Allocator struct {
-	inner allocator.Interface
-	rec   *Recorder
-	src   *Source
-	now   func() time.Time
+	// Interface is the wrapped allocator. Its Release and read methods (Has, All, CIDR, Family,
+	// Used, Free) are promoted unchanged; Allocate, AllocateNext, DryRun and Close are
+	// Allocator's own.
+	allocator.Interface
+	rec *Recorder
+	src *Source
+	now func() time.Time
 
 	// The series of src.Label, resolved on first use (so that, as in kube-apiserver, a series
 	// appears once it has something to count) and then without a label lookup. Index 0 is scope
@@ -62,13 +62,13 @@ func (r *Recorder) Wrap(a allocator.Interface, src Source) *Allocator {
 	if src.Free == nil {
 		src.Free = a.Free
 	}
-	w := &Allocator{inner: a, rec: r, src: &src, now: time.Now}
+	w := &Allocator{Interface: a, rec: r, src: &src, now: time.Now}
 	r.sources.add(w.src)
 	return w
 }
 
 // Unwrap returns the wrapped allocator.
-func (w *Allocator) Unwrap() allocator.Interface { return w.inner }
+func (w *Allocator) Unwrap() allocator.Interface { return w.Interface }
 
 // record counts the outcome of one allocation of scope (0 static, 1 dynamic) of ip (the zero Addr
 // for a failed AllocateNext) that started at start.
@@ -116,7 +116,7 @@ func (w *Allocator) labelOf(ip netip.Addr) (string, bool) {
 // Allocate calls the wrapped Allocate and counts it under scope "static".
 func (w *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator.Owner) error {
 	start := w.now()
-	err := w.inner.Allocate(ctx, ip, owner)
+	err := w.Interface.Allocate(ctx, ip, owner)
 	w.record(0, start, ip, err)
 	return err
 }
@@ -124,41 +124,18 @@ func (w *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 // AllocateNext calls the wrapped AllocateNext and counts it under scope "dynamic".
 func (w *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	start := w.now()
-	ip, err := w.inner.AllocateNext(ctx, owner)
+	ip, err := w.Interface.AllocateNext(ctx, owner)
 	w.record(1, start, ip, err)
 	return ip, err
 }
 
-// Release calls the wrapped Release; it counts nothing (the gauges follow at the next scrape).
-func (w *Allocator) Release(ctx context.Context, ip netip.Addr) error {
-	return w.inner.Release(ctx, ip)
-}
-
-// Has reports whether the wrapped allocator holds ip.
-func (w *Allocator) Has(ip netip.Addr) bool { return w.inner.Has(ip) }
-
-// All yields the wrapped allocator's addresses.
-func (w *Allocator) All() iter.Seq[netip.Addr] { return w.inner.All() }
-
-// CIDR returns the wrapped allocator's CIDR.
-func (w *Allocator) CIDR() netip.Prefix { return w.inner.CIDR() }
-
-// Family returns the wrapped allocator's family.
-func (w *Allocator) Family() corev1.IPFamily { return w.inner.Family() }
-
-// Used returns the wrapped allocator's Used.
-func (w *Allocator) Used() uint64 { return w.inner.Used() }
-
-// Free returns the wrapped allocator's Free.
-func (w *Allocator) Free() uint64 { return w.inner.Free() }
-
 // DryRun returns the wrapped allocator's DryRun view, unwrapped: dry runs are not counted, as in
 // kube-apiserver.
-func (w *Allocator) DryRun() allocator.Interface { return w.inner.DryRun() }
+func (w *Allocator) DryRun() allocator.Interface { return w.Interface.DryRun() }
 
 // Close stops the gauges of its label (unless another Wrap took them over) and closes the wrapped
 // allocator. The counters keep their values.
 func (w *Allocator) Close() error {
 	w.rec.sources.remove(w.src)
-	return w.inner.Close()
+	return w.Interface.Close()
 }

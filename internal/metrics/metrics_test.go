@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 	"github.com/kube-ipam/clusterip/internal/metrics/metricstest"
 )
 
@@ -345,7 +346,7 @@ func TestBitmapCountersScrapedFromPersistent(t *testing.T) {
 	// compare-and-swap conflicts, and it retries on the state that won.
 	ctx := context.Background()
 	cidr := netip.MustParsePrefix("10.0.0.0/24")
-	store := bitmap.NewMemStore()
+	store := bitmaptest.NewMemStore()
 	first, err := bitmap.NewPersistent(ctx, cidr, store)
 	if err != nil {
 		t.Fatalf("NewPersistent() = %v", err)

@@ -1,4 +1,4 @@
-package bitmap_test
+package bitmaptest_test
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-ipam/clusterip/bitmap"
+	"github.com/kube-ipam/clusterip/bitmap/bitmaptest"
 )
 
 func TestMemStoreCompareAndSwap(t *testing.T) {
 	ctx := context.Background()
-	var m bitmap.MemStore // the zero MemStore is ready to use
+	var m bitmaptest.MemStore // the zero MemStore is ready to use
 	if s, rev, err := m.Get(ctx); err != nil || rev != 0 || s.Range != "" {
 		t.Fatalf("empty Get() = %+v, %d, %v; want zero, 0, nil", s, rev, err)
 	}
@@ -55,14 +56,14 @@ func TestMemStoreCompareAndSwap(t *testing.T) {
 	if err != nil || rev3 <= rev2 {
 		t.Errorf("create after Delete = %d, %v; want a revision above %d", rev3, err, rev2)
 	}
-	if st := m.Stats(); st != (bitmap.MemStoreStats{Gets: 4, Updates: 5, Conflicts: 2}) {
+	if st := m.Stats(); st != (bitmaptest.MemStoreStats{Gets: 4, Updates: 5, Conflicts: 2}) {
 		t.Errorf("Stats() = %+v", st)
 	}
 }
 
 func TestMemStoreHooks(t *testing.T) {
 	ctx := context.Background()
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	boom := errors.New("boom")
 	m.OnGet(func(context.Context) error { return boom })
 	if _, _, err := m.Get(ctx); !errors.Is(err, boom) {
@@ -93,7 +94,7 @@ func TestMemStoreHooks(t *testing.T) {
 
 func TestMemStoreConcurrentCASHasOneWinnerPerRevision(t *testing.T) {
 	ctx := context.Background()
-	m := bitmap.NewMemStore()
+	m := bitmaptest.NewMemStore()
 	rev, _ := m.Update(ctx, 0, bitmap.Snapshot{Range: "10.0.0.0/24"})
 	var (
 		wg   sync.WaitGroup
