@@ -40,7 +40,7 @@
 // TestUpstreamIntegration also runs kube-apiserver's own integration tests of Service
 // ClusterIPs on the stock code and on the fork's, side by side (they start kube-apiserver
 // in-process, built the same way, the fork's with its patches and overlay), and tables each
-// test's result on both; about 25 minutes:
+// test's result on both; about 20 minutes:
 //
 //	CLUSTERIP_FORK_UPSTREAM_TESTS=servicecidr,dualstack GOWORK=off go test -v -timeout 90m -run TestUpstreamIntegration .
 //
