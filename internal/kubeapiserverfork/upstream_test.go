@@ -45,6 +45,7 @@ var (
 // upstreamRun is the outcome of one side's go test of one upstream package.
 type upstreamRun struct {
 	results map[string]string // test name (with subtests) to PASS, FAIL, SKIP or "none" (started, no result)
+	times   map[string]string // test name to the time go test gave its result
 	order   []string          // names in the order go test started or reported them
 	elapsed time.Duration
 	err     error
@@ -149,6 +150,11 @@ func TestUpstreamIntegration(t *testing.T) {
 					bad = append(bad, fmt.Sprintf("go test on the fork: %v", fork.err))
 				}
 			}
+			for _, side := range sides {
+				if len(runs[side].results) == 0 {
+					bad = append(bad, fmt.Sprintf("no test ran on %s: a -run pattern that matches nothing, or a build failure (%v)", side, runs[side].err))
+				}
+			}
 			if stock != nil && fork != nil {
 				for _, name := range stock.order {
 					if _, ok := fork.results[name]; !ok {
@@ -196,7 +202,7 @@ func runUpstream(t *testing.T, dir string, flags []string, pkg, side, etcdURL, m
 	defer log.Close()
 	cmd.Stdout, cmd.Stderr = log, log
 	start := time.Now()
-	r := &upstreamRun{results: map[string]string{}, log: log.Name()}
+	r := &upstreamRun{results: map[string]string{}, times: map[string]string{}, log: log.Name()}
 	r.err = cmd.Run()
 	r.elapsed = time.Since(start)
 	data, _ := os.ReadFile(log.Name())
@@ -211,6 +217,7 @@ func runUpstream(t *testing.T, dir string, flags []string, pkg, side, etcdURL, m
 			r.order = append(r.order, m[2])
 		}
 		r.results[m[2]] = m[1]
+		r.times[m[2]] = m[3]
 	}
 	t.Logf("%s on %s: go test in %v: %v", pkg, side, r.elapsed.Round(time.Second), r.err)
 	return r
@@ -228,24 +235,26 @@ func sideBySide(pkg string, sides []string, runs map[string]*upstreamRun) string
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| %s test | %s | differs |\n|---|%s---|\n", pkg, strings.Join(sides, " | "), strings.Repeat("---|", len(sides)))
+	fmt.Fprintf(&b, "| %s test | %s | %s | differs |\n|---|%s%s---|\n", pkg, strings.Join(sides, " | "),
+		strings.Join(sides, " time | ")+" time", strings.Repeat("---|", len(sides)), strings.Repeat("---:|", len(sides)))
 	for _, n := range names {
-		var sts []string
+		var sts, times []string
 		for _, side := range sides {
 			sts = append(sts, orNotRun(runs[side].results[n]))
+			times = append(times, runs[side].times[n])
 		}
 		differs := ""
 		if len(sts) > 1 && slices.ContainsFunc(sts, func(s string) bool { return s != sts[0] }) {
 			differs = "**yes**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", n, strings.Join(sts, " | "), differs)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", n, strings.Join(sts, " | "), strings.Join(times, " | "), differs)
 	}
 	for _, st := range []string{"PASS", "FAIL", "SKIP", "none"} {
 		var cs []string
 		for _, side := range sides {
 			cs = append(cs, fmt.Sprint(runs[side].count(st)))
 		}
-		fmt.Fprintf(&b, "| **%s total** | %s | |\n", st, strings.Join(cs, " | "))
+		fmt.Fprintf(&b, "| **%s total** | %s |%s |\n", st, strings.Join(cs, " | "), strings.Repeat(" |", len(sides)))
 	}
 	return b.String()
 }
