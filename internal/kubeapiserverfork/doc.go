@@ -38,8 +38,14 @@
 //	cd internal/kubeapiserverfork && GOWORK=off go test -v .
 //
 // TestUpstreamIntegration also runs kube-apiserver's own integration tests of Service
-// ClusterIPs on the fork's code (they start kube-apiserver in-process, built with the fork's
-// patches and overlay), about 10 minutes:
+// ClusterIPs on the stock code and on the fork's, side by side (they start kube-apiserver
+// in-process, built the same way, the fork's with its patches and overlay), and tables each
+// test's result on both; about 20 minutes:
 //
-//	CLUSTERIP_FORK_UPSTREAM_TESTS=servicecidr,dualstack GOWORK=off go test -v -timeout 60m -run TestUpstreamIntegration .
+//	CLUSTERIP_FORK_UPSTREAM_TESTS=servicecidr,dualstack GOWORK=off go test -v -timeout 90m -run TestUpstreamIntegration .
+//
+// TestStockVsFork measures stock and the fork side by side in each mode (churn and scale),
+// never in CI; about 20 minutes:
+//
+//	CLUSTERIP_FORK_BENCH=churn,scale GOWORK=off go test -v -timeout 90m -run TestStockVsFork .
 package kubeapiserverfork

@@ -1,0 +1,285 @@
+package kubeapiserverfork_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
+)
+
+// benchEnv names the environment variable that turns TestStockVsFork on: "churn", "scale" or
+// "churn,scale". It takes about 20 minutes for both on two busy cores, so it is never in CI.
+const benchEnv = "CLUSTERIP_FORK_BENCH"
+
+// benchScaleEnv optionally sets the number of Services the scale phase creates (15000 by default).
+const benchScaleEnv = "CLUSTERIP_FORK_BENCH_SCALE"
+
+// benchOutEnv optionally names a file the tables are written to, as Markdown.
+const benchOutEnv = "CLUSTERIP_FORK_BENCH_OUT"
+
+const (
+	benchRange   = "10.96.0.0/16"
+	benchWorkers = 16
+	churnPairs   = 60 // create+delete pairs per worker
+)
+
+// The modes measured, with the feature gates that give each in kube-apiserver v1.33.
+var benchModes = []struct {
+	mode  featuregate.Mode
+	gates string
+}{
+	{featuregate.Legacy, "MultiCIDRServiceAllocator=false"},
+	{featuregate.DualWrite, ""},
+	{featuregate.IPAddressOnly, "DisableAllocatorDualWrite=true"},
+}
+
+// churnResult is one churn row: benchWorkers workers each create and delete churnPairs Services.
+type churnResult struct {
+	side, mode    string
+	pairs, errors int
+	elapsed       time.Duration
+	p50, p99      time.Duration
+	stale         int // Leaked and BitmapOnly findings of repair.Audit afterwards
+	audit         map[string]int
+	firstErr      string
+}
+
+// scaleResult is one scale row: n Services created by benchWorkers workers, none deleted.
+type scaleResult struct {
+	side, mode       string
+	n, errors        int
+	elapsed          time.Duration
+	first50, first99 time.Duration // of the first 1000 creates, in the order they were handed out
+	last50, last99   time.Duration // of the last 1000
+	firstErr         string
+}
+
+// TestStockVsFork measures stock kube-apiserver v1.33.13 and the fork side by side, each in
+// Legacy, DualWrite and IPAddressOnly, each row on a fresh etcd and server with
+// --service-cluster-ip-range=10.96.0.0/16: churn (16 workers × 60 create+delete pairs, then
+// repair.Audit in the row's mode for stale bits and objects) and scale (15 000 creates by 16
+// workers; the p50/p99 of the first and last 1000). It asserts nothing about time: it logs the
+// tables, and the load average before and after, since the figures depend on the machine.
+func TestStockVsFork(t *testing.T) {
+	phases := os.Getenv(benchEnv)
+	if phases == "" {
+		t.Skipf("set %s=churn,scale to measure stock and the fork side by side (about 20 minutes)", benchEnv)
+	}
+	scaleN := 15000
+	if s := os.Getenv(benchScaleEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 2000 {
+			t.Fatalf("%s=%q: want a number of Services, at least 2000", benchScaleEnv, s)
+		}
+		scaleN = n
+	}
+	bins := []struct{ side, bin string }{{"stock", stockBinary(t)}, {"fork", forkBinary(t)}}
+	var out strings.Builder
+	fmt.Fprintf(&out, "load before: %s\n\n", loadAvg())
+	if strings.Contains(phases, "churn") {
+		var rows []churnResult
+		for _, mg := range benchModes {
+			for _, b := range bins {
+				t.Run("churn/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
+					etcd := testenv.NewEtcd(t)
+					s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
+					r := churn(t, s.Client)
+					r.side, r.mode = b.side, mg.mode.String()
+					r.audit, r.stale = benchAudit(t, etcd, s.Client, mg.mode)
+					t.Logf("%+v", r)
+					rows = append(rows, r)
+				})
+			}
+		}
+		fmt.Fprintf(&out, "churn: %d workers × %d create+delete pairs, %s\n\n", benchWorkers, churnPairs, benchRange)
+		out.WriteString("| mode | side | pairs/s | p50 | p99 | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+		for _, r := range rows {
+			fmt.Fprintf(&out, "| %s | %s | %.1f | %v | %v | %d | %d | %v |\n", r.mode, r.side,
+				float64(r.pairs)/r.elapsed.Seconds(), ms(r.p50), ms(r.p99), r.errors, r.stale, r.audit)
+		}
+		fmt.Fprintf(&out, "\nload after churn: %s\n\n", loadAvg())
+	}
+	if strings.Contains(phases, "scale") {
+		var rows []scaleResult
+		for _, mg := range benchModes {
+			for _, b := range bins {
+				t.Run("scale/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
+					etcd := testenv.NewEtcd(t)
+					s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
+					r := scale(t, s.Client, scaleN)
+					r.side, r.mode = b.side, mg.mode.String()
+					t.Logf("%+v", r)
+					rows = append(rows, r)
+				})
+			}
+		}
+		fmt.Fprintf(&out, "scale: %d creates by %d workers, %s\n\n", scaleN, benchWorkers, benchRange)
+		out.WriteString("| mode | side | total | creates/s | first 1000 p50 | p99 | last 1000 p50 | p99 | last/first p99 | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rows {
+			fmt.Fprintf(&out, "| %s | %s | %v | %.1f | %v | %v | %v | %v | %.2f | %d |\n", r.mode, r.side,
+				r.elapsed.Round(100*time.Millisecond), float64(r.n-r.errors)/r.elapsed.Seconds(),
+				ms(r.first50), ms(r.first99), ms(r.last50), ms(r.last99), float64(r.last99)/float64(r.first99), r.errors)
+		}
+		fmt.Fprintf(&out, "\nload after scale: %s\n", loadAvg())
+	}
+	t.Log("\n" + out.String())
+	if p := os.Getenv(benchOutEnv); p != "" {
+		if err := os.WriteFile(p, []byte(out.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// churn runs benchWorkers workers, each creating and deleting churnPairs Services in turn.
+func churn(t *testing.T, c kubernetes.Interface) churnResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	svcs := c.CoreV1().Services(metav1.NamespaceDefault)
+	var mu sync.Mutex
+	var r churnResult
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range benchWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range churnPairs {
+				name := fmt.Sprintf("churn-%d-%d", w, i)
+				t0 := time.Now()
+				_, err := svcs.Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
+				if err == nil {
+					err = svcs.Delete(ctx, name, metav1.DeleteOptions{})
+				}
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					r.errors++
+					if r.firstErr == "" {
+						r.firstErr = err.Error()
+					}
+				} else {
+					r.pairs++
+					lat = append(lat, d)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	r.p50, r.p99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	return r
+}
+
+// scale creates n Services with benchWorkers workers and times each create by its index.
+func scale(t *testing.T, c kubernetes.Interface, n int) scaleResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	svcs := c.CoreV1().Services(metav1.NamespaceDefault)
+	lat := make([]time.Duration, n)
+	failed := make([]bool, n)
+	next := make(chan int)
+	go func() {
+		defer close(next)
+		for i := range n {
+			next <- i
+		}
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	r := scaleResult{n: n}
+	start := time.Now()
+	for range benchWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				t0 := time.Now()
+				_, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("scale-%d", i), ""), metav1.CreateOptions{})
+				lat[i] = time.Since(t0)
+				if err != nil {
+					failed[i] = true
+					mu.Lock()
+					r.errors++
+					if r.firstErr == "" {
+						r.firstErr = err.Error()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	ok := func(from, to int) []time.Duration {
+		var ds []time.Duration
+		for i := from; i < to; i++ {
+			if !failed[i] {
+				ds = append(ds, lat[i])
+			}
+		}
+		return ds
+	}
+	first, last := ok(0, 1000), ok(n-1000, n)
+	r.first50, r.first99 = quantile(first, 0.50), quantile(first, 0.99)
+	r.last50, r.last99 = quantile(last, 0.50), quantile(last, 0.99)
+	return r
+}
+
+// benchAudit audits the cluster in mode as "clusterip check" does and returns the counts and
+// the stale findings: IPAddress objects and bitmap bits no Service holds.
+func benchAudit(t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface, mode featuregate.Mode) (map[string]int, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rng, _ := clusterip.ParseRanges(benchRange)
+	rep, err := repair.Audit(ctx, clusterip.Config{Mode: mode, Ranges: rng, Etcd: etcd.TestClient(t), Client: c})
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	return rep.Counts, rep.Counts[string(repair.Leaked)] + rep.Counts[string(repair.BitmapOnly)]
+}
+
+// quantile returns the q quantile of ds (nearest rank), 0 for none.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// ms rounds d for the tables: to 0.1 ms.
+func ms(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+
+// loadAvg returns the machine's load averages, as /proc/loadavg gives them, and its CPU count.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return strings.TrimSpace(string(data))
+	}
+	return fmt.Sprintf("%s %s %s (1, 5, 15 min) on %d CPUs", f[0], f[1], f[2], runtime.NumCPU())
+}
