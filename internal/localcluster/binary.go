@@ -61,7 +61,7 @@ func KubeAPIServerBinary(ctx context.Context) (string, error) {
 	}
 	modDir := filepath.Join(root, "internal", "kubeapiserver")
 	return cachedBuild(ctx, filepath.Join(root, ".cache"), func(ctx context.Context, out string) error {
-		return goBuild(ctx, modDir, out)
+		return goBuild(ctx, modDir, out, "kube-apiserver "+KubeAPIServerVersion)
 	}, notify)
 }
 
@@ -177,12 +177,16 @@ func cachedBuildAt(ctx context.Context, bin, what string, build func(ctx context
 	return bin, nil
 }
 
-// goBuild builds kube-apiserver from the module in modDir into out.
-func goBuild(ctx context.Context, modDir, out string) error {
+// goBuild builds kube-apiserver from the module in modDir into out, with flags (such as the
+// fork's -modfile and -overlay) before the common ones, and names what it builds in its error.
+// The stock and fork builds share this one command line, so that they compile the same packages
+// with the same flags and share the compile cache.
+func goBuild(ctx context.Context, modDir, out, what string, flags ...string) error {
 	ldflags := "-X k8s.io/component-base/version.gitVersion=" + KubeAPIServerVersion +
 		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
-	cmd := niceCommand(ctx, "go", "build", "-trimpath", "-o", out, "-ldflags", ldflags,
-		"k8s.io/kubernetes/cmd/kube-apiserver")
+	args := append([]string{"build"}, flags...)
+	args = append(args, "-trimpath", "-o", out, "-ldflags", ldflags, "k8s.io/kubernetes/cmd/kube-apiserver")
+	cmd := niceCommand(ctx, "go", args...)
 	cmd.Dir = modDir
 	// The nested module is built on its own: a go.work that a user keeps
 	// above the repository must not pull the library's module into it, and
@@ -193,7 +197,7 @@ func goBuild(ctx context.Context, modDir, out string) error {
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("localcluster: build kube-apiserver %s in %s: %w\n%s", KubeAPIServerVersion, modDir, err, log.Bytes())
+		return fmt.Errorf("localcluster: build %s in %s: %w\n%s", what, modDir, err, log.Bytes())
 	}
 	return nil
 }

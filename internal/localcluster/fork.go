@@ -159,20 +159,8 @@ func buildFork(ctx context.Context, root, work, out string) error {
 	if err := copyFile(filepath.Join(modDir, "go.sum"), filepath.Join(work, "go.sum")); err != nil {
 		return err
 	}
-	ldflags := "-X k8s.io/component-base/version.gitVersion=" + KubeAPIServerVersion +
-		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
-	cmd := niceCommand(ctx, "go", "build", "-modfile", filepath.Join(work, "go.mod"), "-trimpath",
-		"-overlay", filepath.Join(work, "overlay.json"), "-o", out, "-ldflags", ldflags,
-		"k8s.io/kubernetes/cmd/kube-apiserver")
-	cmd.Dir = modDir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	cmd.SysProcAttr = childProcAttr()
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("localcluster: build the kube-apiserver %s fork in %s: %w\n%s", KubeAPIServerVersion, modDir, err, log.Bytes())
-	}
-	return nil
+	return goBuild(ctx, modDir, out, "the kube-apiserver "+KubeAPIServerVersion+" fork",
+		"-modfile", filepath.Join(work, "go.mod"), "-overlay", filepath.Join(work, "overlay.json"))
 }
 
 // kubernetesModuleDir returns the module cache directory of the k8s.io/kubernetes module that
