@@ -142,6 +142,11 @@ func TestUpstreamIntegration(t *testing.T) {
 					switch st := fork.results[name]; {
 					case st == "FAIL" || st == "none":
 						check(name, "fork "+st)
+					case stock != nil && stock.results[name] == "FAIL" && st == "PASS":
+						// Stock's own failure, the fork's pass: stock v1.33 has flakes of its own
+						// (TestServiceAllocation/IP_allocator_only once answered "range is full" in
+						// a range with room), which are stock's to fix, not a difference of the fork.
+						t.Logf("%s: stock FAIL, fork PASS (see stock's log)", name)
 					case stock != nil && stock.results[name] != st:
 						check(name, fmt.Sprintf("stock %s, fork %s", orNotRun(stock.results[name]), st))
 					}
