@@ -258,7 +258,14 @@ func TestServiceAllocatorAnswersAsKubeAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("kube-apiserver refused it: %v", err)
 			}
-			wantObjs := sc.ipAddressNames(t, name)
+			// v1.33 writes one IPAddress object per address before it stores the Service, yet a
+			// list right after the create once came back without the newest one (CI, under load):
+			// wait until it lists one per address, as a client of the apiserver would.
+			var wantObjs []string
+			testenv.WaitFor(t, "kube-apiserver's IPAddress objects of "+name+" to be listed", func() bool {
+				wantObjs = sc.ipAddressNames(t, name)
+				return len(wantObjs) == len(got.Spec.ClusterIPs)
+			})
 			if err := sc.api.CoreV1().Services("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
