@@ -32,6 +32,10 @@ type Controller struct {
 	retryBase time.Duration   // the first retry delay of Run; 1 s
 	metrics   *metrics.Repair // nil without Options.Registerer
 	families  []string        // the IP families of cfg.Ranges, for the drift gauges
+	follow    *follower       // nil in Legacy mode or without cfg.Informers
+
+	firstPass     chan struct{} // closed once a pass has succeeded
+	firstPassOnce sync.Once
 
 	pass sync.Mutex // serialises passes and Run's retries of single addresses
 
@@ -47,13 +51,15 @@ type bitLeak struct {
 }
 
 // NewController returns a Controller that repairs the cluster cfg describes, as Audit reads it.
-// It starts nothing. A Config without what the mode needs gives a *clusterip.ConfigError; a
+// It starts nothing. Outside Legacy mode it registers the Service and IPAddress informers of
+// cfg.Informers, if set, which Run follows: start the factory after NewController. A Config without what the mode needs gives a *clusterip.ConfigError; a
 // Registerer that refuses the metrics gives its error, wrapped.
 func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}}
+	c := &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}, firstPass: make(chan struct{})}
+	c.follow = newFollower(c)
 	for _, r := range cfg.Ranges {
 		c.families = append(c.families, string(allocator.FamilyOf(r.Addr())))
 	}
@@ -73,6 +79,9 @@ func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 func (c *Controller) RunOnce(ctx context.Context) (*Report, error) {
 	ctx = withControllerLogger(ctx)
 	rep, _, itemErr, err := c.runOnce(ctx)
+	if err == nil {
+		c.firstPassOnce.Do(func() { close(c.firstPass) })
+	}
 	if rep == nil {
 		return nil, err
 	}
@@ -150,6 +159,14 @@ func (c *Controller) setDrift(res result) {
 	}
 }
 
+// FirstPass returns a channel that is closed once a pass, of Run or RunOnce, has succeeded: its
+// reads and its bitmap writes went through (single repairs may still be retried). A server that
+// must not serve before its ClusterIP state has been repaired once, as kube-apiserver's
+// start-service-ip-repair-controllers hook waits for its repair loops, waits for it.
+func (c *Controller) FirstPass() <-chan struct{} {
+	return c.firstPass
+}
+
 // HeldOff returns how many leaks the last RunOnce left in place because of the hold-off (the
 // LeakGrace, or in Legacy mode the 3 passes): a caller that wants the cluster clean calls RunOnce
 // again until it is 0.
@@ -177,6 +194,11 @@ func (c *Controller) HeldOff() int {
 // that address. Bits are repaired by passes, except the bit of a leaked IPAddress a retry deleted
 // in DualWrite mode, which the retry clears with a compare-and-swap. Failures are logged with the contextual
 // logger of ctx.
+//
+// Outside Legacy mode, with cfg.Informers started, Run also follows Services as kube-apiserver's
+// IPAddress repair loop does: a Service added or updated holding a ClusterIP that still has no
+// IPAddress object in the cache one second later (a Service a Legacy peer allocated, in the skew
+// window) brings the next pass forward to then.
 func (c *Controller) Run(ctx context.Context) error {
 	ctx = withControllerLogger(ctx)
 	logger := klog.FromContext(ctx)
@@ -191,6 +213,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, q.ShutDown)
 	defer stop()
 	pending := map[itemKey]finding{} // the retries of the last pass, by key
+	defer c.follow.follow(q)()
 	q.Add(passKey)
 	for {
 		key, shutdown := q.Get()
@@ -201,6 +224,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 		case key == passKey:
 			c.runPass(ctx, q, pending)
+		case key.class == followClass:
+			if c.follow.stillMissing(key.addr) {
+				logger.V(2).Info("A Service holds a ClusterIP without an IPAddress object; repairing now", "ip", key.addr)
+				q.Add(passKey)
+			}
+			q.Forget(key)
 		default:
 			c.runItem(ctx, q, pending, key)
 		}
@@ -222,6 +251,7 @@ func (c *Controller) runPass(ctx context.Context, q workqueue.TypedRateLimitingI
 		logger.V(2).Info("Repair pass done", "consistent", rep.Consistent, "counts", rep.Counts, "heldOff", c.HeldOff(), "retries", len(retries))
 		q.Forget(passKey)
 		q.AddAfter(passKey, c.opts.interval())
+		c.firstPassOnce.Do(func() { close(c.firstPass) })
 	}
 	if rep == nil {
 		return // nothing was judged: keep the retries there are

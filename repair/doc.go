@@ -22,7 +22,11 @@
 // names, at least 5 s, as kube-apiserver since kubernetes#132906). [Controller.Run] makes a
 // level-based pass every [Options.Interval] and, between passes, retries single addresses whose
 // repair failed or was held off, each with its own backoff, through one typed rate-limited
-// workqueue; it never blocks its caller on a cluster that is down.
+// workqueue; it never blocks its caller on a cluster that is down. Outside Legacy mode, given the
+// Config's informers, Run also follows Services as kube-apiserver's IPAddress repair loop does: a
+// Service that still holds a ClusterIP without an IPAddress object a second after it was seen
+// (a Legacy peer's, in the skew window) brings the next pass forward. [Controller.FirstPass] is
+// closed by the first pass that succeeds, for a server that must not be ready before it.
 //
 // IPAddress objects that another controller manages (their managed-by label is not
 // [ipaddress.DefaultManagedBy]) are left alone, as kube-apiserver's repair leaves them: they are

@@ -24,11 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corev1listers "k8s.io/client-go/listers/core/v1"
-	networkingv1listers "k8s.io/client-go/listers/networking/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -229,22 +225,11 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 		if !a.start(allocs) {
 			return // destroyed meanwhile
 		}
-		var missing *missingIPAddresses
-		if cfg.Mode != featuregate.Legacy {
-			missing = newMissingIPAddresses(cfg.Informers)
-		}
-		if cfg.Informers != nil {
-			cfg.Informers.Start(ctx.Done()) // the informers added since the server started them
-		}
-		go func() {
-			if err := allocs.Run(ctx); err != nil {
-				logger.Error(err, "ClusterIP allocators stopped")
-			}
-		}()
-
 		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 		broadcaster.StartRecordingToSink(ctx.Done())
 		defer broadcaster.Shutdown()
+		// Built before the informers start: outside Legacy mode it follows Services on their
+		// informer, as kube-apiserver's IPAddress repair loop does.
 		ctrl, err := repair.NewController(cfg, repair.Options{
 			Interval:   interval,
 			Recorder:   broadcaster.NewRecorder(legacyscheme.Scheme, "ipallocator-repair-controller"),
@@ -258,6 +243,15 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 				return
 			}
 		}
+		if cfg.Informers != nil {
+			cfg.Informers.Start(ctx.Done()) // the informers added since the server started them
+		}
+		go func() {
+			if err := allocs.Run(ctx); err != nil {
+				logger.Error(err, "ClusterIP allocators stopped")
+			}
+		}()
+
 		// Let the ServiceCIDR allocators see the ServiceCIDRs of the flags (which the
 		// kubernetes-service-cidr-controller creates on a new cluster) before the first
 		// pass, so that it judges Services against them and the server, once ready, can
@@ -274,125 +268,22 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 			}
 		}
 
-		// The first pass, retried until it succeeds, before the hook may report done.
-		err = wait.PollUntilContextCancel(ctx, clusterIPRetryPeriod, true, func(ctx context.Context) (bool, error) {
-			if _, err := ctrl.RunOnce(ctx); err != nil {
-				logger.Error(err, "First ClusterIP repair pass failed; retrying")
-				return false, nil
+		// Run retries a failed first pass with its backoff; the hook may report done once one
+		// has succeeded, as kube-apiserver's repair loops report their first success.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := ctrl.Run(ctx); err != nil {
+				logger.Error(err, "ClusterIP repair stopped")
 			}
-			return true, nil
-		})
-		if err != nil {
+		}()
+		select {
+		case <-ctrl.FirstPass():
+			onFirstSuccess()
+		case <-done:
 			return // stopped
 		}
-		onFirstSuccess()
-		if missing != nil {
-			go missing.run(ctx, ctrl)
-		}
-		if err := ctrl.Run(ctx); err != nil {
-			logger.Error(err, "ClusterIP repair stopped")
-		}
-	}
-}
-
-// missingIPAddresses makes a repair pass soon after a Service shows up holding a ClusterIP
-// without an IPAddress object, as kube-apiserver's IPAddress repair loop, which follows Service
-// events, does within seconds: a Legacy peer's Services (upstream's skew and migration tests wait
-// 10 s for it). clusterip's repair controller otherwise only makes a pass every interval. The
-// zero value is not usable; it is safe for concurrent use.
-type missingIPAddresses struct {
-	services   corev1listers.ServiceLister
-	ipAddrs    networkingv1listers.IPAddressLister
-	servicesOK cache.InformerSynced
-	ipAddrsOK  cache.InformerSynced
-
-	mu      sync.Mutex // guards pending
-	pending map[string]bool
-	kick    chan struct{} // a pending Service was added; buffered 1
-}
-
-// missingIPAddressesDelay is how long a Service's IPAddress may lag behind it in the cache
-// before a repair pass is made: our own allocations create it before the Service is stored.
-const missingIPAddressesDelay = time.Second
-
-// newMissingIPAddresses registers the Service and IPAddress informers of f and a Service event
-// handler that notes Services whose ClusterIPs lack an IPAddress object.
-func newMissingIPAddresses(f informers.SharedInformerFactory) *missingIPAddresses {
-	svcs := f.Core().V1().Services()
-	ips := f.Networking().V1().IPAddresses()
-	m := &missingIPAddresses{
-		services: svcs.Lister(), ipAddrs: ips.Lister(),
-		servicesOK: svcs.Informer().HasSynced, ipAddrsOK: ips.Informer().HasSynced,
-		pending: map[string]bool{}, kick: make(chan struct{}, 1),
-	}
-	note := func(obj any) {
-		if svc, ok := obj.(*corev1.Service); ok && m.lacksIPAddress(svc) {
-			m.mu.Lock()
-			m.pending[svc.Namespace+"/"+svc.Name] = true
-			m.mu.Unlock()
-			select {
-			case m.kick <- struct{}{}:
-			default:
-			}
-		}
-	}
-	svcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    note,
-		UpdateFunc: func(_, obj any) { note(obj) },
-	})
-	return m
-}
-
-// lacksIPAddress reports whether one of svc's ClusterIPs has no IPAddress object in the cache.
-func (m *missingIPAddresses) lacksIPAddress(svc *corev1.Service) bool {
-	for _, s := range svc.Spec.ClusterIPs {
-		ip, err := allocator.ParseClusterIP(s)
-		if err != nil {
-			continue // invalid: repair only reports it
-		}
-		if _, err := m.ipAddrs.Get(ip.String()); err != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// run makes a repair pass each time noted Services still lack an IPAddress object
-// missingIPAddressesDelay after they were noted, until ctx is done.
-func (m *missingIPAddresses) run(ctx context.Context, ctrl *repair.Controller) {
-	if !cache.WaitForCacheSync(ctx.Done(), m.servicesOK, m.ipAddrsOK) {
-		return
-	}
-	logger := klog.FromContext(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.kick:
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(missingIPAddressesDelay):
-		}
-		m.mu.Lock()
-		keys := m.pending
-		m.pending = map[string]bool{}
-		m.mu.Unlock()
-		stillMissing := 0
-		for key := range keys {
-			ns, name, _ := strings.Cut(key, "/")
-			if svc, err := m.services.Services(ns).Get(name); err == nil && m.lacksIPAddress(svc) {
-				stillMissing++
-			}
-		}
-		if stillMissing == 0 {
-			continue
-		}
-		logger.V(2).Info("Services hold ClusterIPs without IPAddress objects; repairing now", "services", stillMissing)
-		if _, err := ctrl.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "ClusterIP repair pass for Services without IPAddress objects failed")
-		}
+		<-done
 	}
 }
 
