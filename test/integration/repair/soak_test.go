@@ -1,4 +1,4 @@
-package repair
+package repair_test
 
 import (
 	"cmp"
@@ -21,6 +21,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
 )
 
 // TestSoakMixedModes is the soak test of issue 11. Three allocator processes, one per mode
@@ -177,18 +178,18 @@ func TestSoakMixedModes(t *testing.T) {
 	// Let it catch up first, so that it does not race the repair pass below (a delete of its
 	// between our create and the second audit would show a missing object for a moment). Every
 	// parent it could find gone is gone: no process creates a Service under the same name twice.
-	var first *Report
+	var first *repair.Report
 	audits := 0
 	testenv.WaitFor(t, "an audit with no missing or wrong-parent finding, which kube-apiserver heals itself", func() bool {
-		rep, err := Audit(ctx, cfg)
+		rep, err := repair.Audit(ctx, cfg)
 		if err != nil {
 			return false // the API server is not back from the etcd restart yet
 		}
-		if audits++; audits == 1 && (rep.Counts[string(Missing)] > 0 || rep.Counts[string(WrongParent)] > 0) {
+		if audits++; audits == 1 && (rep.Counts[string(repair.Missing)] > 0 || rep.Counts[string(repair.WrongParent)] > 0) {
 			t.Logf("audit before kube-apiserver caught up: %s", soakCounts(rep))
 		}
 		first = rep
-		return rep.Counts[string(Missing)] == 0 && rep.Counts[string(WrongParent)] == 0
+		return rep.Counts[string(repair.Missing)] == 0 && rep.Counts[string(repair.WrongParent)] == 0
 	})
 	phase(fmt.Sprintf("first audit (audit no. %d)", audits))
 	t.Logf("first audit:  %s", soakCounts(first))
@@ -197,21 +198,21 @@ func TestSoakMixedModes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("count the Services in etcd: %v", err)
 	}
-	if got := first.Counts[CountServices]; int64(got) != stored.Count {
-		t.Errorf("first audit: Counts[%s] = %d, but etcd holds %d Services", CountServices, got, stored.Count)
+	if got := first.Counts[repair.CountServices]; int64(got) != stored.Count {
+		t.Errorf("first audit: Counts[%s] = %d, but etcd holds %d Services", repair.CountServices, got, stored.Count)
 	}
-	for _, c := range []Class{DuplicateOwner, Invalid, OutOfRange} {
+	for _, c := range []repair.Class{repair.DuplicateOwner, repair.Invalid, repair.OutOfRange} {
 		if n := first.Counts[string(c)]; n != 0 {
 			t.Errorf("first audit: %d %s findings, want 0: %+v", n, c, soakFindingsOf(first, c))
 		}
 	}
-	if i := slices.IndexFunc(first.Findings, func(f Finding) bool { return f.IP == killedIP.String() }); i < 0 {
+	if i := slices.IndexFunc(first.Findings, func(f repair.Finding) bool { return f.IP == killedIP.String() }); i < 0 {
 		t.Errorf("first audit: no finding for %s, the allocation of the killed process", killedIP)
-	} else if f := first.Findings[i]; f.Class != Leaked && f.Class != BitmapOnly {
-		t.Errorf("first audit: %s, the allocation of the killed process, is %s, want %s or %s", killedIP, f.Class, Leaked, BitmapOnly)
+	} else if f := first.Findings[i]; f.Class != repair.Leaked && f.Class != repair.BitmapOnly {
+		t.Errorf("first audit: %s, the allocation of the killed process, is %s, want %s or %s", killedIP, f.Class, repair.Leaked, repair.BitmapOnly)
 	}
 
-	c, err := NewController(cfg, Options{LeakGrace: -1})
+	c, err := repair.NewController(cfg, repair.Options{LeakGrace: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestSoakMixedModes(t *testing.T) {
 	}
 	phase(fmt.Sprintf("repaired in %d pass(es)", passes))
 
-	second, err := Audit(ctx, cfg)
+	second, err := repair.Audit(ctx, cfg)
 	if err != nil {
 		t.Fatalf("second Audit() error = %v", err)
 	}
@@ -244,17 +245,17 @@ func TestSoakMixedModes(t *testing.T) {
 }
 
 // soakCounts formats the counts of rep: what was read, then every class, found or not.
-func soakCounts(rep *Report) string {
-	s := fmt.Sprintf("%d Services, %d IPAddress objects, %d bits;", rep.Counts[CountServices], rep.Counts[CountIPAddresses], rep.Counts[CountBitmapBits])
-	for _, c := range Classes() {
+func soakCounts(rep *repair.Report) string {
+	s := fmt.Sprintf("%d Services, %d IPAddress objects, %d bits;", rep.Counts[repair.CountServices], rep.Counts[repair.CountIPAddresses], rep.Counts[repair.CountBitmapBits])
+	for _, c := range repair.Classes() {
 		s += fmt.Sprintf(" %s %d", c, rep.Counts[string(c)])
 	}
 	return s
 }
 
 // soakFindingsOf returns the findings of class c in rep.
-func soakFindingsOf(rep *Report, c Class) []Finding {
-	var out []Finding
+func soakFindingsOf(rep *repair.Report, c repair.Class) []repair.Finding {
+	var out []repair.Finding
 	for _, f := range rep.Findings {
 		if f.Class == c {
 			out = append(out, f)
@@ -274,7 +275,7 @@ func soakDuplicateClusterIPs(t *testing.T, ctx context.Context, c kubernetes.Int
 	by := map[string][]string{}
 	for i := range l.Items {
 		for _, ip := range allocator.RawClusterIPs(&l.Items[i]) {
-			by[ip] = append(by[ip], serviceKey(&l.Items[i]))
+			by[ip] = append(by[ip], l.Items[i].Namespace+"/"+l.Items[i].Name)
 		}
 	}
 	var out []string

@@ -1,4 +1,4 @@
-package repair
+package repair_test
 
 import (
 	"net/netip"
@@ -11,6 +11,7 @@ import (
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
 )
 
 // TestRepairDuringAServiceCIDRRemovalOnARealAPIServer removes a ServiceCIDR that two Services
@@ -72,17 +73,17 @@ func TestRepairDuringAServiceCIDRRemovalOnARealAPIServer(t *testing.T) {
 	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")},
 		Client: api.Client, Etcd: e.TestClient(t)}
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
-		rep, err := Audit(ctx, withMode(cfg, mode))
+		rep, err := repair.Audit(ctx, withMode(cfg, mode))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]Finding{f("10.97.0.11", Missing, "default/missing")}, rep.Findings, ignoreDetail); diff != "" {
+		if diff := cmp.Diff([]repair.Finding{f("10.97.0.11", repair.Missing, "default/missing")}, rep.Findings, ignoreDetail); diff != "" {
 			t.Errorf("Audit(%s) during the removal (-want +got):\n%s", mode, diff)
 		}
 	}
 
 	rec := &recorder{}
-	c, err := NewController(cfg, Options{Recorder: rec})
+	c, err := repair.NewController(cfg, repair.Options{Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestRepairDuringAServiceCIDRRemovalOnARealAPIServer(t *testing.T) {
 		t.Errorf("IPAddress 10.97.0.11 after a pass has parent %+v, want Service default/missing", p)
 	}
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
-		if rep, err := Audit(ctx, withMode(cfg, mode)); err != nil || !rep.Consistent {
+		if rep, err := repair.Audit(ctx, withMode(cfg, mode)); err != nil || !rep.Consistent {
 			t.Errorf("Audit(%s) after a pass during the removal: %+v, %v; want consistent", mode, rep, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package repair
+package repair_test
 
 import (
 	"bytes"

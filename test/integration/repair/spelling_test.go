@@ -1,4 +1,4 @@
-package repair
+package repair_test
 
 import (
 	"net/netip"
@@ -13,7 +13,20 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
 )
+
+// spellings are ClusterIPs kube-apiserver v1.33 accepts as written (its StrictIPCIDRValidation
+// gate off, the default) and stores as written, with the address it allocates for each: the
+// name of the IPAddress object it creates and the bit it sets. (repair's own tests have the same
+// table.)
+var spellings = []struct{ clusterIP, addr string }{
+	{"10.96.0.010", "10.96.0.10"},                            // an IPv4 octet with a leading zero, read as decimal
+	{"::ffff:10.96.0.11", "10.96.0.11"},                      // IPv4-mapped IPv6: the IPv4 address
+	{"FD00:10:96::A", "fd00:10:96::a"},                       // upper case
+	{"fd00:10:96:0:0:0:0:b", "fd00:10:96::b"},                // zeros not compressed
+	{"fd00:10:96:0000:0000:0000:0000:000c", "fd00:10:96::c"}, // leading zeros in groups
+}
 
 // TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer creates Services with the ClusterIP
 // spellings a real kube-apiserver v1.33 accepts and stores as written (in dual write, its
@@ -61,7 +74,7 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 	auditConsistent(t, cfg, "of Services holding non-canonical ClusterIPs")
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.Legacy, featuregate.IPAddressOnly} {
 		rec := &recorder{}
-		c, err := NewController(withMode(cfg, mode), Options{LeakGrace: -1, Recorder: rec})
+		c, err := repair.NewController(withMode(cfg, mode), repair.Options{LeakGrace: -1, Recorder: rec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,9 +89,13 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 
 	held := map[bool]*bitmap.Allocator{}
 	for i, r := range cfg.Ranges {
-		b, _, _, err := readBitmap(ctx, etcdstore.New(cli, etcdstore.KeyFor("", i)), r)
+		snap, _, err := etcdstore.New(cli, etcdstore.KeyFor("", i)).Get(ctx)
 		if err != nil {
 			t.Fatal(err)
+		}
+		b, _, err := bitmap.Project(snap, r)
+		if err != nil {
+			t.Fatalf("the bitmap of %s: %v", r, err)
 		}
 		held[r.Addr().Is4()] = b
 	}
