@@ -5,8 +5,9 @@
 // bookmark (a streaming list, as client-go's WatchListClient does), and a test can wait until an
 // informer watches.
 //
-// The fake still validates nothing, keeps no resourceVersion on other objects and ignores delete
-// preconditions: what depends on those is tested against a real kube-apiserver (see testenv).
+// The fake still validates nothing but a watch's options, keeps no resourceVersion on other
+// objects and ignores delete preconditions: what depends on those is tested against a real
+// kube-apiserver (see testenv).
 // Tests only: it imports testing, and no package the clusterip command links may import it.
 package fakeclient
 
