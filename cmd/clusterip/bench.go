@@ -36,7 +36,8 @@ IPAddress objects created one per address through the server, so their ranges ar
 
 Pass an empty list to leave an allocator out. IPv6 bitmaps hold at most 65535 addresses, as in
 kube-apiserver. The table goes to stdout (or JSON with --json); --svg and --png draw ns/op by
-fill level, one line per allocator and range.`
+fill level, one line per allocator and range. "clusterip bench stock-vs-fork" charts the rows of
+the stock-vs-fork kube-apiserver benchmark instead.`
 
 const benchExample = `  # Everything, with a chart
   clusterip bench --svg bench.svg
@@ -124,6 +125,7 @@ func newBenchCommand() *cobra.Command {
 			return bench.WriteTable(out, results)
 		},
 	}
+	cmd.AddCommand(newStockVsForkCommand())
 	f := cmd.Flags()
 	f.StringSliceVar(&bitmapRanges, "ranges", bitmapRanges, "ranges of the in-memory bitmap allocator")
 	f.StringSliceVar(&persistentRanges, "persistent-ranges", persistentRanges, "ranges of the etcd-backed bitmap allocator (starts an embedded etcd)")

@@ -1,10 +1,13 @@
 // Package fakeclient builds the client-go fake clientset the unit tests of this module use, with
 // the few API server behaviours the allocators depend on added: every created IPAddress gets a UID
 // and an increasing resourceVersion, a dry-run create of an IPAddress persists nothing, watches
-// never overflow, and a test can wait until an informer watches.
+// never overflow, a watch that asks for initial events gets them and the initial-events-end
+// bookmark (a streaming list, as client-go's WatchListClient does), and a test can wait until an
+// informer watches.
 //
-// The fake still validates nothing, keeps no resourceVersion on other objects and ignores delete
-// preconditions: what depends on those is tested against a real kube-apiserver (see testenv).
+// The fake still validates nothing but a watch's options, keeps no resourceVersion on other
+// objects and ignores delete preconditions: what depends on those is tested against a real
+// kube-apiserver (see testenv).
 // Tests only: it imports testing, and no package the clusterip command links may import it.
 package fakeclient
 
@@ -18,7 +21,6 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -58,7 +60,9 @@ type Clientset struct {
 // unbounded queue, and every write first waits until no watch has more than half a channel
 // pending (the fake runs one action at a time, so that bounds the backlog). The fake also loses
 // what is written between an informer's list and its watch, so tests wait with [Clientset.WaitWatching]
-// until their informers watch.
+// until their informers watch. A watch with SendInitialEvents is answered as
+// [localcluster.WatchTracker] says, its bookmark at the latest resourceVersion given to an
+// IPAddress ("0" before any).
 func New(o Options) *Clientset {
 	c := &Clientset{watching: map[string]int{}}
 	if o.FieldManaged {
@@ -67,14 +71,11 @@ func New(o Options) *Clientset {
 		c.Clientset = fake.NewSimpleClientset(o.Objects...) //nolint:staticcheck // NewClientset needs apply configurations we do not use
 	}
 	tracker := c.Tracker()
+	var rv atomic.Uint64
 	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
-			opts = wa.ListOptions
-		}
-		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
+		w, relayed, err := localcluster.WatchTracker(tracker, action, strconv.FormatUint(rv.Load(), 10))
 		if err != nil {
-			return false, nil, err
+			return true, nil, err
 		}
 		c.mu.Lock()
 		if rf, ok := w.(*watch.RaceFreeFakeWatcher); ok {
@@ -82,12 +83,11 @@ func New(o Options) *Clientset {
 		}
 		c.watching[action.GetResource().Resource]++
 		c.mu.Unlock()
-		return true, localcluster.RelayWatch(w), nil
+		return true, relayed, nil
 	})
 	// Like the API server, give every created IPAddress a UID and an increasing resourceVersion:
 	// the ipaddress allocator orders informer events against its own writes with it. A dry run
 	// is answered as the API server answers it, without persisting (the fake ignores DryRun).
-	var rv atomic.Uint64
 	c.PrependReactor("create", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		obj := action.(k8stesting.CreateAction).GetObject().(*networkingv1.IPAddress)
 		if IsDryRun(action) {
@@ -135,6 +135,13 @@ func (c *Clientset) WaitWatching(t testing.TB, resources ...string) {
 		testenv.WaitFor(t, "a watch on "+r, func() bool { return c.Watching(r) > 0 })
 	}
 }
+
+// IsWatchListSemanticsUnSupported reports false: c answers streaming lists. client-go v0.35's
+// fake clientset reports true, which turns WatchListClient off for informers built on it (the
+// reflector asks the clientset through cache.ToListWatcherWithWatchListSemantics); c overrides it
+// so that informers on c take the streaming list, as they do on a real API server. Older
+// client-go releases do not ask.
+func (c *Clientset) IsWatchListSemanticsUnSupported() bool { return false }
 
 // IsDryRun reports whether action is a create with DryRun set.
 func IsDryRun(action k8stesting.Action) bool {

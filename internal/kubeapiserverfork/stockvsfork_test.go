@@ -1,6 +1,7 @@
 package kubeapiserverfork_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/forkbench"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/repair"
 )
@@ -30,6 +32,10 @@ const benchScaleEnv = "CLUSTERIP_FORK_BENCH_SCALE"
 
 // benchOutEnv optionally names a file the tables are written to, as Markdown.
 const benchOutEnv = "CLUSTERIP_FORK_BENCH_OUT"
+
+// benchRowsEnv optionally names a file the rows are written to as JSON (package forkbench), for
+// `clusterip bench stock-vs-fork` to chart.
+const benchRowsEnv = "CLUSTERIP_FORK_BENCH_ROWS"
 
 const (
 	benchRange   = "10.96.0.0/16"
@@ -73,7 +79,9 @@ type scaleResult struct {
 // --service-cluster-ip-range=10.96.0.0/16: churn (16 workers × 60 create+delete pairs, then
 // repair.Audit in the row's mode for stale bits and objects) and scale (15 000 creates by 16
 // workers; the p50/p99 of the first and last 1000). It asserts nothing about time: it logs the
-// tables, and the load average before and after, since the figures depend on the machine.
+// tables, and the load average before and after, since the figures depend on the machine. The
+// tables go to $CLUSTERIP_FORK_BENCH_OUT as Markdown, the rows to $CLUSTERIP_FORK_BENCH_ROWS as
+// JSON (one run, named by the time it started) for `clusterip bench stock-vs-fork` to chart.
 func TestStockVsFork(t *testing.T) {
 	phases := os.Getenv(benchEnv)
 	if phases == "" {
@@ -89,7 +97,11 @@ func TestStockVsFork(t *testing.T) {
 	}
 	bins := []struct{ side, bin string }{{"stock", stockBinary(t)}, {"fork", forkBinary(t)}}
 	var out strings.Builder
+	start := time.Now().UTC()
+	run := start.Format(time.RFC3339)
 	fmt.Fprintf(&out, "load before: %s\n\n", loadAvg())
+	var measured forkbench.Rows
+	machine := []string{"TestStockVsFork " + run + ", " + phases + "; load before: " + loadAvg()}
 	if strings.Contains(phases, "churn") {
 		var rows []churnResult
 		for _, mg := range benchModes {
@@ -110,8 +122,11 @@ func TestStockVsFork(t *testing.T) {
 		for _, r := range rows {
 			fmt.Fprintf(&out, "| %s | %s | %.1f | %v | %v | %d | %d | %v |\n", r.mode, r.side,
 				float64(r.pairs)/r.elapsed.Seconds(), ms(r.p50), ms(r.p99), r.errors, r.stale, r.audit)
+			measured.Churn = append(measured.Churn, forkbench.Churn{Run: run, Mode: r.mode, Side: r.side,
+				PairsPerS: float64(r.pairs) / r.elapsed.Seconds(), P50Ms: msOf(r.p50), P99Ms: msOf(r.p99), Errors: r.errors, Stale: r.stale})
 		}
 		fmt.Fprintf(&out, "\nload after churn: %s\n\n", loadAvg())
+		machine = append(machine, "after churn: "+loadAvg())
 	}
 	if strings.Contains(phases, "scale") {
 		var rows []scaleResult
@@ -133,8 +148,12 @@ func TestStockVsFork(t *testing.T) {
 			fmt.Fprintf(&out, "| %s | %s | %v | %.1f | %v | %v | %v | %v | %.2f | %d |\n", r.mode, r.side,
 				r.elapsed.Round(100*time.Millisecond), float64(r.n-r.errors)/r.elapsed.Seconds(),
 				ms(r.first50), ms(r.first99), ms(r.last50), ms(r.last99), float64(r.last99)/float64(r.first99), r.errors)
+			measured.Scale = append(measured.Scale, forkbench.Scale{Run: run, Mode: r.mode, Side: r.side, Services: r.n,
+				TotalS: r.elapsed.Seconds(), CreatesPerS: float64(r.n-r.errors) / r.elapsed.Seconds(),
+				FirstP50Ms: msOf(r.first50), FirstP99Ms: msOf(r.first99), LastP50Ms: msOf(r.last50), LastP99Ms: msOf(r.last99), Errors: r.errors})
 		}
 		fmt.Fprintf(&out, "\nload after scale: %s\n", loadAvg())
+		machine = append(machine, "after scale: "+loadAvg())
 	}
 	t.Log("\n" + out.String())
 	if p := os.Getenv(benchOutEnv); p != "" {
@@ -142,6 +161,21 @@ func TestStockVsFork(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	if p := os.Getenv(benchRowsEnv); p != "" {
+		measured.Note = strings.Join(machine, "; ")
+		if err := writeRows(p, measured); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// writeRows writes rows to the file named p as package forkbench's JSON.
+func writeRows(p string, rows forkbench.Rows) error {
+	var b bytes.Buffer
+	if err := forkbench.Write(&b, rows); err != nil {
+		return err
+	}
+	return os.WriteFile(p, b.Bytes(), 0o644)
 }
 
 // churn runs benchWorkers workers, each creating and deleting churnPairs Services in turn.
@@ -270,6 +304,9 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // ms rounds d for the tables: to 0.1 ms.
 func ms(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+
+// msOf is d in milliseconds, to 0.1 ms.
+func msOf(d time.Duration) float64 { return float64(ms(d).Microseconds()) / 1000 }
 
 // loadAvg returns the machine's load averages, as /proc/loadavg gives them, and its CPU count.
 func loadAvg() string {

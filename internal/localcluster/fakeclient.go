@@ -3,7 +3,6 @@ package localcluster
 import (
 	"sync"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -20,7 +19,8 @@ var widenFakeWatchers = sync.OnceFunc(func() {
 })
 
 // NewFakeClient returns client-go's fake clientset, the in-memory stand-in for kube-apiserver of
-// the demo and the bench, whose watches are drained into an unbounded queue (see RelayWatch). The
+// the demo and the bench, whose watches are drained into an unbounded queue (see RelayWatch) and
+// answer a streaming list (see WatchTracker; the fake keeps no resourceVersions). The
 // fake's own watchers hold watch.DefaultChanSize events (100) and panic when a consumer falls
 // further behind, which informers do on a busy machine while thousands of objects come and go:
 // the relay takes them off at once, and the buffer is raised to fakeWatchBuffer (a
@@ -31,15 +31,11 @@ func NewFakeClient() *fake.Clientset {
 	c := fake.NewSimpleClientset() //nolint:staticcheck // the simple fake needs no apply configurations
 	tracker := c.Tracker()
 	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
-			opts = wa.ListOptions
-		}
-		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
+		_, w, err := WatchTracker(tracker, action, "")
 		if err != nil {
-			return false, nil, err
+			return true, nil, err
 		}
-		return true, RelayWatch(w), nil
+		return true, w, nil
 	})
 	return c
 }

@@ -12,9 +12,12 @@ import (
 // when a consumer falls further behind, which an informer does on a busy machine. Stop stops w
 // and the relay; ResultChan is closed when w's is drained or Stop is called. The result is safe
 // for concurrent use.
-func RelayWatch(w watch.Interface) watch.Interface {
+func RelayWatch(w watch.Interface) watch.Interface { return relayAfter(nil, w) }
+
+// relayAfter is RelayWatch sending the events of first before those of w.
+func relayAfter(first []watch.Event, w watch.Interface) watch.Interface {
 	r := &relayWatch{in: w, out: make(chan watch.Event), stop: make(chan struct{})}
-	go r.run()
+	go r.run(first)
 	return r
 }
 
@@ -26,10 +29,9 @@ type relayWatch struct {
 	once sync.Once
 }
 
-func (r *relayWatch) run() {
+func (r *relayWatch) run(queue []watch.Event) {
 	defer close(r.out)
 	in := r.in.ResultChan()
-	var queue []watch.Event
 	for in != nil || len(queue) > 0 {
 		var (
 			out  chan watch.Event

@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kube-ipam/clusterip/internal/forkbench"
+)
+
+// readmeRows is the rows file of the README's stock-vs-fork tables.
+const readmeRows = "testdata/stock-vs-fork-2026-11-24.json"
+
+// readmeChart is the chart of readmeRows the README shows, at the repository's root.
+const readmeChart = "../../../../docs/stock-vs-fork.svg"
+
+func parseRows(t *testing.T, file string) forkbench.Rows {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := forkbench.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// TestSaveStockVsForkChartDrawsTheREADMERows: the README's rows draw as SVG, naming every mode
+// and the sides of every run, and as a PNG of the chart's size.
+func TestSaveStockVsForkChartDrawsTheREADMERows(t *testing.T) {
+	rows := parseRows(t, readmeRows)
+	dir := t.TempDir()
+	svg, pngFile := filepath.Join(dir, "chart.svg"), filepath.Join(dir, "chart.png")
+	for _, file := range []string{svg, pngFile} {
+		if err := SaveStockVsForkChart(file, rows); err != nil {
+			t.Fatalf("SaveStockVsForkChart(%s) = %v", filepath.Base(file), err)
+		}
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "Legacy", "DualWrite", "IPAddressOnly", "stock (run 1)", "fork (run 3)",
+		"fork, last 1000", "creates/s over 15000 Service creates", ">1603<"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("the SVG chart does not contain %q", want)
+		}
+	}
+	f, err := os.Open(pngFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, err := png.DecodeConfig(f)
+	if err != nil {
+		t.Fatalf("the PNG chart does not decode: %v", err)
+	}
+	if cfg.Width < 1000 || cfg.Height < 300 {
+		t.Errorf("the PNG chart is %d×%d, want at least 1000×300", cfg.Width, cfg.Height)
+	}
+}
+
+// TestREADMEChartIsDrawnFromTheREADMERows: docs/stock-vs-fork.svg is what the command draws
+// from the committed rows, so the chart and the rows it claims to show cannot drift apart.
+func TestREADMEChartIsDrawnFromTheREADMERows(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "chart.svg")
+	if err := SaveStockVsForkChart(file, parseRows(t, readmeRows)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(readmeChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("docs/stock-vs-fork.svg is not the chart of %s; redraw it from the repository's root with\n"+
+			"  go run ./cmd/clusterip bench stock-vs-fork cmd/clusterip/internal/bench/%s --svg docs/stock-vs-fork.svg", readmeRows, readmeRows)
+	}
+}
+
+func TestSaveStockVsForkChartRefuses(t *testing.T) {
+	rows := parseRows(t, readmeRows)
+	tests := []struct {
+		name string
+		file string
+		rows forkbench.Rows
+		say  string
+	}{
+		{"a file without an extension", "chart", rows, "no extension"},
+		{"a format gonum cannot write", "chart.txt", rows, "chart.txt"},
+		{"no rows", "chart.svg", forkbench.Rows{Note: "nothing"}, "no stock-vs-fork rows"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), tt.file)
+			err := SaveStockVsForkChart(file, tt.rows)
+			if err == nil || !strings.Contains(err.Error(), tt.say) {
+				t.Errorf("SaveStockVsForkChart(%q) = %v, want an error saying %q", tt.file, err, tt.say)
+			}
+			if _, statErr := os.Stat(file); statErr == nil {
+				t.Errorf("SaveStockVsForkChart(%q) failed and left the file behind", tt.file)
+			}
+		})
+	}
+}
+
+// TestSaveStockVsForkChartDrawsOnePhase: rows of one phase draw, the other's panels saying there
+// are no rows.
+func TestSaveStockVsForkChartDrawsOnePhase(t *testing.T) {
+	rows := parseRows(t, readmeRows)
+	for _, tt := range []struct {
+		name string
+		rows forkbench.Rows
+	}{
+		{"churn only", forkbench.Rows{Churn: rows.Churn}},
+		{"scale only", forkbench.Rows{Scale: rows.Scale}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "chart.svg")
+			if err := SaveStockVsForkChart(file, tt.rows); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(b, []byte("no rows")) {
+				t.Errorf("the chart of %s does not say a phase has no rows", tt.name)
+			}
+		})
+	}
+}
