@@ -37,6 +37,8 @@ var (
 		"how long each recorded history runs; faults are injected in turn for as long as it lasts")
 	historyOut = flag.String("history.out", "",
 		"directory for the histories and the timelines of failing ones; defaults to a new temporary directory, removed when every history passes")
+	historyCheck = flag.String("history.check", "",
+		"a history written by an earlier run (DIR/finish.json): check it again, with the current model, instead of recording one; what fails is explained beside it")
 )
 
 const (
@@ -286,8 +288,9 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 		w.name, len(ops), res.Addresses, s.outcomes[OK], s.outcomes[Refused], s.outcomes[Unknown],
 		time.Duration(end-t0.UnixNano()).Round(time.Second), faultString(h.faults), res.Verdict, res.Elapsed.Round(time.Millisecond))
 	if res.Verdict != porcupine.Ok {
-		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v",
-			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), IllegalAddresses(Model, ops, partTimeout))
+		bad := IllegalAddresses(Model, ops, partTimeout)
+		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v, explained in %s",
+			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), bad, explainAll(t, ops, bad, filepath.Join(out, w.name)))
 	} else if left := IllegalAddresses(StrictModel, ops, partTimeout); len(left) > 0 {
 		s.leftBits = len(left)
 		t.Logf("%s: kube-apiserver v1.33 left its bit set after refusing an allocation at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
@@ -675,5 +678,54 @@ func (h *harness) repairOnce(ctx context.Context) {
 		for _, f := range rep.Findings {
 			h.t.Errorf("after one repair pass: %s %s %s: %s", f.IP, f.Class, f.Service, f.Detail)
 		}
+	}
+}
+
+// explainAll writes [Explain] of each address of bad to prefix-ADDR.txt and returns the pattern
+// of their names.
+func explainAll(t *testing.T, history []Op, bad []netip.Addr, prefix string) string {
+	for _, a := range bad {
+		path := fmt.Sprintf("%s-%s.txt", prefix, a)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if err := Explain(f, Model, history, a, partTimeout); err != nil {
+			t.Error(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	return prefix + "-*.txt"
+}
+
+// TestSavedHistoryIsLinearizable checks again, under the current model, a history an earlier run
+// wrote (-history.check=DIR/finish.json), and explains each address where it is not
+// linearizable in DIR/finish-ADDR.txt. It skips without the flag.
+func TestSavedHistoryIsLinearizable(t *testing.T) {
+	if *historyCheck == "" {
+		t.Skip("no -history.check")
+	}
+	raw, err := os.ReadFile(*historyCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []Op
+	if err := json.Unmarshal(raw, &ops); err != nil {
+		t.Fatal(err)
+	}
+	prefix := strings.TrimSuffix(*historyCheck, ".json")
+	res, err := Check(ops, checkTimeout, prefix+".html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d operations on %d addresses (%d unknown); checker: %s in %v",
+		*historyCheck, res.Ops, res.Addresses, res.Unknown, res.Verdict, res.Elapsed.Round(time.Millisecond))
+	if res.Verdict != porcupine.Ok {
+		bad := IllegalAddresses(Model, ops, partTimeout)
+		t.Errorf("the history is %s, want linearizable; timeline: %s; not linearizable at %v, explained in %s",
+			res.Verdict, res.HTML, bad, explainAll(t, ops, bad, prefix))
 	}
 }
