@@ -106,7 +106,7 @@ type Op struct {
 	// Release clears the bit first). Our DualWrite allocator clears the bit it set, and releases
 	// in the other order.
 	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
-	// TransientBit says that a refusal set the address's bit and cleared it again before it
+	// TransientBit says that a refused Allocate set the address's bit and cleared it again before it
 	// returned: our DualWrite allocator reserves the bit, then finds the IPAddress object taken
 	// (an IPAddressOnly peer holds the address) and undoes the reservation. A caller that reads
 	// the bitmap meanwhile is refused the address. The model sees the refusal set the bit and an
@@ -114,13 +114,13 @@ type Op struct {
 	TransientBit bool `json:"transientBit,omitempty"`
 }
 
-// WithUndos returns history with an Undo after each refusal with Op.TransientBit, over the same
-// interval.
+// WithUndos returns history with an Undo after each refused Allocate with Op.TransientBit, over
+// the same interval.
 func WithUndos(history []Op) []Op {
 	out := make([]Op, 0, len(history))
 	for _, op := range history {
 		out = append(out, op)
-		if op.TransientBit && op.Outcome == Refused {
+		if op.TransientBit && op.Kind == Allocate && op.Outcome == Refused {
 			undo := op
 			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
 			out = append(out, undo)

@@ -222,7 +222,7 @@ func (w worker) run() {
 		if err != nil {
 			op.Err = err.Error()
 			// Refused by the IPAddress object after the bit was reserved, and undone.
-			op.TransientBit = op.Outcome == Refused && w.spec.Mode == featuregate.DualWrite.String() &&
+			op.TransientBit = op.Kind == Allocate && op.Outcome == Refused && w.spec.Mode == featuregate.DualWrite.String() &&
 				!strings.Contains(err.Error(), bitmapRefusal)
 		}
 		if op.Kind != AllocateNext || op.Outcome != OK {
