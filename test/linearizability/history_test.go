@@ -161,10 +161,28 @@ type harness struct {
 	procs    []*procSlot
 	svcProxy *Proxy // between the Service workers and kube-apiserver
 
-	mu         sync.Mutex // guards api, nextClient, faults
+	mu         sync.Mutex // guards api, nextClient, faults, apiLogs
 	api        *localcluster.KubeAPIServer
 	nextClient int
 	faults     map[string]int
+	apiLogs    int // kube-apiserver logs kept
+}
+
+// keepLog copies the log of api, which is about to be closed, to the output directory as
+// WINDOW-kube-apiserver-N.log, so that what kube-apiserver did (its repair loop's deletions
+// among them) can be read beside a failing history.
+func (h *harness) keepLog(api *localcluster.KubeAPIServer) {
+	h.mu.Lock()
+	n := h.apiLogs
+	h.apiLogs++
+	h.mu.Unlock()
+	b, err := os.ReadFile(api.LogPath)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(h.out, fmt.Sprintf("%s-kube-apiserver-%d.log", h.w.name, n)), b, 0o644)
+	}
+	if err != nil {
+		h.t.Logf("keep the kube-apiserver log: %v", err)
+	}
 }
 
 // procSlot is one allocator process, across its incarnations.
@@ -198,6 +216,7 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 			if t.Failed() {
 				t.Logf("--- end of %s:\n%s", api.LogPath, api.LogTail(60))
 			}
+			h.keepLog(api)
 			api.Close()
 		}
 	})
@@ -631,6 +650,7 @@ func (h *harness) killAPIServer(int) {
 		h.t.Errorf("restart kube-apiserver: %v", err)
 		return
 	}
+	h.keepLog(old)
 	old.Close()
 	target := hostOf(h.currentAPI())
 	for _, p := range append([]*Proxy{h.svcProxy}, apiProxies(h.procs)...) {
