@@ -20,8 +20,9 @@ const (
 	Allocate Kind = iota
 	AllocateNext
 	Release
-	// Undo is the second half of a refusal with Op.TransientBit: the caller clearing the bit it
-	// set. The history gets one for each such refusal ([WithUndos]); nobody calls it.
+	// Undo is the second half of a refusal with Op.TransientBit or of a Release with
+	// Op.ClearsBitLast that is OK: the caller clearing the bit it left set. The history gets one
+	// for each such operation, over the same interval ([WithUndos]); nobody calls it.
 	Undo
 )
 
@@ -112,15 +113,24 @@ type Op struct {
 	// the bitmap meanwhile is refused the address. The model sees the refusal set the bit and an
 	// Undo of the same interval clear it.
 	TransientBit bool `json:"transientBit,omitempty"`
+	// ClearsBitLast says that the caller's Release deletes the address's IPAddress object and
+	// then clears its bit, as our DualWrite allocator does (§6 of the design: "Release:
+	// IPAddress first, then the bitmap"): in between, an IPAddressOnly caller may take the
+	// address, while callers that read the bitmap are refused it. The model sees an OK Release
+	// free the address and leave the bit set, and an Undo of the same interval clear it, so the
+	// bit is gone by the time the Release returns. kube-apiserver v1.33 releases in the other
+	// order (MetaAllocator.Release clears the bit, then deletes the object), which needs no such
+	// step: see RefusalLeavesBit.
+	ClearsBitLast bool `json:"clearsBitLast,omitempty"`
 }
 
-// WithUndos returns history with an Undo after each refused Allocate with Op.TransientBit, over
-// the same interval.
+// WithUndos returns history with an Undo after each refused Allocate with Op.TransientBit and
+// each OK Release with Op.ClearsBitLast, over the same interval.
 func WithUndos(history []Op) []Op {
 	out := make([]Op, 0, len(history))
 	for _, op := range history {
 		out = append(out, op)
-		if op.TransientBit && op.Kind == Allocate && op.Outcome == Refused {
+		if (op.TransientBit && op.Kind == Allocate && op.Outcome == Refused) || (op.ClearsBitLast && op.Bitmap && op.Kind == Release && op.Outcome == OK) {
 			undo := op
 			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
 			out = append(out, undo)
@@ -149,19 +159,31 @@ func (op Op) String() string {
 // free is the holder of a free address in a state.
 const free = "(free)"
 
-// Bits left set for nobody (see Op.LeavesBit and Op.RefusalLeavesBit) mark a possible holder:
-// "h" + leftBit is h, for the IPAddress objects, and a set bit that nobody owns, which only
-// callers that read the bitmap see and a Release from one of them clears; "h" + stuckBit is the
-// same with a bit that no Release clears, because kube-apiserver v1.33 set it while a release
-// of the address that had already cleared its bit was still deleting the IPAddress object.
+// An address's state, as one caller sees it, is one of: free; held by an owner (its IPAddress
+// object, and its bit for an owner that writes the bitmap); or free or held, with a set bit that
+// nobody owns. A bit that nobody owns makes the address taken for callers that read the bitmap
+// (Op.Bitmap: Legacy, DualWrite and kube-apiserver refuse it, as kube-apiserver v1.33 does) and
+// is invisible to IPAddressOnly callers, which may take the address while it is set. It never
+// lets anyone take an address that is held.
+//
+// Bits set for nobody mark a possible holder h. "h" + leftBit: a bit left behind (Op.LeavesBit,
+// Op.RefusalLeavesBit) that a Release from a caller that reads the bitmap clears. "h" +
+// stuckBit: one that no Release clears, because kube-apiserver v1.33 set it while a release of
+// the address that had already cleared its bit was still deleting the IPAddress object.
+// "h" + pendingBit: one that a caller holds while its operation runs and clears before it
+// returns, in the Undo that follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing
+// else clears it, and an Undo that finds none does not fit, so the Undo cannot come before the
+// step that set the bit and the bit is gone when the operation returns.
 const (
-	leftBit  = "+bit"
-	stuckBit = "+stuck"
+	leftBit    = "+bit"
+	stuckBit   = "+stuck"
+	pendingBit = "+pending"
 )
 
-// A state of the model is the set of the holders one address may have, given the outcomes that
-// are unknown: sorted, distinct, joined by newlines; free stands for no holder, and a holder may
-// carry leftBit or stuckBit. A string, so that porcupine compares and hashes states as they are.
+// A state of the model is the set of the states one address may be in, given the outcomes that
+// are unknown: sorted, distinct, joined by newlines; each is a holder (free, or an owner) that
+// may carry one of the marks above. A string, so that porcupine compares and hashes states as
+// they are.
 
 func stateOf(holders []string) string {
 	sort.Strings(holders)
@@ -174,7 +196,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 	var next []string
 	for _, e := range strings.Split(state, "\n") {
 		h, mark := e, ""
-		for _, m := range []string{stuckBit, leftBit} {
+		for _, m := range []string{stuckBit, leftBit, pendingBit} {
 			if rest, ok := strings.CutSuffix(e, m); ok {
 				h, mark = rest, m
 				break
@@ -194,11 +216,11 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
 		case op.Kind == Undo:
-			if mark == leftBit {
+			if mark == pendingBit {
 				next = append(next, h)
-			} else {
-				next = append(next, e)
 			}
+		case op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap:
+			next = append(next, free+pendingBit) // the object deleted; the Undo clears the bit
 		case op.Kind == Release && op.Outcome == OK:
 			next = append(next, released)
 		case op.Kind == Release:
@@ -217,7 +239,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 					next = append(next, h+stuckBit)
 				}
 				if op.TransientBit && mark == "" {
-					next = append(next, h+leftBit)
+					next = append(next, h+pendingBit)
 				}
 			}
 		default: // an allocation that may have happened
@@ -306,12 +328,12 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 // to release it, so one stands for all of them, with a wider interval; without the merge the
 // search tries every order of them, which is exponential in their number.
 func mergeLost(ops []porcupine.Operation) []porcupine.Operation {
-	type class struct{ bitmap, leaves, refusalLeaves bool }
+	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast bool }
 	merged := map[class]int{} // index in out
 	var out []porcupine.Operation
 	for _, o := range ops {
 		op := o.Input.(Op)
-		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit}
+		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast}
 		i, ok := merged[c]
 		if !ok {
 			op.Owner, op.Process = "(a lost AllocateNext)", "lost AllocateNexts"

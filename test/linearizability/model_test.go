@@ -134,6 +134,20 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Ok,
 		},
 		{
+			name:    "a DualWrite release deletes the IPAddress object before it clears the bit",
+			history: WithUndos(releaseObjectFirstHistory),
+			want:    porcupine.Ok,
+		},
+		{
+			name: "a DualWrite release that returned leaves no bit",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 0, Return: 10, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+				{Client: 0, Process: "dualwrite-0#0", Kind: Release, Addr: addrA, Call: 20, Return: 60, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+				{Client: 1, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d2", Call: 70, Return: 80, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
 			name: "a full range names no address",
 			history: []Op{
 				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},
@@ -208,6 +222,23 @@ var racingReleaseHistory = []Op{
 	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 25, Return: 45, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
 	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l", Call: 50, Return: 60, Outcome: Refused, Bitmap: true},
 	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l2", Call: 70, Return: 80, Outcome: Refused, Bitmap: true},
+}
+
+// releaseObjectFirstHistory is from a 100 s history of the finish window (10.96.0.2, times in
+// ms): a DualWrite release, slowed by conflicts on the bitmap, deletes the IPAddress object, and
+// an IPAddressOnly process takes and frees the address before the release clears the bit, which
+// meanwhile refuses the address to kube-apiserver and to another DualWrite process.
+var releaseObjectFirstHistory = []Op{
+	{Client: 1, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-0-0-1-33", Call: 1308, Return: 1312, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 1, Process: "dualwrite-0#0", Kind: Release, Addr: addrA, Call: 3632, Return: 4318, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 4, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-0-4-157", Call: 3749, Return: 3757, Outcome: OK},
+	{Client: 3, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-0-3-163", Call: 3821, Return: 3823, Outcome: Refused},
+	{Client: 4, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 3931, Return: 3940, Outcome: OK},
+	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-90", Call: 4069, Return: 4071, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-165", Call: 4259, Return: 4260, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-86", Call: 4296, Return: 4301, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 5, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-5-191", Call: 4803, Return: 4816, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 5, Process: "dualwrite-2#0", Kind: Release, Addr: addrA, Call: 4828, Return: 4838, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
 }
 
 func TestStrictModelRejectsALeftBit(t *testing.T) {

@@ -188,7 +188,7 @@ func (w worker) run() {
 	for seq := 0; time.Now().Before(w.spec.Deadline); seq++ {
 		id := w.client*1_000_000 + seq
 		op := Op{Client: w.client, Process: w.spec.Name, Bitmap: w.spec.Mode != featuregate.IPAddressOnly.String(),
-			LeavesBit: w.spec.Mode == featuregate.DualWrite.String()}
+			LeavesBit: w.spec.Mode == featuregate.DualWrite.String(), ClearsBitLast: w.spec.Mode == featuregate.DualWrite.String()}
 		r := w.rng.Float64()
 		switch {
 		case len(held) >= 3 || (len(held) > 0 && r < 0.35):
