@@ -41,7 +41,7 @@ func Explain(w io.Writer, m porcupine.Model, history []Op, addr netip.Addr, time
 			on   bool
 			name string
 		}{{op.Bitmap, "bitmap"}, {op.LeavesBit, "leavesBit"}, {op.RefusalLeavesBit, "refusalLeavesBit"},
-			{op.TransientBit, "transientBit"}, {op.ClearsBitLast, "clearsBitLast"}} {
+			{op.TransientBit, "transientBit"}, {op.ClearsBitLast, "clearsBitLast"}, {op.RepairFrees, "repairFrees"}} {
 			if f.on {
 				flags = append(flags, f.name)
 			}

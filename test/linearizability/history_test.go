@@ -469,7 +469,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 	var held []svc
 	for seq := 0; time.Now().Before(h.deadline); seq++ {
 		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
-		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true}
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true}
 		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
 		r := rng.Float64()
 		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
@@ -751,12 +751,12 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 	}
 }
 
-// withCallerFlags returns a history recorded before Op.ClearsBitLast with it set as the harness
-// sets it now, from who called, and with the Undos of the releases that gives; a history that
-// has the flag is returned as it is.
+// withCallerFlags returns a history recorded before Op.ClearsBitLast and Op.RepairFrees with
+// them set as the harness sets them now, from who called, and with the Undos of the releases
+// that gives; a history that has either flag is returned as it is.
 func withCallerFlags(history []Op) []Op {
 	for _, op := range history {
-		if op.ClearsBitLast {
+		if op.ClearsBitLast || op.RepairFrees {
 			return history
 		}
 	}
@@ -768,6 +768,8 @@ func withCallerFlags(history []Op) []Op {
 		case op.Kind == Undo:
 		case strings.HasPrefix(op.Process, "dualwrite-"):
 			op.ClearsBitLast = true
+		case op.Process == "kube-apiserver":
+			op.RepairFrees = true
 		}
 		out = append(out, op)
 		if op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {

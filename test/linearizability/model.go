@@ -24,6 +24,10 @@ const (
 	// Op.ClearsBitLast that is OK: the caller clearing the bit it left set. The history gets one
 	// for each such operation, over the same interval ([WithUndos]); nobody calls it.
 	Undo
+	// Repair is kube-apiserver's repair loop deleting the IPAddress object of an allocation
+	// with Op.RepairFrees whose outcome is unknown, if that allocation took effect without its
+	// Service: the partition adds one for each such allocation ([Model]); nobody calls it.
+	Repair
 )
 
 func (k Kind) String() string {
@@ -36,6 +40,8 @@ func (k Kind) String() string {
 		return "Release"
 	case Undo:
 		return "Undo"
+	case Repair:
+		return "Repair"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -122,7 +128,24 @@ type Op struct {
 	// order (MetaAllocator.Release clears the bit, then deletes the object), which needs no such
 	// step: see RefusalLeavesBit.
 	ClearsBitLast bool `json:"clearsBitLast,omitempty"`
+	// RepairFrees says that an allocation whose outcome is unknown may have taken effect
+	// without its owner: kube-apiserver v1.33 sets the bit and creates the IPAddress object
+	// before it stores the Service, so a Service create cut short (kube-apiserver killed, its
+	// storage failing) can leave both with no Service. Its repair loop (RepairIPAddress, the only
+	// one it runs with MultiCIDRServiceAllocator on) deletes such an object once it is older than
+	// 60 s (repairip.go syncIPAddress) and never clears a bit, so from then on IPAddressOnly
+	// callers may take the address and callers that read the bitmap are refused it. The model
+	// sees a Repair from [RepairGrace] after the call to the end of the history that may turn
+	// such an owner into a bit that nobody holds. An acknowledged allocation is never repaired.
+	// True for kube-apiserver's Service creates; our allocators' objects carry another
+	// managed-by label, which kube-apiserver's repair leaves alone.
+	RepairFrees bool `json:"repairFrees,omitempty"`
 }
+
+// RepairGrace is the earliest, after an allocation's call, that kube-apiserver's repair loop can
+// delete the IPAddress object it may have left: 60 s after the object's CreationTimestamp, which
+// has a resolution of one second, so 59 s after any instant before the object was created.
+const RepairGrace = 59 * time.Second
 
 // WithUndos returns history with an Undo after each refused Allocate with Op.TransientBit and
 // each OK Release with Op.ClearsBitLast, over the same interval.
@@ -148,6 +171,8 @@ func (op Op) String() string {
 		s += op.Owner
 	case Release, Undo:
 		s += op.Addr.String()
+	case Repair:
+		s += op.Addr.String() + ", " + op.Owner
 	}
 	s += ") → " + op.Outcome.String()
 	if op.Kind == AllocateNext && op.Outcome == OK {
@@ -169,7 +194,8 @@ const free = "(free)"
 // Bits set for nobody mark a possible holder h. "h" + leftBit: a bit left behind (Op.LeavesBit,
 // Op.RefusalLeavesBit) that a Release from a caller that reads the bitmap clears. "h" +
 // stuckBit: one that no Release clears, because kube-apiserver v1.33 set it while a release of
-// the address that had already cleared its bit was still deleting the IPAddress object.
+// the address that had already cleared its bit was still deleting the IPAddress object, or its
+// repair loop deleted the object of a lost Service create and kept the bit (Op.RepairFrees).
 // "h" + pendingBit: one that a caller holds while its operation runs and clears before it
 // returns, in the Undo that follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing
 // else clears it, and an Undo that finds none does not fit, so the Undo cannot come before the
@@ -218,6 +244,11 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		case op.Kind == Undo:
 			if mark == pendingBit {
 				next = append(next, h)
+			}
+		case op.Kind == Repair:
+			next = append(next, e)
+			if h == op.Owner {
+				next = append(next, free+stuckBit)
 			}
 		case op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap:
 			next = append(next, free+pendingBit) // the object deleted; the Undo clears the bit
@@ -295,7 +326,8 @@ func newModel(allowLeftBits bool) porcupine.Model {
 
 // partition splits a history by address. An AllocateNext refused as full names no address and
 // is left out; one whose outcome is unknown goes into every part, as an allocation of that
-// address that may have happened.
+// address that may have happened. Each allocation with Op.RepairFrees whose outcome is unknown
+// brings a Repair of its owner into the parts it is in.
 func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byAddr := map[netip.Addr][]porcupine.Operation{}
 	var anywhere []porcupine.Operation
@@ -307,6 +339,9 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 		case op.Kind == AllocateNext && op.Outcome == Refused:
 		default:
 			byAddr[op.Addr] = append(byAddr[op.Addr], o)
+			if r, ok := repairOf(o, op.Addr); ok {
+				byAddr[op.Addr] = append(byAddr[op.Addr], r)
+			}
 		}
 	}
 	addrs := make([]netip.Addr, 0, len(byAddr))
@@ -317,9 +352,28 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	anywhere = mergeLost(anywhere)
 	parts := make([][]porcupine.Operation, 0, len(addrs))
 	for _, a := range addrs {
-		parts = append(parts, append(byAddr[a], anywhere...))
+		part := append(byAddr[a], anywhere...)
+		for _, o := range anywhere {
+			if r, ok := repairOf(o, a); ok {
+				part = append(part, r)
+			}
+		}
+		parts = append(parts, part)
 	}
 	return parts
+}
+
+// repairOf returns the Repair of addr that o, an allocation, may bring: ok is false unless o
+// has Op.RepairFrees, an unknown outcome, and a return at least RepairGrace after its call.
+func repairOf(o porcupine.Operation, addr netip.Addr) (porcupine.Operation, bool) {
+	op := o.Input.(Op)
+	call := o.Call + int64(RepairGrace)
+	if !op.RepairFrees || op.Outcome != Unknown || op.Kind == Release || call > o.Return {
+		return porcupine.Operation{}, false
+	}
+	r := Op{Client: op.Client, Process: "kube-apiserver's repair", Kind: Repair, Addr: addr, Owner: op.Owner,
+		Call: call, Return: o.Return, Outcome: OK}
+	return porcupine.Operation{ClientId: o.ClientId, Input: r, Output: r, Call: r.Call, Return: r.Return}, true
 }
 
 // mergeLost merges the AllocateNexts whose answers were lost into one per kind of caller (what
@@ -328,15 +382,16 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 // to release it, so one stands for all of them, with a wider interval; without the merge the
 // search tries every order of them, which is exponential in their number.
 func mergeLost(ops []porcupine.Operation) []porcupine.Operation {
-	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast bool }
+	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast, repairFrees bool }
 	merged := map[class]int{} // index in out
 	var out []porcupine.Operation
 	for _, o := range ops {
 		op := o.Input.(Op)
-		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast}
+		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast, op.RepairFrees}
 		i, ok := merged[c]
 		if !ok {
-			op.Owner, op.Process = "(a lost AllocateNext)", "lost AllocateNexts"
+			// Each class its own owner, so that a Repair frees only its own class's.
+			op.Owner, op.Process = fmt.Sprintf("(a lost AllocateNext #%d)", len(out)), "lost AllocateNexts"
 			o.Input, o.Output = op, op
 			merged[c] = len(out)
 			out = append(out, o)
