@@ -77,7 +77,7 @@ type historyStats struct {
 	outcomes map[Outcome]int
 	faults   map[string]int
 	check    Result
-	leftBits int // addresses where kube-apiserver left a bit behind
+	leftBits int // addresses where a refusal left a bit behind
 }
 
 // TestHistoriesAreLinearizable records, for each window, a history of three allocator
@@ -88,7 +88,7 @@ type historyStats struct {
 // and restarted, a process (and every other round the Service workers) cut off from
 // kube-apiserver, and a process stopped with SIGSTOP for longer than its deadlines. Every history
 // must be linearizable (see Model); the test logs the addresses where it is so only because
-// kube-apiserver v1.33 left a bit set when it refused an allocation (see Op.RefusalLeavesBit).
+// a refusal left a bit set (see Op.RefusalLeavesBit).
 // Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must leave
 // the audit consistent.
 //
@@ -133,7 +133,7 @@ func TestHistoriesAreLinearizable(t *testing.T) {
 			runs++
 		})
 	}
-	t.Logf("%d histories, %d operations checked (%d ok, %d refused, %d unknown), faults %s, checker %v; addresses where kube-apiserver left a bit behind: %d",
+	t.Logf("%d histories, %d operations checked (%d ok, %d refused, %d unknown), faults %s, checker %v; addresses where a refusal left a bit behind: %d",
 		runs, totals.ops, totals.outcomes[OK], totals.outcomes[Refused], totals.outcomes[Unknown],
 		faultString(totals.faults), totals.check.Elapsed.Round(time.Millisecond), totals.leftBits)
 }
@@ -312,7 +312,7 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), bad, explainAll(t, ops, bad, filepath.Join(out, w.name)))
 	} else if left := IllegalAddresses(StrictModel, ops, partTimeout); len(left) > 0 {
 		s.leftBits = len(left)
-		t.Logf("%s: kube-apiserver v1.33 left its bit set after refusing an allocation at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
+		t.Logf("%s: a refusal left its bit set (kube-apiserver v1.33, or a DualWrite create whose answer was lost) at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
 			w.name, len(left), left)
 	}
 	h.repairOnce(ctx)
@@ -751,28 +751,45 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 	}
 }
 
-// withCallerFlags returns a history recorded before Op.ClearsBitLast and Op.RepairFrees with
-// them set as the harness sets them now, from who called, and with the Undos of the releases
-// that gives; a history that has either flag is returned as it is.
+// withCallerFlags returns a history written by an earlier harness with the flags the harness
+// sets now: Op.ClearsBitLast and Op.RepairFrees from who called, when the history has neither
+// (with the Undos of the releases that gives), and Op.RefusalLeavesBit instead of
+// Op.TransientBit (and no Undo) for a DualWrite refusal that kept its bit.
 func withCallerFlags(history []Op) []Op {
+	old := true
+	type key struct {
+		client int
+		call   int64
+	}
+	keptBit := map[key]bool{}
 	for _, op := range history {
 		if op.ClearsBitLast || op.RepairFrees {
-			return history
+			old = false
+		}
+		if op.Kind == Allocate && op.TransientBit && strings.Contains(op.Err, keptBitRefusal) {
+			keptBit[key{op.Client, op.Call}] = true
 		}
 	}
 	out := make([]Op, 0, len(history))
 	for _, op := range history {
+		kept := keptBit[key{op.Client, op.Call}]
 		switch {
-		case op.Kind == Undo && !op.Addr.IsValid():
-			continue // of an AllocateNext refused as full, recorded as TransientBit before the fix
-		case op.Kind == Undo:
-		case strings.HasPrefix(op.Process, "dualwrite-"):
-			op.ClearsBitLast = true
-		case op.Process == "kube-apiserver":
-			op.RepairFrees = true
+		case op.Kind == Undo && (kept || !op.Addr.IsValid()):
+			continue // an Undo of a refusal that kept its bit, or of an AllocateNext refused as full
+		case kept:
+			op.TransientBit, op.RefusalLeavesBit = false, true
+		}
+		if old {
+			switch {
+			case op.Kind == Undo:
+			case strings.HasPrefix(op.Process, "dualwrite-"):
+				op.ClearsBitLast = true
+			case op.Process == "kube-apiserver":
+				op.RepairFrees = true
+			}
 		}
 		out = append(out, op)
-		if op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {
+		if old && op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {
 			undo := op
 			undo.Kind = Undo
 			out = append(out, undo)

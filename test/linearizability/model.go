@@ -110,8 +110,11 @@ type Op struct {
 	// AllocateService and AllocateNextService in pkg/registry/core/service/ipallocator/
 	// cidrallocator.go). The object exists when an IPAddressOnly peer holds the address, or when
 	// a kube-apiserver release of it has cleared the bit and not yet deleted the object (its
-	// Release clears the bit first). Our DualWrite allocator clears the bit it set, and releases
-	// in the other order.
+	// Release clears the bit first). Our DualWrite allocator clears the bit it set when the
+	// create is refused (Op.TransientBit), and releases in the other order; but when the create
+	// loses its answer and a read then finds the object held for another owner, it answers
+	// ErrAllocated and keeps the bit, since the create may still land (dualwrite.go settle),
+	// which is this case too.
 	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
 	// TransientBit says that a refused Allocate set the address's bit and cleared it again before it
 	// returned: our DualWrite allocator reserves the bit, then finds the IPAddress object taken
@@ -296,9 +299,9 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 // on its own, starting free. Operations are [Op] values, as input and as output.
 var Model = newModel(true)
 
-// StrictModel is [Model] without Op.RefusalLeavesBit: kube-apiserver's refusals are taken to
-// leave nothing behind. A history that Model accepts and StrictModel rejects shows kube-apiserver
-// v1.33 leaving a bit behind.
+// StrictModel is [Model] without Op.RefusalLeavesBit: refusals are taken to leave nothing
+// behind. A history that Model accepts and StrictModel rejects shows a refusal leaving a bit
+// behind: kube-apiserver v1.33's, or a DualWrite create's whose answer was lost.
 var StrictModel = newModel(false)
 
 func newModel(allowLeftBits bool) porcupine.Model {

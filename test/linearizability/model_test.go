@@ -176,6 +176,11 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Illegal,
 		},
 		{
+			name:    "a DualWrite create whose answer was lost finds another owner's IPAddress object, and keeps its bit",
+			history: WithUndos(keptBitHistory),
+			want:    porcupine.Ok,
+		},
+		{
 			name: "a full range names no address",
 			history: []Op{
 				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},
@@ -267,6 +272,23 @@ var releaseObjectFirstHistory = []Op{
 	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-86", Call: 4296, Return: 4301, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
 	{Client: 5, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-5-191", Call: 4803, Return: 4816, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
 	{Client: 5, Process: "dualwrite-2#0", Kind: Release, Addr: addrA, Call: 4828, Return: 4838, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+}
+
+// keptBitHistory is from a 100 s history of the finish window (10.96.0.6, times in ms): a
+// DualWrite Allocate sets the bit, its IPAddress create loses its answer in a partition, and the
+// read that follows finds the object held by an IPAddressOnly process. It answers ErrAllocated
+// and keeps the bit, since its create may still land (dualwrite.go settle, outcomeOthers): from
+// then on callers that read the bitmap are refused the address, and IPAddressOnly callers get it.
+var keptBitHistory = []Op{
+	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-227", Call: 6958, Return: 10130, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true, RefusalLeavesBit: true,
+		Err: "clusterip: 10.96.0.6: its IPAddress belongs to another owner (after ipaddress: create IPAddress 10.96.0.6: Post …: context deadline exceeded): allocator: address already allocated"},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-55", Call: 9800, Return: 9803, Outcome: OK},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Release, Addr: addrA, Call: 9808, Return: 9811, Outcome: OK},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-63", Call: 9949, Return: 9953, Outcome: OK},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Release, Addr: addrA, Call: 10152, Return: 10164, Outcome: OK},
+	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-241", Call: 10604, Return: 10605, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-160", Call: 11025, Return: 11036, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-117", Call: 11242, Return: 11245, Outcome: OK},
 }
 
 // ms is a millisecond in the nanoseconds of Op.Call and Op.Return.
