@@ -367,7 +367,9 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 }
 
 // repairOf returns the Repair of addr that o, an allocation, may bring: ok is false unless o
-// has Op.RepairFrees, an unknown outcome, and a return at least RepairGrace after its call.
+// has Op.RepairFrees, an unknown outcome, and a return at least RepairGrace after its call. For
+// merged lost AllocateNexts ([mergeLost]) the call is the first one's, so the Repair may come
+// too early for a later one: lenient, and only ever about an allocation nobody was told of.
 func repairOf(o porcupine.Operation, addr netip.Addr) (porcupine.Operation, bool) {
 	op := o.Input.(Op)
 	call := o.Call + int64(RepairGrace)
