@@ -12,9 +12,12 @@
 // Dual write keeps each address in two stores, the bitmap and IPAddress objects, and callers
 // differ in which they read (Op.Bitmap), so the model also keeps, per address, a bit that may be
 // set for nobody: one an unknown dual write left behind for repair (Op.LeavesBit), one
-// kube-apiserver v1.33 left when it refused an allocation (Op.RefusalLeavesBit), and one a
-// refused dual write held until it undid it (Op.TransientBit). Such a bit only makes callers that
-// read the bitmap refuse the address; it never lets anyone take a held one.
+// kube-apiserver v1.33 left when it refused an allocation (Op.RefusalLeavesBit) or kept when its
+// repair loop deleted the IPAddress object of a Service create cut short (Op.RepairFrees), one a
+// refused dual write held until it undid it (Op.TransientBit), and one a DualWrite release holds
+// between deleting the IPAddress object and clearing the bit (Op.ClearsBitLast). Such a bit only
+// makes callers that read the bitmap refuse the address; it never lets anyone take a held one,
+// and one that its caller clears is gone by the time the caller's operation returns.
 //
 // Operations on different addresses commute, so a history is checked one address at a time
 // ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in

@@ -37,6 +37,8 @@ var (
 		"how long each recorded history runs; faults are injected in turn for as long as it lasts")
 	historyOut = flag.String("history.out", "",
 		"directory for the histories and the timelines of failing ones; defaults to a new temporary directory, removed when every history passes")
+	historyCheck = flag.String("history.check", "",
+		"a history written by an earlier run (DIR/finish.json): check it again, with the current model, instead of recording one; what fails is explained beside it")
 )
 
 const (
@@ -75,7 +77,7 @@ type historyStats struct {
 	outcomes map[Outcome]int
 	faults   map[string]int
 	check    Result
-	leftBits int // addresses where kube-apiserver left a bit behind
+	leftBits int // addresses where a refusal left a bit behind
 }
 
 // TestHistoriesAreLinearizable records, for each window, a history of three allocator
@@ -86,7 +88,7 @@ type historyStats struct {
 // and restarted, a process (and every other round the Service workers) cut off from
 // kube-apiserver, and a process stopped with SIGSTOP for longer than its deadlines. Every history
 // must be linearizable (see Model); the test logs the addresses where it is so only because
-// kube-apiserver v1.33 left a bit set when it refused an allocation (see Op.RefusalLeavesBit).
+// a refusal left a bit set (see Op.RefusalLeavesBit).
 // Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must leave
 // the audit consistent.
 //
@@ -131,7 +133,7 @@ func TestHistoriesAreLinearizable(t *testing.T) {
 			runs++
 		})
 	}
-	t.Logf("%d histories, %d operations checked (%d ok, %d refused, %d unknown), faults %s, checker %v; addresses where kube-apiserver left a bit behind: %d",
+	t.Logf("%d histories, %d operations checked (%d ok, %d refused, %d unknown), faults %s, checker %v; addresses where a refusal left a bit behind: %d",
 		runs, totals.ops, totals.outcomes[OK], totals.outcomes[Refused], totals.outcomes[Unknown],
 		faultString(totals.faults), totals.check.Elapsed.Round(time.Millisecond), totals.leftBits)
 }
@@ -159,10 +161,28 @@ type harness struct {
 	procs    []*procSlot
 	svcProxy *Proxy // between the Service workers and kube-apiserver
 
-	mu         sync.Mutex // guards api, nextClient, faults
+	mu         sync.Mutex // guards api, nextClient, faults, apiLogs
 	api        *localcluster.KubeAPIServer
 	nextClient int
 	faults     map[string]int
+	apiLogs    int // kube-apiserver logs kept
+}
+
+// keepLog copies the log of api, which is about to be closed, to the output directory as
+// WINDOW-kube-apiserver-N.log, so that what kube-apiserver did (its repair loop's deletions
+// among them) can be read beside a failing history.
+func (h *harness) keepLog(api *localcluster.KubeAPIServer) {
+	h.mu.Lock()
+	n := h.apiLogs
+	h.apiLogs++
+	h.mu.Unlock()
+	b, err := os.ReadFile(api.LogPath)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(h.out, fmt.Sprintf("%s-kube-apiserver-%d.log", h.w.name, n)), b, 0o644)
+	}
+	if err != nil {
+		h.t.Logf("keep the kube-apiserver log: %v", err)
+	}
 }
 
 // procSlot is one allocator process, across its incarnations.
@@ -196,6 +216,7 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 			if t.Failed() {
 				t.Logf("--- end of %s:\n%s", api.LogPath, api.LogTail(60))
 			}
+			h.keepLog(api)
 			api.Close()
 		}
 	})
@@ -286,11 +307,12 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 		w.name, len(ops), res.Addresses, s.outcomes[OK], s.outcomes[Refused], s.outcomes[Unknown],
 		time.Duration(end-t0.UnixNano()).Round(time.Second), faultString(h.faults), res.Verdict, res.Elapsed.Round(time.Millisecond))
 	if res.Verdict != porcupine.Ok {
-		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v",
-			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), IllegalAddresses(Model, ops, partTimeout))
+		bad := IllegalAddresses(Model, ops, partTimeout)
+		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v, explained in %s",
+			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), bad, explainAll(t, ops, bad, filepath.Join(out, w.name)))
 	} else if left := IllegalAddresses(StrictModel, ops, partTimeout); len(left) > 0 {
 		s.leftBits = len(left)
-		t.Logf("%s: kube-apiserver v1.33 left its bit set after refusing an allocation at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
+		t.Logf("%s: a refusal left its bit set (kube-apiserver v1.33, or a DualWrite create whose answer was lost) at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
 			w.name, len(left), left)
 	}
 	h.repairOnce(ctx)
@@ -447,7 +469,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 	var held []svc
 	for seq := 0; time.Now().Before(h.deadline); seq++ {
 		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
-		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true}
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true}
 		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
 		r := rng.Float64()
 		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
@@ -628,6 +650,7 @@ func (h *harness) killAPIServer(int) {
 		h.t.Errorf("restart kube-apiserver: %v", err)
 		return
 	}
+	h.keepLog(old)
 	old.Close()
 	target := hostOf(h.currentAPI())
 	for _, p := range append([]*Proxy{h.svcProxy}, apiProxies(h.procs)...) {
@@ -676,4 +699,101 @@ func (h *harness) repairOnce(ctx context.Context) {
 			h.t.Errorf("after one repair pass: %s %s %s: %s", f.IP, f.Class, f.Service, f.Detail)
 		}
 	}
+}
+
+// explainAll writes [Explain] of each address of bad to prefix-ADDR.txt and returns the pattern
+// of their names.
+func explainAll(t *testing.T, history []Op, bad []netip.Addr, prefix string) string {
+	for _, a := range bad {
+		path := fmt.Sprintf("%s-%s.txt", prefix, a)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if err := Explain(f, Model, history, a, partTimeout); err != nil {
+			t.Error(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	return prefix + "-*.txt"
+}
+
+// TestSavedHistoryIsLinearizable checks again, under the current model, a history an earlier run
+// wrote (-history.check=DIR/finish.json), and explains each address where it is not
+// linearizable in DIR/finish-ADDR.txt. It skips without the flag.
+func TestSavedHistoryIsLinearizable(t *testing.T) {
+	if *historyCheck == "" {
+		t.Skip("no -history.check")
+	}
+	raw, err := os.ReadFile(*historyCheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []Op
+	if err := json.Unmarshal(raw, &ops); err != nil {
+		t.Fatal(err)
+	}
+	ops = withCallerFlags(ops)
+	prefix := strings.TrimSuffix(*historyCheck, ".json")
+	res, err := Check(ops, checkTimeout, prefix+".html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d operations on %d addresses (%d unknown); checker: %s in %v",
+		*historyCheck, res.Ops, res.Addresses, res.Unknown, res.Verdict, res.Elapsed.Round(time.Millisecond))
+	if res.Verdict != porcupine.Ok {
+		bad := IllegalAddresses(Model, ops, partTimeout)
+		t.Errorf("the history is %s, want linearizable; timeline: %s; not linearizable at %v, explained in %s",
+			res.Verdict, res.HTML, bad, explainAll(t, ops, bad, prefix))
+	}
+}
+
+// withCallerFlags returns a history written by an earlier harness with the flags the harness
+// sets now: Op.ClearsBitLast and Op.RepairFrees from who called, when the history has neither
+// (with the Undos of the releases that gives), and Op.RefusalLeavesBit instead of
+// Op.TransientBit (and no Undo) for a DualWrite refusal that kept its bit.
+func withCallerFlags(history []Op) []Op {
+	old := true
+	type key struct {
+		client int
+		call   int64
+	}
+	keptBit := map[key]bool{}
+	for _, op := range history {
+		if op.ClearsBitLast || op.RepairFrees {
+			old = false
+		}
+		if op.Kind == Allocate && op.TransientBit && strings.Contains(op.Err, keptBitRefusal) {
+			keptBit[key{op.Client, op.Call}] = true
+		}
+	}
+	out := make([]Op, 0, len(history))
+	for _, op := range history {
+		kept := keptBit[key{op.Client, op.Call}]
+		switch {
+		case op.Kind == Undo && (kept || !op.Addr.IsValid()):
+			continue // an Undo of a refusal that kept its bit, or of an AllocateNext refused as full
+		case kept:
+			op.TransientBit, op.RefusalLeavesBit = false, true
+		}
+		if old {
+			switch {
+			case op.Kind == Undo:
+			case strings.HasPrefix(op.Process, "dualwrite-"):
+				op.ClearsBitLast = true
+			case op.Process == "kube-apiserver":
+				op.RepairFrees = true
+			}
+		}
+		out = append(out, op)
+		if old && op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {
+			undo := op
+			undo.Kind = Undo
+			out = append(out, undo)
+		}
+	}
+	return out
 }

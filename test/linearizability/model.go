@@ -20,9 +20,14 @@ const (
 	Allocate Kind = iota
 	AllocateNext
 	Release
-	// Undo is the second half of a refusal with Op.TransientBit: the caller clearing the bit it
-	// set. The history gets one for each such refusal ([WithUndos]); nobody calls it.
+	// Undo is the second half of a refusal with Op.TransientBit or of a Release with
+	// Op.ClearsBitLast that is OK: the caller clearing the bit it left set. The history gets one
+	// for each such operation, over the same interval ([WithUndos]); nobody calls it.
 	Undo
+	// Repair is kube-apiserver's repair loop deleting the IPAddress object of an allocation
+	// with Op.RepairFrees whose outcome is unknown, if that allocation took effect without its
+	// Service: the partition adds one for each such allocation ([Model]); nobody calls it.
+	Repair
 )
 
 func (k Kind) String() string {
@@ -35,6 +40,8 @@ func (k Kind) String() string {
 		return "Release"
 	case Undo:
 		return "Undo"
+	case Repair:
+		return "Repair"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -103,24 +110,53 @@ type Op struct {
 	// AllocateService and AllocateNextService in pkg/registry/core/service/ipallocator/
 	// cidrallocator.go). The object exists when an IPAddressOnly peer holds the address, or when
 	// a kube-apiserver release of it has cleared the bit and not yet deleted the object (its
-	// Release clears the bit first). Our DualWrite allocator clears the bit it set, and releases
-	// in the other order.
+	// Release clears the bit first). Our DualWrite allocator clears the bit it set when the
+	// create is refused (Op.TransientBit), and releases in the other order; but when the create
+	// loses its answer and a read then finds the object held for another owner, it answers
+	// ErrAllocated and keeps the bit, since the create may still land (dualwrite.go settle),
+	// which is this case too.
 	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
-	// TransientBit says that a refusal set the address's bit and cleared it again before it
+	// TransientBit says that a refused Allocate set the address's bit and cleared it again before it
 	// returned: our DualWrite allocator reserves the bit, then finds the IPAddress object taken
 	// (an IPAddressOnly peer holds the address) and undoes the reservation. A caller that reads
 	// the bitmap meanwhile is refused the address. The model sees the refusal set the bit and an
 	// Undo of the same interval clear it.
 	TransientBit bool `json:"transientBit,omitempty"`
+	// ClearsBitLast says that the caller's Release deletes the address's IPAddress object and
+	// then clears its bit, as our DualWrite allocator does (§6 of the design: "Release:
+	// IPAddress first, then the bitmap"): in between, an IPAddressOnly caller may take the
+	// address, while callers that read the bitmap are refused it. The model sees an OK Release
+	// free the address and leave the bit set, and an Undo of the same interval clear it, so the
+	// bit is gone by the time the Release returns. kube-apiserver v1.33 releases in the other
+	// order (MetaAllocator.Release clears the bit, then deletes the object), which needs no such
+	// step: see RefusalLeavesBit.
+	ClearsBitLast bool `json:"clearsBitLast,omitempty"`
+	// RepairFrees says that an allocation whose outcome is unknown may have taken effect
+	// without its owner: kube-apiserver v1.33 sets the bit and creates the IPAddress object
+	// before it stores the Service, so a Service create cut short (kube-apiserver killed, its
+	// storage failing) can leave both with no Service. Its repair loop (RepairIPAddress, the only
+	// one it runs with MultiCIDRServiceAllocator on) deletes such an object once it is older than
+	// 60 s (repairip.go syncIPAddress) and never clears a bit, so from then on IPAddressOnly
+	// callers may take the address and callers that read the bitmap are refused it. The model
+	// sees a Repair from [RepairGrace] after the call to the end of the history that may turn
+	// such an owner into a bit that nobody holds. An acknowledged allocation is never repaired.
+	// True for kube-apiserver's Service creates; our allocators' objects carry another
+	// managed-by label, which kube-apiserver's repair leaves alone.
+	RepairFrees bool `json:"repairFrees,omitempty"`
 }
 
-// WithUndos returns history with an Undo after each refusal with Op.TransientBit, over the same
-// interval.
+// RepairGrace is the earliest, after an allocation's call, that kube-apiserver's repair loop can
+// delete the IPAddress object it may have left: 60 s after the object's CreationTimestamp, which
+// has a resolution of one second, so 59 s after any instant before the object was created.
+const RepairGrace = 59 * time.Second
+
+// WithUndos returns history with an Undo after each refused Allocate with Op.TransientBit and
+// each OK Release with Op.ClearsBitLast, over the same interval.
 func WithUndos(history []Op) []Op {
 	out := make([]Op, 0, len(history))
 	for _, op := range history {
 		out = append(out, op)
-		if op.TransientBit && op.Outcome == Refused {
+		if (op.TransientBit && op.Kind == Allocate && op.Outcome == Refused) || (op.ClearsBitLast && op.Bitmap && op.Kind == Release && op.Outcome == OK) {
 			undo := op
 			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
 			out = append(out, undo)
@@ -138,6 +174,8 @@ func (op Op) String() string {
 		s += op.Owner
 	case Release, Undo:
 		s += op.Addr.String()
+	case Repair:
+		s += op.Addr.String() + ", " + op.Owner
 	}
 	s += ") → " + op.Outcome.String()
 	if op.Kind == AllocateNext && op.Outcome == OK {
@@ -149,19 +187,32 @@ func (op Op) String() string {
 // free is the holder of a free address in a state.
 const free = "(free)"
 
-// Bits left set for nobody (see Op.LeavesBit and Op.RefusalLeavesBit) mark a possible holder:
-// "h" + leftBit is h, for the IPAddress objects, and a set bit that nobody owns, which only
-// callers that read the bitmap see and a Release from one of them clears; "h" + stuckBit is the
-// same with a bit that no Release clears, because kube-apiserver v1.33 set it while a release
-// of the address that had already cleared its bit was still deleting the IPAddress object.
+// An address's state, as one caller sees it, is one of: free; held by an owner (its IPAddress
+// object, and its bit for an owner that writes the bitmap); or free or held, with a set bit that
+// nobody owns. A bit that nobody owns makes the address taken for callers that read the bitmap
+// (Op.Bitmap: Legacy, DualWrite and kube-apiserver refuse it, as kube-apiserver v1.33 does) and
+// is invisible to IPAddressOnly callers, which may take the address while it is set. It never
+// lets anyone take an address that is held.
+//
+// Bits set for nobody mark a possible holder h. "h" + leftBit: a bit left behind (Op.LeavesBit,
+// Op.RefusalLeavesBit) that a Release from a caller that reads the bitmap clears. "h" +
+// stuckBit: one that no Release clears, because kube-apiserver v1.33 set it while a release of
+// the address that had already cleared its bit was still deleting the IPAddress object, or its
+// repair loop deleted the object of a lost Service create and kept the bit (Op.RepairFrees).
+// "h" + pendingBit: one that a caller holds while its operation runs and clears before it
+// returns, in the Undo that follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing
+// else clears it, and an Undo that finds none does not fit, so the Undo cannot come before the
+// step that set the bit and the bit is gone when the operation returns.
 const (
-	leftBit  = "+bit"
-	stuckBit = "+stuck"
+	leftBit    = "+bit"
+	stuckBit   = "+stuck"
+	pendingBit = "+pending"
 )
 
-// A state of the model is the set of the holders one address may have, given the outcomes that
-// are unknown: sorted, distinct, joined by newlines; free stands for no holder, and a holder may
-// carry leftBit or stuckBit. A string, so that porcupine compares and hashes states as they are.
+// A state of the model is the set of the states one address may be in, given the outcomes that
+// are unknown: sorted, distinct, joined by newlines; each is a holder (free, or an owner) that
+// may carry one of the marks above. A string, so that porcupine compares and hashes states as
+// they are.
 
 func stateOf(holders []string) string {
 	sort.Strings(holders)
@@ -174,7 +225,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 	var next []string
 	for _, e := range strings.Split(state, "\n") {
 		h, mark := e, ""
-		for _, m := range []string{stuckBit, leftBit} {
+		for _, m := range []string{stuckBit, leftBit, pendingBit} {
 			if rest, ok := strings.CutSuffix(e, m); ok {
 				h, mark = rest, m
 				break
@@ -194,11 +245,16 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
 		case op.Kind == Undo:
-			if mark == leftBit {
+			if mark == pendingBit {
 				next = append(next, h)
-			} else {
-				next = append(next, e)
 			}
+		case op.Kind == Repair:
+			next = append(next, e)
+			if h == op.Owner {
+				next = append(next, free+stuckBit)
+			}
+		case op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap:
+			next = append(next, free+pendingBit) // the object deleted; the Undo clears the bit
 		case op.Kind == Release && op.Outcome == OK:
 			next = append(next, released)
 		case op.Kind == Release:
@@ -217,7 +273,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 					next = append(next, h+stuckBit)
 				}
 				if op.TransientBit && mark == "" {
-					next = append(next, h+leftBit)
+					next = append(next, h+pendingBit)
 				}
 			}
 		default: // an allocation that may have happened
@@ -243,9 +299,9 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 // on its own, starting free. Operations are [Op] values, as input and as output.
 var Model = newModel(true)
 
-// StrictModel is [Model] without Op.RefusalLeavesBit: kube-apiserver's refusals are taken to
-// leave nothing behind. A history that Model accepts and StrictModel rejects shows kube-apiserver
-// v1.33 leaving a bit behind.
+// StrictModel is [Model] without Op.RefusalLeavesBit: refusals are taken to leave nothing
+// behind. A history that Model accepts and StrictModel rejects shows a refusal leaving a bit
+// behind: kube-apiserver v1.33's, or a DualWrite create's whose answer was lost.
 var StrictModel = newModel(false)
 
 func newModel(allowLeftBits bool) porcupine.Model {
@@ -273,7 +329,8 @@ func newModel(allowLeftBits bool) porcupine.Model {
 
 // partition splits a history by address. An AllocateNext refused as full names no address and
 // is left out; one whose outcome is unknown goes into every part, as an allocation of that
-// address that may have happened.
+// address that may have happened. Each allocation with Op.RepairFrees whose outcome is unknown
+// brings a Repair of its owner into the parts it is in.
 func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byAddr := map[netip.Addr][]porcupine.Operation{}
 	var anywhere []porcupine.Operation
@@ -285,6 +342,9 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 		case op.Kind == AllocateNext && op.Outcome == Refused:
 		default:
 			byAddr[op.Addr] = append(byAddr[op.Addr], o)
+			if r, ok := repairOf(o, op.Addr); ok {
+				byAddr[op.Addr] = append(byAddr[op.Addr], r)
+			}
 		}
 	}
 	addrs := make([]netip.Addr, 0, len(byAddr))
@@ -295,9 +355,30 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	anywhere = mergeLost(anywhere)
 	parts := make([][]porcupine.Operation, 0, len(addrs))
 	for _, a := range addrs {
-		parts = append(parts, append(byAddr[a], anywhere...))
+		part := append(byAddr[a], anywhere...)
+		for _, o := range anywhere {
+			if r, ok := repairOf(o, a); ok {
+				part = append(part, r)
+			}
+		}
+		parts = append(parts, part)
 	}
 	return parts
+}
+
+// repairOf returns the Repair of addr that o, an allocation, may bring: ok is false unless o
+// has Op.RepairFrees, an unknown outcome, and a return at least RepairGrace after its call. For
+// merged lost AllocateNexts ([mergeLost]) the call is the first one's, so the Repair may come
+// too early for a later one: lenient, and only ever about an allocation nobody was told of.
+func repairOf(o porcupine.Operation, addr netip.Addr) (porcupine.Operation, bool) {
+	op := o.Input.(Op)
+	call := o.Call + int64(RepairGrace)
+	if !op.RepairFrees || op.Outcome != Unknown || op.Kind == Release || call > o.Return {
+		return porcupine.Operation{}, false
+	}
+	r := Op{Client: op.Client, Process: "kube-apiserver's repair", Kind: Repair, Addr: addr, Owner: op.Owner,
+		Call: call, Return: o.Return, Outcome: OK}
+	return porcupine.Operation{ClientId: o.ClientId, Input: r, Output: r, Call: r.Call, Return: r.Return}, true
 }
 
 // mergeLost merges the AllocateNexts whose answers were lost into one per kind of caller (what
@@ -306,15 +387,16 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 // to release it, so one stands for all of them, with a wider interval; without the merge the
 // search tries every order of them, which is exponential in their number.
 func mergeLost(ops []porcupine.Operation) []porcupine.Operation {
-	type class struct{ bitmap, leaves, refusalLeaves bool }
+	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast, repairFrees bool }
 	merged := map[class]int{} // index in out
 	var out []porcupine.Operation
 	for _, o := range ops {
 		op := o.Input.(Op)
-		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit}
+		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast, op.RepairFrees}
 		i, ok := merged[c]
 		if !ok {
-			op.Owner, op.Process = "(a lost AllocateNext)", "lost AllocateNexts"
+			// Each class its own owner, so that a Repair frees only its own class's.
+			op.Owner, op.Process = fmt.Sprintf("(a lost AllocateNext #%d)", len(out)), "lost AllocateNexts"
 			o.Input, o.Output = op, op
 			merged[c] = len(out)
 			out = append(out, o)

@@ -134,6 +134,53 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Ok,
 		},
 		{
+			name:    "a DualWrite release deletes the IPAddress object before it clears the bit",
+			history: WithUndos(releaseObjectFirstHistory),
+			want:    porcupine.Ok,
+		},
+		{
+			name: "a DualWrite release that returned leaves no bit",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 0, Return: 10, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+				{Client: 0, Process: "dualwrite-0#0", Kind: Release, Addr: addrA, Call: 20, Return: 60, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+				{Client: 1, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d2", Call: 70, Return: 80, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
+			name:    "kube-apiserver's repair deletes the IPAddress object of a lost Service create a minute on, and the bit stays",
+			history: repairedLostCreateHistory,
+			want:    porcupine.Ok,
+		},
+		{
+			name: "kube-apiserver's repair leaves a lost Service create's IPAddress object alone for a minute",
+			history: func() []Op {
+				h := append([]Op(nil), repairedLostCreateHistory...)
+				for i := range h {
+					if i > 0 { // the Service create stays; what follows comes 40 s sooner
+						h[i].Call -= 40_000 * ms
+						h[i].Return -= 40_000 * ms
+					}
+				}
+				return h
+			}(),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "kube-apiserver's repair never frees the address of a Service that was created",
+			history: func() []Op {
+				h := append([]Op(nil), repairedLostCreateHistory...)
+				h[0].Outcome, h[0].Return, h[0].Err = OK, 6_935*ms, ""
+				return h
+			}(),
+			want: porcupine.Illegal,
+		},
+		{
+			name:    "a DualWrite create whose answer was lost finds another owner's IPAddress object, and keeps its bit",
+			history: WithUndos(keptBitHistory),
+			want:    porcupine.Ok,
+		},
+		{
 			name: "a full range names no address",
 			history: []Op{
 				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},
@@ -208,6 +255,60 @@ var racingReleaseHistory = []Op{
 	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 25, Return: 45, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
 	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l", Call: 50, Return: 60, Outcome: Refused, Bitmap: true},
 	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l2", Call: 70, Return: 80, Outcome: Refused, Bitmap: true},
+}
+
+// releaseObjectFirstHistory is from a 100 s history of the finish window (10.96.0.2, times in
+// ms): a DualWrite release, slowed by conflicts on the bitmap, deletes the IPAddress object, and
+// an IPAddressOnly process takes and frees the address before the release clears the bit, which
+// meanwhile refuses the address to kube-apiserver and to another DualWrite process.
+var releaseObjectFirstHistory = []Op{
+	{Client: 1, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-0-0-1-33", Call: 1308, Return: 1312, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 1, Process: "dualwrite-0#0", Kind: Release, Addr: addrA, Call: 3632, Return: 4318, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 4, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-0-4-157", Call: 3749, Return: 3757, Outcome: OK},
+	{Client: 3, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-0-3-163", Call: 3821, Return: 3823, Outcome: Refused},
+	{Client: 4, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 3931, Return: 3940, Outcome: OK},
+	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-90", Call: 4069, Return: 4071, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-165", Call: 4259, Return: 4260, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-86", Call: 4296, Return: 4301, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 5, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-5-191", Call: 4803, Return: 4816, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 5, Process: "dualwrite-2#0", Kind: Release, Addr: addrA, Call: 4828, Return: 4838, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+}
+
+// keptBitHistory is from a 100 s history of the finish window (10.96.0.6, times in ms): a
+// DualWrite Allocate sets the bit, its IPAddress create loses its answer in a partition, and the
+// read that follows finds the object held by an IPAddressOnly process. It answers ErrAllocated
+// and keeps the bit, since its create may still land (dualwrite.go settle, outcomeOthers): from
+// then on callers that read the bitmap are refused the address, and IPAddressOnly callers get it.
+var keptBitHistory = []Op{
+	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-227", Call: 6958, Return: 10130, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true, RefusalLeavesBit: true,
+		Err: "clusterip: 10.96.0.6: its IPAddress belongs to another owner (after ipaddress: create IPAddress 10.96.0.6: Post …: context deadline exceeded): allocator: address already allocated"},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-55", Call: 9800, Return: 9803, Outcome: OK},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Release, Addr: addrA, Call: 9808, Return: 9811, Outcome: OK},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-63", Call: 9949, Return: 9953, Outcome: OK},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Release, Addr: addrA, Call: 10152, Return: 10164, Outcome: OK},
+	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-241", Call: 10604, Return: 10605, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-160", Call: 11025, Return: 11036, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-117", Call: 11242, Return: 11245, Outcome: OK},
+}
+
+// ms is a millisecond in the nanoseconds of Op.Call and Op.Return.
+const ms = int64(time.Millisecond)
+
+// repairedLostCreateHistory is from a 100 s history of the finish window (10.96.0.4): a Service
+// create through kube-apiserver loses its answer when kube-apiserver is killed, after it set the
+// bit and created the IPAddress object but before it stored the Service. Every caller is refused
+// the address until kube-apiserver's repair loop deletes the object, 60 s after it was created;
+// then IPAddressOnly callers get it, and callers that read the bitmap are still refused.
+var repairedLostCreateHistory = []Op{
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-156", Call: 6_928 * ms, Return: 103_717 * ms, Outcome: Unknown, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 11, Process: "dualwrite-2#1", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-1-11-681", Call: 52_084 * ms, Return: 52_085 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 9, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-9-1783", Call: 52_092 * ms, Return: 52_096 * ms, Outcome: Refused},
+	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-1081", Call: 52_485 * ms, Return: 52_489 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-2390", Call: 66_525 * ms, Return: 66_528 * ms, Outcome: OK},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Release, Addr: addrA, Call: 66_633 * ms, Return: 66_636 * ms, Outcome: OK},
+	{Client: 14, Process: "dualwrite-0#1", Kind: Allocate, Addr: addrA, Owner: "dualwrite-0-1-14-125", Call: 66_642 * ms, Return: 66_644 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
+	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-1385", Call: 66_653 * ms, Return: 66_655 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-2447", Call: 67_565 * ms, Return: 67_569 * ms, Outcome: OK},
 }
 
 func TestStrictModelRejectsALeftBit(t *testing.T) {

@@ -188,7 +188,7 @@ func (w worker) run() {
 	for seq := 0; time.Now().Before(w.spec.Deadline); seq++ {
 		id := w.client*1_000_000 + seq
 		op := Op{Client: w.client, Process: w.spec.Name, Bitmap: w.spec.Mode != featuregate.IPAddressOnly.String(),
-			LeavesBit: w.spec.Mode == featuregate.DualWrite.String()}
+			LeavesBit: w.spec.Mode == featuregate.DualWrite.String(), ClearsBitLast: w.spec.Mode == featuregate.DualWrite.String()}
 		r := w.rng.Float64()
 		switch {
 		case len(held) >= 3 || (len(held) > 0 && r < 0.35):
@@ -221,9 +221,9 @@ func (w worker) run() {
 		op.Outcome = outcomeOf(op.Kind, err)
 		if err != nil {
 			op.Err = err.Error()
-			// Refused by the IPAddress object after the bit was reserved, and undone.
-			op.TransientBit = op.Outcome == Refused && w.spec.Mode == featuregate.DualWrite.String() &&
-				!strings.Contains(err.Error(), bitmapRefusal)
+			if op.Kind == Allocate && op.Outcome == Refused && w.spec.Mode == featuregate.DualWrite.String() {
+				op.TransientBit, op.RefusalLeavesBit = dualWriteRefusal(err)
+			}
 		}
 		if op.Kind != AllocateNext || op.Outcome != OK {
 			op.Addr = op.Addr.Unmap()
@@ -257,9 +257,28 @@ func outcomeOf(k Kind, err error) Outcome {
 	return Unknown
 }
 
-// bitmapRefusal is in the error of a DualWrite Allocate refused because the bit was set
-// already, before it reserved anything (dualwrite.go).
-const bitmapRefusal = "is set in the bitmap"
+// Texts of the errors of a DualWrite Allocate refused (dualwrite.go): bitmapRefusal because the
+// bit was set already, before it reserved anything; keptBitRefusal because its IPAddress create
+// lost its answer and a read then found the object held for another owner, after which it keeps
+// the bit it set, since the create may still land (settle, outcomeOthers).
+const (
+	bitmapRefusal  = "is set in the bitmap"
+	keptBitRefusal = "its IPAddress belongs to another owner"
+)
+
+// dualWriteRefusal classifies the ErrAllocated of a DualWrite Allocate: transient when it set
+// the bit and cleared it again (Op.TransientBit), keepsBit when it set the bit and kept it
+// (Op.RefusalLeavesBit, a bit no Release clears, since the holder of the object did not set
+// it); neither when the bit was set already.
+func dualWriteRefusal(err error) (transient, keepsBit bool) {
+	switch {
+	case strings.Contains(err.Error(), bitmapRefusal):
+		return false, false
+	case strings.Contains(err.Error(), keptBitRefusal):
+		return false, true
+	}
+	return true, false
+}
 
 // unknownBackoff is how long a worker waits after an operation whose outcome is unknown.
 const unknownBackoff = 300 * time.Millisecond
@@ -280,4 +299,24 @@ func pickAddr(rng *rand.Rand, rg netip.Prefix) netip.Addr {
 		a = a.Next()
 	}
 	return a
+}
+
+func TestDualWriteRefusalSaysWhatHappenedToTheBit(t *testing.T) {
+	tests := []struct {
+		name                string
+		err                 string
+		transient, keepsBit bool
+	}{
+		{"bit set already", "clusterip: 10.96.0.2 is set in the bitmap of 10.96.0.0/25: allocator: address already allocated", false, false},
+		{"create refused, bit cleared", `ipaddress: 10.96.0.2: allocator: address already allocated (ipaddresses.networking.k8s.io "10.96.0.2" already exists)`, true, false},
+		{"create's answer lost, object another owner's, bit kept", "clusterip: 10.96.0.6: its IPAddress belongs to another owner (after ipaddress: create IPAddress 10.96.0.6: context deadline exceeded): allocator: address already allocated", false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			transient, keepsBit := dualWriteRefusal(errors.New(tt.err))
+			if transient != tt.transient || keepsBit != tt.keepsBit {
+				t.Errorf("dualWriteRefusal(%q) = %v, %v; want %v, %v", tt.err, transient, keepsBit, tt.transient, tt.keepsBit)
+			}
+		})
+	}
 }
