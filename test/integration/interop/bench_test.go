@@ -1,4 +1,4 @@
-package clusterip
+package interop
 
 import (
 	"context"
@@ -16,8 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // latencies collects durations from several goroutines.
@@ -88,7 +90,7 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	if held > 0 {
 		fillFlagRange(b, a, etcd, api.Client, held)
 	}
-	stats0 := dw.(*DualWriteAllocator).Stats()
+	stats0 := dw.(*clusterip.DualWriteAllocator).Stats()
 
 	var ours, theirs latencies
 	var ourFails, theirFails, theirPairs atomic.Int64
@@ -129,7 +131,7 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	ourStart := time.Now()
 	run(workers, b.N, func(int) {
 		t0 := time.Now()
-		ip, err := dw.AllocateNext(ctx, testOwner)
+		ip, err := dw.AllocateNext(ctx, clustertest.Owner)
 		if err != nil {
 			ourFails.Add(1)
 			return
@@ -156,7 +158,7 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 		b.ReportMetric(float64(p99)/float64(p50), "ours-p99/p50")
 	}
 	b.ReportMetric(float64(ourFails.Load()), "ours-failures")
-	stats := dw.(*DualWriteAllocator).Stats()
+	stats := dw.(*clusterip.DualWriteAllocator).Stats()
 	b.ReportMetric(float64(stats.Undone-stats0.Undone)/float64(b.N), "ours-undos/op")
 	b.ReportMetric(float64(stats.Refused-stats0.Refused)/float64(b.N), "ours-refused/op")
 	if !beside {
@@ -181,13 +183,13 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 
 // fillFlagRange sets bits of the flag range with no IPAddress object, through a Legacy allocator
 // on the same key, until held are set, and serves extraServiceCIDR; both are undone when b ends.
-func fillFlagRange(b *testing.B, a *Allocators, etcd *clientv3.Client, client kubernetes.Interface, held int) {
+func fillFlagRange(b *testing.B, a *clusterip.Allocators, etcd *clientv3.Client, client kubernetes.Interface, held int) {
 	b.Helper()
 	ctx := context.Background()
-	legacy := startAllocatorsOf(b, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
+	legacy := clustertest.StartAllocators(b, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
 	var legacyIPs []netip.Addr
 	for legacy.Used() < uint64(held) {
-		ip, err := legacy.AllocateNext(ctx, testOwner)
+		ip, err := legacy.AllocateNext(ctx, clustertest.Owner)
 		if err != nil {
 			b.Fatalf("fill the flag range: %v", err)
 		}
