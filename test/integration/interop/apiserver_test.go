@@ -225,27 +225,22 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 			latMu.Unlock()
 		})
 	}()
-	var theirDur time.Duration
+	var theirs testenv.ChurnResult
 	go func() {
 		defer wg.Done()
-		t0 := time.Now()
-		run(workers, ops, func(i int) {
-			name := fmt.Sprintf("churn-%d", i)
-			svc, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
-			if err != nil {
+		theirs = testenv.ServiceChurn{
+			Workers: workers, Count: ops, Prefix: "churn", Delete: true,
+			Created: func(svc *corev1.Service) {
+				ip := netip.MustParseAddr(svc.Spec.ClusterIP)
+				h.take(ip, "Service "+svc.Name)
+				h.drop(ip)
+			},
+			Failed: func(name string, err error) {
 				if theirFails.Add(1) <= 5 {
 					t.Logf("kube-apiserver: create Service %s: %v", name, err)
 				}
-				return
-			}
-			ip := netip.MustParseAddr(svc.Spec.ClusterIP)
-			h.take(ip, "Service "+name)
-			h.drop(ip)
-			if err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-				t.Errorf("delete Service %s: %v", name, err)
-			}
-		})
-		theirDur = time.Since(t0)
+			},
+		}.Run(ctx, t, api.Client)
 	}()
 	wg.Wait()
 	if n := ourFails.Load(); n != 0 {
@@ -257,7 +252,7 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	if len(lat) > 0 {
 		t.Logf("ours: %d AllocateNext+Release pairs, p50 %v, p99 %v, %+v; kube-apiserver: %d of %d creates failed, %.0f create+delete pairs/s",
-			len(lat), lat[len(lat)/2], lat[len(lat)*99/100], dw.(*clusterip.DualWriteAllocator).Stats(), theirFails.Load(), ops, float64(ops)/theirDur.Seconds())
+			len(lat), lat[len(lat)/2], lat[len(lat)*99/100], dw.(*clusterip.DualWriteAllocator).Stats(), theirFails.Load(), ops, float64(ops)/theirs.Took.Seconds())
 	}
 	t.Logf("ours: %.0f pairs/s", float64(len(lat))/ourDur.Seconds())
 	testenv.WaitFor(t, "the apiserver's IPAddress objects to go", func() bool {

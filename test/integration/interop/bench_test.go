@@ -2,7 +2,6 @@ package interop
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -92,38 +91,13 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	}
 	stats0 := dw.(*clusterip.DualWriteAllocator).Stats()
 
-	var ours, theirs latencies
-	var ourFails, theirFails, theirPairs atomic.Int64
+	var ours latencies
+	var ourFails atomic.Int64
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	churners := workers
-	if !beside {
-		churners = 0
-	}
-	theirStart := time.Now()
-	for w := range churners {
-		wg.Add(1)
+	churned := make(chan testenv.ChurnResult, 1)
+	if beside {
 		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				name := fmt.Sprintf("bench-%d-%d", w, i)
-				t0 := time.Now()
-				_, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
-				if err != nil {
-					theirFails.Add(1)
-					continue
-				}
-				if err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-					b.Errorf("delete Service %s: %v", name, err)
-				}
-				theirs.add(time.Since(t0))
-				theirPairs.Add(1)
-			}
+			churned <- testenv.ServiceChurn{Workers: workers, Stop: stop, Prefix: "bench", Delete: true}.Run(ctx, b, api.Client)
 		}()
 	}
 
@@ -145,11 +119,12 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	ourDur := time.Since(ourStart)
 	b.StopTimer()
 	close(stop)
-	wg.Wait()
-	theirDur := time.Since(theirStart)
+	var theirs testenv.ChurnResult
+	if beside {
+		theirs = <-churned
+	}
 
 	ourRate := float64(b.N-int(ourFails.Load())) / ourDur.Seconds()
-	theirRate := float64(theirPairs.Load()) / theirDur.Seconds()
 	p50, p99 := ours.quantile(0.5), ours.quantile(0.99)
 	b.ReportMetric(ourRate, "ours-pairs/s")
 	b.ReportMetric(float64(p50.Microseconds())/1000, "ours-p50-ms")
@@ -164,10 +139,11 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	if !beside {
 		return
 	}
+	theirRate := float64(theirs.Created) / theirs.Took.Seconds()
 	b.ReportMetric(theirRate, "kas-pairs/s")
-	b.ReportMetric(float64(theirs.quantile(0.5).Microseconds())/1000, "kas-p50-ms")
-	b.ReportMetric(float64(theirs.quantile(0.99).Microseconds())/1000, "kas-p99-ms")
-	b.ReportMetric(float64(theirFails.Load()), "kas-failures")
+	b.ReportMetric(float64(theirs.Quantile(0.5).Microseconds())/1000, "kas-p50-ms")
+	b.ReportMetric(float64(theirs.Quantile(0.99).Microseconds())/1000, "kas-p99-ms")
+	b.ReportMetric(float64(theirs.Failed), "kas-failures")
 	if theirRate > 0 {
 		b.ReportMetric(ourRate/theirRate, "ratio")
 	}

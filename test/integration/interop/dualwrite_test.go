@@ -252,39 +252,21 @@ func TestDualWriteBootstrapBesideKubeAPIServerCreatingServices(t *testing.T) {
 		t.Fatalf("delete %s: %v", key, err)
 	}
 
-	const workers = 8
 	var (
 		mu       sync.Mutex
 		services = map[string]netip.Addr{}
-		failed   int
 		created  atomic.Int64
 		stop     = make(chan struct{})
-		wg       sync.WaitGroup
+		churned  = make(chan testenv.ChurnResult, 1)
 	)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				name := fmt.Sprintf("bootstrap-race-%d-%d", w, i)
-				svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
-				mu.Lock()
-				if err != nil {
-					failed++
-					mu.Unlock()
-					continue
-				}
-				services[name] = netip.MustParseAddr(svc.Spec.ClusterIP)
-				mu.Unlock()
-				created.Add(1)
-			}
-		}()
-	}
+	go func() {
+		churned <- testenv.ServiceChurn{Workers: 8, Stop: stop, Prefix: "bootstrap-race", Created: func(svc *corev1.Service) {
+			mu.Lock()
+			services[svc.Name] = netip.MustParseAddr(svc.Spec.ClusterIP)
+			mu.Unlock()
+			created.Add(1)
+		}}.Run(ctx, t, c)
+	}()
 	testenv.WaitFor(t, "Services created while the bitmap key is missing", func() bool { return created.Load() >= 20 })
 	before := created.Load()
 	start := time.Now()
@@ -293,7 +275,7 @@ func TestDualWriteBootstrapBesideKubeAPIServerCreatingServices(t *testing.T) {
 	during := created.Load() - before
 	time.Sleep(500 * time.Millisecond) // the kube-apiserver keeps creating, now with bits
 	close(stop)
-	wg.Wait()
+	failed := (<-churned).Failed
 
 	bits, ok := clustertest.EtcdBits(t, ec, key, rg)
 	if !ok {
