@@ -17,7 +17,6 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics/metricstest"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -29,7 +28,6 @@ const (
 	metricAvailable   = "kube_apiserver_clusterip_allocator_available_ips"
 	metricAllocations = "kube_apiserver_clusterip_allocator_allocation_total"
 	metricErrors      = "kube_apiserver_clusterip_allocator_allocation_errors_total"
-	metricDuration    = "kube_apiserver_clusterip_allocator_allocation_duration_seconds"
 	metricNotReady    = "clusterip_allocator_not_ready_total"
 	metricUndos       = "clusterip_allocator_dualwrite_undo_total"
 	metricUndoErrors  = "clusterip_allocator_dualwrite_undo_errors_total"
@@ -57,44 +55,6 @@ func instrumented(t *testing.T, f *dualFixture) (allocator.Interface, *prometheu
 		t.Fatalf("instrument() = %v", err)
 	}
 	return a.allocs[fam], reg
-}
-
-// value returns the value of the one sample of the metric name with label cidr, or 0 if none.
-func value(t *testing.T, reg prometheus.Gatherer, name, cidr string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("Gather() = %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			want := map[string]string{"cidr": cidr}
-			for i := 0; i+1 < len(labels); i += 2 {
-				want[labels[i]] = labels[i+1]
-			}
-			if len(m.GetLabel()) != len(want) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if want[l.GetName()] != l.GetValue() {
-					continue next
-				}
-			}
-			switch {
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
 }
 
 func TestMetricsCountDualWriteUndos(t *testing.T) {
@@ -167,102 +127,6 @@ func TestNewWithRegistererWrapsEveryFamily(t *testing.T) {
 	// Run there is none, so there is no series yet.
 	if got, err := testutil.GatherAndCount(reg, metricAllocated, metricAvailable); err != nil || got != 0 {
 		t.Errorf("gauge series before Run = %d, %v; want 0, nil", got, err)
-	}
-}
-
-// The metrics of allocators beside a real kube-apiserver v1.33 in DualWrite mode, built by New
-// with Config.Registerer: counts per scope, gauges that follow Used and Free and the IPAddress
-// objects, and DryRun calls left uncounted.
-func TestMetricsBesideKubeAPIServer(t *testing.T) {
-	_, etcd, api := realCluster(t)
-	reg := prometheus.NewPedanticRegistry()
-	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Registerer: reg})
-	ctx := context.Background()
-
-	al := a.For(corev1.IPv4Protocol)
-	cidr := flagRange.String()
-	// The gauges of the flag range's label are those of the default ServiceCIDR's prefix, which
-	// kube-apiserver made from its flag: they count that prefix alone, whatever other
-	// ServiceCIDRs the shared server has.
-	flagUsage := func() servicecidr.PrefixUsage {
-		for _, u := range a.ServiceCIDRs(corev1.IPv4Protocol).Usage() {
-			if u.Prefix == flagRange {
-				return u
-			}
-		}
-		t.Fatalf("Usage() has no %s", flagRange)
-		return servicecidr.PrefixUsage{}
-	}
-	base := value(t, reg, metricAllocated, cidr)
-	if got, want := base, float64(flagUsage().Used); got != want {
-		t.Errorf("%s = %v before any call, want Usage()[%s].Used = %v", metricAllocated, got, flagRange, want)
-	}
-
-	const n = 5
-	var ips []netip.Addr
-	for i := range n {
-		ip, err := al.AllocateNext(ctx, allocator.Owner{Resource: "services", Namespace: "default", Name: fmt.Sprintf("metrics-%d", i)})
-		if err != nil {
-			t.Fatalf("AllocateNext() = %v", err)
-		}
-		ips = append(ips, ip)
-	}
-	if err := al.Allocate(ctx, ips[0], testOwner); !errors.Is(err, allocator.ErrAllocated) {
-		t.Errorf("Allocate(%v) again = %v, want ErrAllocated", ips[0], err)
-	}
-	if err := al.Release(ctx, ips[0]); err != nil {
-		t.Fatalf("Release(%v) = %v", ips[0], err)
-	}
-	if err := al.Allocate(ctx, ips[0], testOwner); err != nil {
-		t.Fatalf("Allocate(%v) = %v", ips[0], err)
-	}
-	dry := al.DryRun()
-	if _, err := dry.AllocateNext(ctx, testOwner); err != nil {
-		t.Errorf("DryRun().AllocateNext() = %v", err)
-	}
-	if err := dry.Allocate(ctx, ips[1], testOwner); !errors.Is(err, allocator.ErrAllocated) {
-		t.Errorf("DryRun().Allocate(%v) = %v, want ErrAllocated", ips[1], err)
-	}
-
-	for _, c := range []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
-		{metricAllocations, []string{"scope", "dynamic"}, n},
-		{metricAllocations, []string{"scope", "static"}, 1},
-		{metricErrors, []string{"scope", "static"}, 1},
-		{metricErrors, []string{"scope", "dynamic"}, 0},
-		{metricDuration, nil, n + 1},
-		{metricAllocated, nil, float64(flagUsage().Used)},
-		{metricAvailable, nil, float64(flagUsage().Free)},
-		{metricUndos, nil, 0},
-	} {
-		if got := value(t, reg, c.name, cidr, c.labels...); got != c.want {
-			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
-		}
-	}
-	if got, want := value(t, reg, metricAllocated, cidr), base+n; got != want {
-		t.Errorf("%s = %v after %d allocations, want %v", metricAllocated, got, n, want)
-	}
-	objs := ipAddressObjects(t, api.Client)
-	inRange := 0
-	for _, ip := range objs {
-		if flagRange.Contains(ip) {
-			inRange++
-		}
-	}
-	if got, want := value(t, reg, metricAllocated, cidr), float64(inRange); got != want {
-		t.Errorf("%s = %v, want the %d IPAddress objects of %s", metricAllocated, got, inRange, flagRange)
-	}
-
-	for _, ip := range ips {
-		if err := al.Release(ctx, ip); err != nil {
-			t.Errorf("Release(%v) = %v", ip, err)
-		}
-	}
-	if got, want := value(t, reg, metricAllocated, cidr), base; got != want {
-		t.Errorf("%s = %v after releasing all, want %v", metricAllocated, got, want)
 	}
 }
 
@@ -357,38 +221,6 @@ clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.0.0.0/28"} %d
 clusterip_allocator_bitmap_cas_retries_total{cidr="10.0.0.0/28"} %d
 `, before.Batches+1, before.Writes+1, before.Conflicts+1, before.Retries+1)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricBatches, metricCASWrites, metricConflicts, metricRetries); err != nil {
-		t.Error(err)
-	}
-}
-
-// In Legacy mode the family's allocator is the etcd bitmap itself: a second bitmap allocator on
-// the same etcd key writes first, so the next allocation's compare-and-swap conflicts, and the
-// counters scraped from the registry New was given show the conflict and its retry.
-func TestMetricsCountLegacyCASConflictsOnEtcd(t *testing.T) {
-	etcd := shared.Etcd(t).TestClient(t)
-	reg := prometheus.NewPedanticRegistry()
-	cfg := Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}, Etcd: etcd, EtcdPrefix: "/metrics-legacy-cas", Registerer: reg}
-	a := startAllocatorsOf(t, cfg)
-	ctx := context.Background()
-	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, etcdstore.KeyFor(cfg.EtcdPrefix, 0)))
-	if err != nil {
-		t.Fatalf("NewPersistent() = %v", err)
-	}
-	defer other.Close()
-	if err := other.Allocate(ctx, netip.MustParseAddr("10.20.0.9"), allocator.Owner{}); err != nil {
-		t.Fatalf("other.Allocate() = %v", err)
-	}
-	if _, err := a.For(corev1.IPv4Protocol).AllocateNext(ctx, testOwner); err != nil {
-		t.Fatalf("AllocateNext() = %v", err)
-	}
-	want := `
-clusterip_allocator_bitmap_batches_total{cidr="10.20.0.0/24"} 1
-clusterip_allocator_bitmap_cas_writes_total{cidr="10.20.0.0/24"} 1
-clusterip_allocator_bitmap_cas_conflicts_total{cidr="10.20.0.0/24"} 1
-clusterip_allocator_bitmap_cas_retries_total{cidr="10.20.0.0/24"} 1
-kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.20.0.0/24"} 2
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(metricstest.Exposition(want)), metricBatches, metricCASWrites, metricConflicts, metricRetries, metricAllocated); err != nil {
 		t.Error(err)
 	}
 }

@@ -1,7 +1,7 @@
 // Package servicematrix loads, builds the Services of, and writes the Service ClusterIP matrix,
 // testdata/services.yaml at the module's root (testdata/README.md documents its schema). The
-// tests of package allocator/service and the root package's gate × Service matrix share it, so
-// that one file drives both.
+// tests of package allocator/service and the gate × Service matrix of test/integration/gates
+// share it, so that one file drives both.
 package servicematrix
 
 import (

@@ -1,4 +1,4 @@
-package clusterip
+package multiprocess
 
 import (
 	"context"
@@ -11,9 +11,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // TestFaultKillBetweenDualWrites kills (SIGKILL) a DualWrite allocator process between the two
@@ -32,9 +34,9 @@ func TestFaultKillBetweenDualWrites(t *testing.T) {
 
 func testKillBetweenDualWrites(t *testing.T, op string) {
 	const flag = "10.96.0.0/24"
-	etcd, ec, api := startOwnCluster(t, flag)
+	etcd, ec, api := clustertest.StartOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
-	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
+	key, baseBits, baseObjs := clustertest.APIServerBaseline(t, ec, api.Client, rg)
 
 	p := startProc(t, procSpec{Name: "victim", Mode: "DualWrite", Ranges: []string{flag}, Op: op, Count: 1}, etcd, api)
 	p.start()
@@ -46,20 +48,20 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 	p.kill()
 	t.Logf("%s: killed the allocator process between the two writes for %s", op, victim)
 
-	bits, _ := etcdBits(t, ec, key, rg)
-	objs := apiIPAddressSet(t, api.Client)
-	if diff := cmp.Diff(baseBits.union(victim).sorted(), bits.sorted()); diff != "" {
+	bits, _ := clustertest.EtcdBits(t, ec, key, rg)
+	objs := clustertest.APIIPAddresses(t, api.Client)
+	if diff := cmp.Diff(baseBits.Union(victim).Sorted(), bits.Sorted()); diff != "" {
 		t.Errorf("bits after the kill (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(baseObjs.sorted(), objs.sorted()); diff != "" {
+	if diff := cmp.Diff(baseObjs.Sorted(), objs.Sorted()); diff != "" {
 		t.Errorf("IPAddress objects after the kill (-want +got):\n%s", diff)
 	}
 
 	ctx := context.Background()
-	dual := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client})
-	legacy := startAllocatorsOf(t, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{rg}, Etcd: ec})
+	dual := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client})
+	legacy := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{rg}, Etcd: ec})
 	for name, a := range map[string]allocator.Interface{"DualWrite": dual.For("IPv4"), "Legacy": legacy.For("IPv4")} {
-		if err := a.Allocate(ctx, victim, testOwner); !errors.Is(err, allocator.ErrAllocated) {
+		if err := a.Allocate(ctx, victim, clustertest.Owner); !errors.Is(err, allocator.ErrAllocated) {
 			t.Errorf("%s Allocate(%s) = %v, want ErrAllocated", name, victim, err)
 		}
 	}
@@ -70,7 +72,7 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 		if i%2 == 1 {
 			a = legacy.For("IPv4")
 		}
-		ip, err := a.AllocateNext(ctx, testOwner)
+		ip, err := a.AllocateNext(ctx, clustertest.Owner)
 		if errors.Is(err, allocator.ErrFull) {
 			break
 		}
@@ -82,13 +84,13 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 		}
 		got = append(got, ip)
 	}
-	held := setOf(got...)
+	held := clustertest.SetOf(got...)
 	t.Logf("filled the range: %d more addresses handed out, %d distinct, none of them %s", len(got), len(held), victim)
 	if len(held) != len(got) {
 		t.Errorf("%d addresses handed out, %d distinct: duplicates", len(got), len(held))
 	}
-	bits, _ = etcdBits(t, ec, key, rg)
-	if diff := cmp.Diff(baseBits.union(victim).union(got...).sorted(), bits.sorted()); diff != "" {
+	bits, _ = clustertest.EtcdBits(t, ec, key, rg)
+	if diff := cmp.Diff(baseBits.Union(victim).Union(got...).Sorted(), bits.Sorted()); diff != "" {
 		t.Errorf("bits after filling the range (-want +got):\n%s", diff)
 	}
 }
@@ -103,10 +105,10 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
 	const flag = "10.96.0.0/20"
-	etcd, ec, api := startOwnCluster(t, flag)
+	etcd, ec, api := clustertest.StartOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
-	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
-	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).For("IPv4")
+	key, baseBits, baseObjs := clustertest.APIServerBaseline(t, ec, api.Client, rg)
+	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).For("IPv4")
 
 	var mu sync.Mutex // guards handed, failures
 	var handed []netip.Addr
@@ -124,7 +126,7 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				ip, err := a.AllocateNext(ctx, testOwner)
+				ip, err := a.AllocateNext(ctx, clustertest.Owner)
 				cancel()
 				mu.Lock()
 				if err == nil {
@@ -154,14 +156,14 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	held := setOf(handed...)
+	held := clustertest.SetOf(handed...)
 	t.Logf("handed out %d addresses (%d before the stop, %d while etcd was down or restarting), %d distinct; %d calls failed",
 		len(handed), before, restarted-before, len(held), failures)
 	if len(held) != len(handed) {
 		t.Errorf("%d addresses handed out, %d distinct: duplicates", len(handed), len(held))
 	}
-	bits, _ := etcdBits(t, ec, key, rg)
-	objs := apiIPAddressSet(t, api.Client)
+	bits, _ := clustertest.EtcdBits(t, ec, key, rg)
+	objs := clustertest.APIIPAddresses(t, api.Client)
 	lostBits, lostObjs, objsWithoutBit := 0, 0, 0
 	for ip := range held {
 		if !bits[ip] {

@@ -1,4 +1,4 @@
-package clusterip
+package interop
 
 import (
 	"context"
@@ -16,36 +16,38 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 var flagRange = netip.MustParsePrefix(kubeAPIServerRange)
 
 // startAllocators builds our Allocators for mode against the shared cluster, starts their
 // informers and Run, and waits until they serve.
-func startAllocators(t testing.TB, etcd *clientv3.Client, client kubernetes.Interface, mode featuregate.Mode, prefix string) *Allocators {
+func startAllocators(t testing.TB, etcd *clientv3.Client, client kubernetes.Interface, mode featuregate.Mode, prefix string) *clusterip.Allocators {
 	t.Helper()
-	return startAllocatorsOf(t, Config{Mode: mode, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: prefix, Client: client})
+	return clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: prefix, Client: client})
 }
 
 // storedBits returns the addresses set in the bitmap of flagRange at key, in ascending order.
 func storedBits(t testing.TB, etcd *clientv3.Client, key string) []netip.Addr {
 	t.Helper()
-	bits, ok := etcdBits(t, etcd, key, flagRange)
+	bits, ok := clustertest.EtcdBits(t, etcd, key, flagRange)
 	if !ok {
 		t.Fatalf("read the bitmap at %s: no such key", key)
 	}
-	return bits.addrs()
+	return bits.Addrs()
 }
 
 // ipAddressObjects returns the addresses of every IPAddress object, as the API server lists them,
 // in ascending order.
 func ipAddressObjects(t testing.TB, client kubernetes.Interface) []netip.Addr {
 	t.Helper()
-	return apiIPAddressSet(t, client).addrs()
+	return clustertest.APIIPAddresses(t, client).Addrs()
 }
 
 // holdings records who holds which address, to catch one address held twice. An address is
@@ -111,7 +113,7 @@ func allocateBeside(t *testing.T, al allocator.Interface, client kubernetes.Inte
 	var mu sync.Mutex
 	run(16, 2*each, func(i int) {
 		if i%2 == 0 {
-			ip, err := al.AllocateNext(ctx, testOwner)
+			ip, err := al.AllocateNext(ctx, clustertest.Owner)
 			if err != nil {
 				t.Errorf("AllocateNext() = %v", err)
 				return
@@ -166,7 +168,7 @@ func TestDualWriteBesideKubeAPIServer(t *testing.T) {
 			t.Errorf("%s: bit set %t, IPAddress %t; want both", ip, slices.Contains(bits, ip), slices.Contains(objs, ip))
 		}
 	}
-	t.Logf("ours %d, the apiserver's %d; %d bits, %d IPAddress objects; %+v", len(ours), len(theirs), len(bits), len(objs), dw.(*DualWriteAllocator).Stats())
+	t.Logf("ours %d, the apiserver's %d; %d bits, %d IPAddress objects; %+v", len(ours), len(theirs), len(bits), len(objs), dw.(*clusterip.DualWriteAllocator).Stats())
 
 	deleteServices(t, api.Client, services)
 	for _, ip := range ours {
@@ -206,7 +208,7 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 		defer func() { ourDur = time.Since(start) }()
 		run(workers, ops, func(i int) {
 			t0 := time.Now()
-			ip, err := dw.AllocateNext(ctx, testOwner)
+			ip, err := dw.AllocateNext(ctx, clustertest.Owner)
 			if err != nil {
 				ourFails.Add(1)
 				t.Errorf("AllocateNext() = %v", err)
@@ -223,27 +225,22 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 			latMu.Unlock()
 		})
 	}()
-	var theirDur time.Duration
+	var theirs testenv.ChurnResult
 	go func() {
 		defer wg.Done()
-		t0 := time.Now()
-		run(workers, ops, func(i int) {
-			name := fmt.Sprintf("churn-%d", i)
-			svc, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
-			if err != nil {
+		theirs = testenv.ServiceChurn{
+			Workers: workers, Count: ops, Prefix: "churn", Delete: true,
+			Created: func(svc *corev1.Service) {
+				ip := netip.MustParseAddr(svc.Spec.ClusterIP)
+				h.take(ip, "Service "+svc.Name)
+				h.drop(ip)
+			},
+			Failed: func(name string, err error) {
 				if theirFails.Add(1) <= 5 {
 					t.Logf("kube-apiserver: create Service %s: %v", name, err)
 				}
-				return
-			}
-			ip := netip.MustParseAddr(svc.Spec.ClusterIP)
-			h.take(ip, "Service "+name)
-			h.drop(ip)
-			if err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-				t.Errorf("delete Service %s: %v", name, err)
-			}
-		})
-		theirDur = time.Since(t0)
+			},
+		}.Run(ctx, t, api.Client)
 	}()
 	wg.Wait()
 	if n := ourFails.Load(); n != 0 {
@@ -255,7 +252,7 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	if len(lat) > 0 {
 		t.Logf("ours: %d AllocateNext+Release pairs, p50 %v, p99 %v, %+v; kube-apiserver: %d of %d creates failed, %.0f create+delete pairs/s",
-			len(lat), lat[len(lat)/2], lat[len(lat)*99/100], dw.(*DualWriteAllocator).Stats(), theirFails.Load(), ops, float64(ops)/theirDur.Seconds())
+			len(lat), lat[len(lat)/2], lat[len(lat)*99/100], dw.(*clusterip.DualWriteAllocator).Stats(), theirFails.Load(), ops, float64(ops)/theirs.Took.Seconds())
 	}
 	t.Logf("ours: %.0f pairs/s", float64(len(lat))/ourDur.Seconds())
 	testenv.WaitFor(t, "the apiserver's IPAddress objects to go", func() bool {
@@ -275,7 +272,7 @@ func TestDualWriteChurnBesideKubeAPIServerNeverFails(t *testing.T) {
 	} else {
 		t.Logf("after churn: %d stale bits, all accounted for by kube-apiserver's failed creates", stale)
 	}
-	if got := dw.(*DualWriteAllocator).Stats().UndoFailed; got != 0 {
+	if got := dw.(*clusterip.DualWriteAllocator).Stats().UndoFailed; got != 0 {
 		t.Errorf("Stats().UndoFailed = %d, want 0", got)
 	}
 	// Free the stale bits for the tests that follow.

@@ -1,4 +1,4 @@
-package clusterip
+package interop
 
 import (
 	"context"
@@ -26,10 +26,12 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // How an ambiguousProxy answers the next IPAddress create, after forwarding it to the API server.
@@ -160,9 +162,9 @@ func mustRead(r *http.Request) []byte {
 func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	proxy, proxied := newAmbiguousProxy(t, api.Config)
-	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, Client: proxied})
+	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, Client: proxied})
 	dw := a.For(corev1.IPv4Protocol)
-	legacy := startAllocatorsOf(t, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
+	legacy := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
 	ctx := context.Background()
 	tests := []struct {
 		name   string
@@ -183,9 +185,9 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 			proxy.arm(tt.answer)
 			var err error
 			if tt.chosen != "" {
-				err = dw.Allocate(callCtx, netip.MustParseAddr(tt.chosen), testOwner)
+				err = dw.Allocate(callCtx, netip.MustParseAddr(tt.chosen), clustertest.Owner)
 			} else {
-				_, err = dw.AllocateNext(callCtx, testOwner)
+				_, err = dw.AllocateNext(callCtx, clustertest.Owner)
 			}
 			name := proxy.answered()
 			if name == "" {
@@ -197,7 +199,7 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 					t.Errorf("Release(%v) = %v", ip, err)
 				}
 			}()
-			t.Logf("answer %d for IPAddress %s: error %v; %+v", tt.answer, ip, err, dw.(*DualWriteAllocator).Stats())
+			t.Logf("answer %d for IPAddress %s: error %v; %+v", tt.answer, ip, err, dw.(*clusterip.DualWriteAllocator).Stats())
 			stored := tt.answer != answerLost504
 			switch {
 			case stored && err != nil:
@@ -213,7 +215,7 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 				t.Errorf("the bit of %s is clear after an ambiguous create (stored: %t)", ip, stored)
 			}
 			// A Legacy peer cannot take the address...
-			if lerr := legacy.Allocate(ctx, ip, testOwner); !errors.Is(lerr, allocator.ErrAllocated) {
+			if lerr := legacy.Allocate(ctx, ip, clustertest.Owner); !errors.Is(lerr, allocator.ErrAllocated) {
 				t.Errorf("a Legacy allocator's Allocate(%s) = %v, want ErrAllocated", ip, lerr)
 				if lerr == nil {
 					defer legacy.Release(ctx, ip)
@@ -238,62 +240,44 @@ func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 func TestDualWriteBootstrapBesideKubeAPIServerCreatingServices(t *testing.T) {
 	const flag = "10.96.0.0/22"
 	rg := netip.MustParsePrefix(flag)
-	_, ec, api := startOwnCluster(t, flag)
+	_, ec, api := clustertest.StartOwnCluster(t, flag)
 	c := api.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	key := etcdstore.ServiceIPsKey("/registry")
-	if _, ok := etcdBits(t, ec, key, rg); !ok {
+	if _, ok := clustertest.EtcdBits(t, ec, key, rg); !ok {
 		t.Fatalf("no bitmap at %s: kube-apiserver has not created it", key)
 	}
 	if _, err := ec.Delete(ctx, key); err != nil {
 		t.Fatalf("delete %s: %v", key, err)
 	}
 
-	const workers = 8
 	var (
 		mu       sync.Mutex
 		services = map[string]netip.Addr{}
-		failed   int
 		created  atomic.Int64
 		stop     = make(chan struct{})
-		wg       sync.WaitGroup
+		churned  = make(chan testenv.ChurnResult, 1)
 	)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				name := fmt.Sprintf("bootstrap-race-%d-%d", w, i)
-				svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
-				mu.Lock()
-				if err != nil {
-					failed++
-					mu.Unlock()
-					continue
-				}
-				services[name] = netip.MustParseAddr(svc.Spec.ClusterIP)
-				mu.Unlock()
-				created.Add(1)
-			}
-		}()
-	}
+	go func() {
+		churned <- testenv.ServiceChurn{Workers: 8, Stop: stop, Prefix: "bootstrap-race", Created: func(svc *corev1.Service) {
+			mu.Lock()
+			services[svc.Name] = netip.MustParseAddr(svc.Spec.ClusterIP)
+			mu.Unlock()
+			created.Add(1)
+		}}.Run(ctx, t, c)
+	}()
 	testenv.WaitFor(t, "Services created while the bitmap key is missing", func() bool { return created.Load() >= 20 })
 	before := created.Load()
 	start := time.Now()
-	startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
+	clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
 	took := time.Since(start)
 	during := created.Load() - before
 	time.Sleep(500 * time.Millisecond) // the kube-apiserver keeps creating, now with bits
 	close(stop)
-	wg.Wait()
+	failed := (<-churned).Failed
 
-	bits, ok := etcdBits(t, ec, key, rg)
+	bits, ok := clustertest.EtcdBits(t, ec, key, rg)
 	if !ok {
 		t.Fatalf("no bitmap at %s after New", key)
 	}

@@ -1,10 +1,12 @@
-package clusterip
+package multiprocess
 
 import (
 	"fmt"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // TestFairnessThreeDualWriteProcesses runs three DualWrite allocator processes of 4 workers each
@@ -22,7 +24,7 @@ func TestFairnessThreeDualWriteProcesses(t *testing.T) {
 		procs    = 3
 		duration = 8 * time.Second
 	)
-	etcd, _, api := startOwnCluster(t, flag)
+	etcd, _, api := clustertest.StartOwnCluster(t, flag)
 	var ps []*proc
 	for i := range procs {
 		ps = append(ps, startProc(t, procSpec{Name: fmt.Sprintf("apiserver-%d", i), Mode: "DualWrite", Ranges: []string{flag}, Op: opSaturate, Workers: 4, Duration: duration}, etcd, api))

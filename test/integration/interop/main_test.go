@@ -1,4 +1,14 @@
-package clusterip
+// Package interop tests clusterip's allocators beside a real kube-apiserver v1.33 on one etcd:
+// our DualWrite and Legacy allocators allocating from the range it allocates from in its own
+// dual-write mode, with Service churn, ambiguous answers to IPAddress creates and a missing bitmap
+// key; our DualWrite allocator beside a kube-apiserver in Legacy mode
+// (MultiCIDRServiceAllocator=false); and the metrics of allocators beside it. The benchmarks
+// measure DualWrite beside kube-apiserver's own Service churn.
+//
+// Most tests share one etcd and kube-apiserver (shared), started on first use, and keep apart by
+// the Service names and etcd prefixes they use; the ones that change the cluster itself start
+// their own.
+package interop
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package clusterip
+package gates
 
 import (
 	"context"
@@ -16,12 +16,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	basefeaturegate "k8s.io/component-base/featuregate"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/servicematrix"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // gateCombination is one setting of the two feature gates and the Mode it selects.
@@ -71,11 +73,14 @@ type matrixRun struct {
 	cl       matrixCluster
 	mode     featuregate.Mode
 	prefix   string // EtcdPrefix of the allocators' bitmaps
-	allocs   *Allocators
+	allocs   *clusterip.Allocators
 	sa       *service.Allocator
-	baseBits []addrSet // per range, the bits before the first case
-	baseObjs addrSet   // the IPAddress objects before the first case
+	baseBits []clustertest.AddrSet // per range, the bits before the first case
+	baseObjs clustertest.AddrSet   // the IPAddress objects before the first case
 }
+
+// matrixPath is the Service matrix, in the library module's testdata.
+var matrixPath = filepath.Join("..", "..", "..", "testdata", "services.yaml")
 
 // TestGateServiceMatrix runs every case of testdata/services.yaml under each of the four
 // combinations of the two feature gates, through service.Allocator over the Allocators
@@ -89,7 +94,7 @@ type matrixRun struct {
 // kube-apiserver 1.31 to 1.34 run it (no dependency between the gates; upstream's own integration
 // tests start servers so), and its Mode runs once.
 func TestGateServiceMatrix(t *testing.T) {
-	m, err := servicematrix.Load(filepath.Join("testdata", "services.yaml"))
+	m, err := servicematrix.Load(matrixPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +124,7 @@ func TestGateServiceMatrix(t *testing.T) {
 				ServiceClusterIPRange: strings.Join(shape.Ranges, ","),
 				EtcdPrefix:            "/registry-" + shape.Name,
 			})
-			waitForKubernetesService(t, api.Client)
+			clustertest.WaitForKubernetesService(t, api.Client)
 			cl := matrixCluster{name: shape.Name, ranges: ranges, etcd: ec, api: api.Client}
 			for _, mode := range modes {
 				t.Run(mode.String(), func(t *testing.T) {
@@ -146,15 +151,15 @@ func TestGateServiceMatrix(t *testing.T) {
 func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrixRun {
 	t.Helper()
 	r := &matrixRun{cl: cl, mode: mode, prefix: "/clusterip-" + cl.name + "-" + strings.ToLower(mode.String())}
-	r.allocs = startAllocatorsOf(t, Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
+	r.allocs = clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
 	families := map[corev1.IPFamily]allocator.Interface{}
 	for _, f := range r.allocs.Families() {
 		families[f] = r.allocs.For(f)
 	}
 	r.sa = service.New(r.allocs.Families()[0], families)
-	r.baseObjs = apiIPAddressSet(t, cl.api)
-	for i, key := range bitmapKeys(r.prefix, cl.ranges) {
-		bits, ok := etcdBits(t, cl.etcd, key, cl.ranges[i])
+	r.baseObjs = clustertest.APIIPAddresses(t, cl.api)
+	for i, key := range clustertest.BitmapKeys(r.prefix, cl.ranges) {
+		bits, ok := clustertest.EtcdBits(t, cl.etcd, key, cl.ranges[i])
 		if mode == featuregate.IPAddressOnly {
 			if ok {
 				t.Fatalf("IPAddressOnly: a bitmap exists at %s", key)
@@ -166,7 +171,7 @@ func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrix
 		}
 		if mode == featuregate.DualWrite {
 			// Bootstrapped from the IPAddress objects in its window: the kubernetes Service's.
-			if diff := cmp.Diff(r.baseObjs.within(cl.ranges[i]).sorted(), bits.sorted()); diff != "" {
+			if diff := cmp.Diff(r.baseObjs.Within(cl.ranges[i]).Sorted(), bits.Sorted()); diff != "" {
 				t.Errorf("DualWrite: the new bitmap at %s is not that of the IPAddress objects (-want +got):\n%s", key, diff)
 			}
 		}
@@ -186,7 +191,7 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 	var taken []netip.Addr
 	for i, s := range tc.Taken {
 		ip := netip.MustParseAddr(s)
-		a := r.allocs.For(familyOfAddr(ip))
+		a := r.allocs.For(clustertest.FamilyOf(ip))
 		if a == nil {
 			continue
 		}
@@ -233,7 +238,7 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 		}
 	}
 	for _, ip := range taken {
-		if err := r.allocs.For(familyOfAddr(ip)).Release(ctx, ip); err != nil {
+		if err := r.allocs.For(clustertest.FamilyOf(ip)).Release(ctx, ip); err != nil {
 			t.Fatalf("%s: release taken %s: %v", tc.Name, ip, err)
 		}
 	}
@@ -252,17 +257,17 @@ func (r *matrixRun) result(t *testing.T, tc servicematrix.Case, svc, created *co
 // check fails t unless the stores hold exactly the baseline and held, as the mode says.
 func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
 	t.Helper()
-	objs := apiIPAddressSet(t, r.cl.api)
-	wantObjs := r.baseObjs.union(held...)
+	objs := clustertest.APIIPAddresses(t, r.cl.api)
+	wantObjs := r.baseObjs.Union(held...)
 	if r.mode == featuregate.Legacy {
 		wantObjs = r.baseObjs
 	}
-	if diff := cmp.Diff(wantObjs.sorted(), objs.sorted()); diff != "" {
+	if diff := cmp.Diff(wantObjs.Sorted(), objs.Sorted()); diff != "" {
 		t.Errorf("%s: %v: IPAddress objects (-want +got):\n%s", when, r.mode, diff)
 	}
-	for i, key := range bitmapKeys(r.prefix, r.cl.ranges) {
+	for i, key := range clustertest.BitmapKeys(r.prefix, r.cl.ranges) {
 		rg := r.cl.ranges[i]
-		bits, ok := etcdBits(t, r.cl.etcd, key, rg)
+		bits, ok := clustertest.EtcdBits(t, r.cl.etcd, key, rg)
 		if r.mode == featuregate.IPAddressOnly {
 			if ok {
 				t.Errorf("%s: IPAddressOnly: a bitmap exists at %s", when, key)
@@ -272,8 +277,8 @@ func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
 		if !ok {
 			t.Fatalf("%s: %v: the bitmap at %s is gone", when, r.mode, key)
 		}
-		wantBits := r.baseBits[i].union(held...).within(rg)
-		if diff := cmp.Diff(wantBits.sorted(), bits.sorted()); diff != "" {
+		wantBits := r.baseBits[i].Union(held...).Within(rg)
+		if diff := cmp.Diff(wantBits.Sorted(), bits.Sorted()); diff != "" {
 			t.Errorf("%s: %v: bits of %s at %s (-want +got):\n%s", when, r.mode, rg, key, diff)
 		}
 	}
@@ -292,7 +297,7 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 	ec := etcd.TestClient(t)
 	flags := []string{"10.96.0.0/24", "fd00:10:96::/108"}
 	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: strings.Join(flags, ",")})
-	waitForKubernetesService(t, api.Client)
+	clustertest.WaitForKubernetesService(t, api.Client)
 	cl := matrixCluster{name: "wide", ranges: []netip.Prefix{netip.MustParsePrefix(flags[0]), netip.MustParsePrefix(flags[1])}, etcd: ec, api: api.Client}
 	r := newMatrixRun(t, cl, featuregate.DualWrite)
 	ctx := context.Background()
@@ -328,20 +333,20 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 			held := servicematrix.Addrs(svc)
 			r.check(t, "after Allocate", held)
 			v6 := held[len(held)-1]
-			bits, _ := etcdBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
-			if got, want := bits[v6], inBitmapWindow(cl.ranges[1], v6); got != want {
+			bits, _ := clustertest.EtcdBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
+			if got, want := bits[v6], clustertest.InBitmapWindow(cl.ranges[1], v6); got != want {
 				t.Errorf("bit of %s set = %v, want %v", v6, got, want)
 			}
 			if tt.clusterIPs != nil {
-				got := bits.clone()
+				got := bits.Clone()
 				for ip := range r.baseBits[1] {
 					delete(got, ip)
 				}
-				if diff := cmp.Diff(setOf(mustAddrs(tt.wantBits...)...).sorted(), got.sorted()); diff != "" {
+				if diff := cmp.Diff(clustertest.SetOf(mustAddrs(tt.wantBits...)...).Sorted(), got.Sorted()); diff != "" {
 					t.Errorf("bits of %s (-want +got):\n%s", cl.ranges[1], diff)
 				}
 			}
-			if objs := apiIPAddressSet(t, api.Client); !objs[v6] {
+			if objs := clustertest.APIIPAddresses(t, api.Client); !objs[v6] {
 				t.Errorf("no IPAddress object for %s", v6)
 			}
 			if err := r.sa.Release(ctx, svc); err != nil {

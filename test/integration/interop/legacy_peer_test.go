@@ -1,4 +1,4 @@
-package clusterip
+package interop
 
 import (
 	"context"
@@ -18,10 +18,12 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // servesNetworkingV1 reports which of the networking.k8s.io/v1 resources ServiceCIDR and
@@ -81,12 +83,12 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 		return true
 	})
 	key := etcdstore.ServiceIPsKey("/registry")
-	baseBits, ok := etcdBits(t, ec, key, rg)
+	baseBits, ok := clustertest.EtcdBits(t, ec, key, rg)
 	if !ok {
 		t.Fatalf("no bitmap at %s: kube-apiserver with MultiCIDRServiceAllocator=false has not created it", key)
 	}
-	if want := setOf(kubeIP).sorted(); !slices.Equal(want, baseBits.sorted()) {
-		t.Fatalf("bitmap at %s holds %v, want only the kubernetes Service's %v", key, baseBits.sorted(), want)
+	if want := clustertest.SetOf(kubeIP).Sorted(); !slices.Equal(want, baseBits.Sorted()) {
+		t.Fatalf("bitmap at %s holds %v, want only the kubernetes Service's %v", key, baseBits.Sorted(), want)
 	}
 
 	// What the legacy peer serves of networking.k8s.io/v1, and what it leaves out.
@@ -100,19 +102,19 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	if _, err := c.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ServiceCIDR kubernetes: got %v, want NotFound (the legacy peer creates no default ServiceCIDR)", err)
 	}
-	if objs := apiIPAddressSet(t, c); len(objs) != 0 {
-		t.Errorf("IPAddress objects %v, want none (the legacy peer's kubernetes Service has only its bit)", objs.sorted())
+	if objs := clustertest.APIIPAddresses(t, c); len(objs) != 0 {
+		t.Errorf("IPAddress objects %v, want none (the legacy peer's kubernetes Service has only its bit)", objs.Sorted())
 	}
 
 	// Without a ServiceCIDR, New succeeds but our DualWrite allocator cannot serve: once it has
 	// synced, AllocateNext still returns ErrNotReady, and the bitmap is untouched.
-	noCIDRErr := allocateNextWithoutServiceCIDR(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
+	noCIDRErr := allocateNextWithoutServiceCIDR(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
 	if !errors.Is(noCIDRErr, allocator.ErrNotReady) {
 		t.Fatalf("AllocateNext() without a ServiceCIDR = %v, want an error wrapping ErrNotReady", noCIDRErr)
 	}
 	t.Logf("without a ServiceCIDR: AllocateNext() = %v", noCIDRErr)
-	if bits, _ := etcdBits(t, ec, key, rg); !sameAddrs(bits, baseBits) {
-		t.Errorf("after a failed AllocateNext the bitmap holds %v, want %v", bits.sorted(), baseBits.sorted())
+	if bits, _ := clustertest.EtcdBits(t, ec, key, rg); !bits.Equal(baseBits) {
+		t.Errorf("after a failed AllocateNext the bitmap holds %v, want %v", bits.Sorted(), baseBits.Sorted())
 	}
 
 	if _, err := c.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
@@ -121,7 +123,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ServiceCIDR kubernetes for %s: %v", flag, err)
 	}
-	a := startAllocatorsOf(t, Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
+	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
 	dw := a.For(corev1.IPv4Protocol)
 
 	// Chosen addresses in the static band (the first 64 of a /22), which neither side's
@@ -152,14 +154,14 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 			var err error
 			if i%9 == 0 && i/9 < len(chosen) {
 				ip = chosen[i/9]
-				if err = dw.Allocate(ctx, ip, testOwner); errors.Is(err, allocator.ErrAllocated) {
+				if err = dw.Allocate(ctx, ip, clustertest.Owner); errors.Is(err, allocator.ErrAllocated) {
 					mu.Lock()
 					refusedOurs++
 					mu.Unlock()
 					return
 				}
 			} else {
-				ip, err = dw.AllocateNext(ctx, testOwner)
+				ip, err = dw.AllocateNext(ctx, clustertest.Owner)
 			}
 			if err != nil {
 				t.Errorf("ours: %v", err)
@@ -254,8 +256,8 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 
 	// Every address the apiserver's Services hold is a bit of the bitmap we read, and so are ours;
 	// ours have IPAddress objects, its have none.
-	bits, _ := etcdBits(t, ec, key, rg)
-	objs := apiIPAddressSet(t, c)
+	bits, _ := clustertest.EtcdBits(t, ec, key, rg)
+	objs := clustertest.APIIPAddresses(t, c)
 	for _, ip := range theirs {
 		if !bits[ip] {
 			t.Errorf("the apiserver's %s: no bit at %s", ip, key)
@@ -269,14 +271,14 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 			t.Errorf("our %s: bit %t, IPAddress %t; want both", ip, bits[ip], objs[ip])
 		}
 	}
-	if want := setOf(theirs...).union(ours...).union(kubeIP); !sameAddrs(bits, want) {
+	if want := clustertest.SetOf(theirs...).Union(ours...).Union(kubeIP); !bits.Equal(want) {
 		t.Errorf("bitmap holds %d addresses, want exactly the %d of both sides and the kubernetes Service", len(bits), len(want))
 	}
 	t.Logf("ours: %d held (%d by AllocateNext, %d chosen won, %d chosen refused with ErrAllocated); "+
 		"the apiserver's: %d Services (%d chosen won, %d refused with 422); duplicates %d; "+
 		"the apiserver refused %d of our %d addresses with 422; bitmap %d bits, %d IPAddress objects; %+v; ours took %v, the apiserver's %v",
 		len(ours), len(ours)-oursWon, oursWon, refusedOurs, len(theirs), theirsWon, refusedTheirs, len(dups),
-		refused, len(ours), len(bits), len(objs), dw.(*DualWriteAllocator).Stats(), ourDur.Round(time.Millisecond), theirDur.Round(time.Millisecond))
+		refused, len(ours), len(bits), len(objs), dw.(*clusterip.DualWriteAllocator).Stats(), ourDur.Round(time.Millisecond), theirDur.Round(time.Millisecond))
 	t.Logf("the apiserver's answer to a Service asking for one of ours: %s", refusal)
 	if refused != len(ours) {
 		t.Errorf("the apiserver refused %d of our %d addresses, want all", refused, len(ours))
@@ -289,35 +291,22 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 			t.Errorf("Release(%v) = %v", ip, err)
 		}
 	}
-	bits, _ = etcdBits(t, ec, key, rg)
-	if want := setOf(kubeIP).sorted(); !slices.Equal(want, bits.sorted()) {
+	bits, _ = clustertest.EtcdBits(t, ec, key, rg)
+	if want := clustertest.SetOf(kubeIP).Sorted(); !slices.Equal(want, bits.Sorted()) {
 		t.Errorf("after cleanup the bitmap holds %d addresses, want only the kubernetes Service's", len(bits))
 	}
-}
-
-// sameAddrs reports whether a and b hold the same addresses.
-func sameAddrs(a, b addrSet) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for ip := range a {
-		if !b[ip] {
-			return false
-		}
-	}
-	return true
 }
 
 // allocateNextWithoutServiceCIDR starts the Allocators of cfg, waits until their IPv4 ServiceCIDR
 // allocator has synced (its error no longer says so), returns what AllocateNext answers then, and
 // stops them.
-func allocateNextWithoutServiceCIDR(t testing.TB, cfg Config) error {
+func allocateNextWithoutServiceCIDR(t testing.TB, cfg clusterip.Config) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf := informers.NewSharedInformerFactory(cfg.Client, 0)
 	cfg.Informers = inf
-	a, err := New(ctx, cfg)
+	a, err := clusterip.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("New(%v, %v) without a ServiceCIDR = %v", cfg.Mode, cfg.Ranges, err)
 	}
@@ -338,7 +327,7 @@ func allocateNextWithoutServiceCIDR(t testing.TB, cfg Config) error {
 		}
 	}()
 	testenv.WaitFor(t, "the ServiceCIDR allocator to sync", func() bool {
-		_, err = a.For(corev1.IPv4Protocol).AllocateNext(ctx, testOwner)
+		_, err = a.For(corev1.IPv4Protocol).AllocateNext(ctx, clustertest.Owner)
 		return err == nil || !strings.Contains(err.Error(), "not synced yet")
 	})
 	return err

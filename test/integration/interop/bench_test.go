@@ -1,8 +1,7 @@
-package clusterip
+package interop
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -16,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // latencies collects durations from several goroutines.
@@ -88,40 +89,15 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	if held > 0 {
 		fillFlagRange(b, a, etcd, api.Client, held)
 	}
-	stats0 := dw.(*DualWriteAllocator).Stats()
+	stats0 := dw.(*clusterip.DualWriteAllocator).Stats()
 
-	var ours, theirs latencies
-	var ourFails, theirFails, theirPairs atomic.Int64
+	var ours latencies
+	var ourFails atomic.Int64
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	churners := workers
-	if !beside {
-		churners = 0
-	}
-	theirStart := time.Now()
-	for w := range churners {
-		wg.Add(1)
+	churned := make(chan testenv.ChurnResult, 1)
+	if beside {
 		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				name := fmt.Sprintf("bench-%d-%d", w, i)
-				t0 := time.Now()
-				_, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
-				if err != nil {
-					theirFails.Add(1)
-					continue
-				}
-				if err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-					b.Errorf("delete Service %s: %v", name, err)
-				}
-				theirs.add(time.Since(t0))
-				theirPairs.Add(1)
-			}
+			churned <- testenv.ServiceChurn{Workers: workers, Stop: stop, Prefix: "bench", Delete: true}.Run(ctx, b, api.Client)
 		}()
 	}
 
@@ -129,7 +105,7 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	ourStart := time.Now()
 	run(workers, b.N, func(int) {
 		t0 := time.Now()
-		ip, err := dw.AllocateNext(ctx, testOwner)
+		ip, err := dw.AllocateNext(ctx, clustertest.Owner)
 		if err != nil {
 			ourFails.Add(1)
 			return
@@ -143,11 +119,12 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 	ourDur := time.Since(ourStart)
 	b.StopTimer()
 	close(stop)
-	wg.Wait()
-	theirDur := time.Since(theirStart)
+	var theirs testenv.ChurnResult
+	if beside {
+		theirs = <-churned
+	}
 
 	ourRate := float64(b.N-int(ourFails.Load())) / ourDur.Seconds()
-	theirRate := float64(theirPairs.Load()) / theirDur.Seconds()
 	p50, p99 := ours.quantile(0.5), ours.quantile(0.99)
 	b.ReportMetric(ourRate, "ours-pairs/s")
 	b.ReportMetric(float64(p50.Microseconds())/1000, "ours-p50-ms")
@@ -156,16 +133,17 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 		b.ReportMetric(float64(p99)/float64(p50), "ours-p99/p50")
 	}
 	b.ReportMetric(float64(ourFails.Load()), "ours-failures")
-	stats := dw.(*DualWriteAllocator).Stats()
+	stats := dw.(*clusterip.DualWriteAllocator).Stats()
 	b.ReportMetric(float64(stats.Undone-stats0.Undone)/float64(b.N), "ours-undos/op")
 	b.ReportMetric(float64(stats.Refused-stats0.Refused)/float64(b.N), "ours-refused/op")
 	if !beside {
 		return
 	}
+	theirRate := float64(theirs.Created) / theirs.Took.Seconds()
 	b.ReportMetric(theirRate, "kas-pairs/s")
-	b.ReportMetric(float64(theirs.quantile(0.5).Microseconds())/1000, "kas-p50-ms")
-	b.ReportMetric(float64(theirs.quantile(0.99).Microseconds())/1000, "kas-p99-ms")
-	b.ReportMetric(float64(theirFails.Load()), "kas-failures")
+	b.ReportMetric(float64(theirs.Quantile(0.5).Microseconds())/1000, "kas-p50-ms")
+	b.ReportMetric(float64(theirs.Quantile(0.99).Microseconds())/1000, "kas-p99-ms")
+	b.ReportMetric(float64(theirs.Failed), "kas-failures")
 	if theirRate > 0 {
 		b.ReportMetric(ourRate/theirRate, "ratio")
 	}
@@ -181,13 +159,13 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 
 // fillFlagRange sets bits of the flag range with no IPAddress object, through a Legacy allocator
 // on the same key, until held are set, and serves extraServiceCIDR; both are undone when b ends.
-func fillFlagRange(b *testing.B, a *Allocators, etcd *clientv3.Client, client kubernetes.Interface, held int) {
+func fillFlagRange(b *testing.B, a *clusterip.Allocators, etcd *clientv3.Client, client kubernetes.Interface, held int) {
 	b.Helper()
 	ctx := context.Background()
-	legacy := startAllocatorsOf(b, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
+	legacy := clustertest.StartAllocators(b, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
 	var legacyIPs []netip.Addr
 	for legacy.Used() < uint64(held) {
-		ip, err := legacy.AllocateNext(ctx, testOwner)
+		ip, err := legacy.AllocateNext(ctx, clustertest.Owner)
 		if err != nil {
 			b.Fatalf("fill the flag range: %v", err)
 		}

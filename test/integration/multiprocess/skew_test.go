@@ -1,10 +1,12 @@
-package clusterip
+package multiprocess
 
 import (
 	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // TestSkewLegacyAndDualWriteProcesses runs a Legacy-mode allocator and a DualWrite-mode allocator
@@ -20,9 +22,9 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 	}
 	const flag = "10.96.0.0/17"
 	const perProcess = 10000 // AllocateNext calls of each process
-	etcd, ec, api := startOwnCluster(t, flag)
+	etcd, ec, api := clustertest.StartOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
-	key, baseBits, baseObjs := apiserverBaseline(t, ec, api.Client, rg)
+	key, baseBits, baseObjs := clustertest.APIServerBaseline(t, ec, api.Client, rg)
 
 	// run runs op in both processes at once; the DualWrite process takes ips in reverse order, so
 	// that the two meet in the middle whichever is faster.
@@ -40,7 +42,7 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 	}
 	// owners maps each address handed out to the processes that got it.
 	owners := map[netip.Addr][]string{}
-	dualIPs := addrSet{}
+	dualIPs := clustertest.AddrSet{}
 	collect := func(name string, r procResult) {
 		for _, s := range r.Allocated {
 			ip := netip.MustParseAddr(s)
@@ -64,8 +66,8 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 		if dup > 0 {
 			t.Errorf("%d addresses handed out more than once", dup)
 		}
-		bits, _ := etcdBits(t, ec, key, rg)
-		objs := apiIPAddressSet(t, api.Client)
+		bits, _ := clustertest.EtcdBits(t, ec, key, rg)
+		objs := clustertest.APIIPAddresses(t, api.Client)
 		missingBits, missingObjs := 0, 0
 		for ip := range owners {
 			if !bits[ip] {

@@ -1,4 +1,4 @@
-package clusterip
+package multiprocess
 
 import (
 	"context"
@@ -19,9 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // The skew, fault and fairness tests run allocators in separate OS processes: this test binary
@@ -116,19 +118,19 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 		return nil, err
 	}
 	defer ec.Close()
-	cfg := Config{Mode: mode, Ranges: ranges, Etcd: ec, EtcdPrefix: spec.EtcdPrefix, ManagedBy: spec.ManagedBy}
+	cfg := clusterip.Config{Mode: mode, Ranges: ranges, Etcd: ec, EtcdPrefix: spec.EtcdPrefix, ManagedBy: spec.ManagedBy}
 	if spec.APIHost != "" {
 		rc := &rest.Config{Host: spec.APIHost, BearerToken: spec.APIToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 2000}
 		if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 			return nil, err
 		}
 	}
-	allocs := startAllocatorsOf(t, cfg)
+	allocs := clustertest.StartAllocators(t, cfg)
 	family := allocs.Families()[0]
 	a := allocs.For(family)
 	switch spec.Op {
 	case opPause, opPauseRelease:
-		dw, err := NewDualWrite(allocs.ServiceCIDRs(family), pausingMirror{Interface: allocs.Bitmap(family), onRelease: spec.Op == opPauseRelease})
+		dw, err := clusterip.NewDualWrite(allocs.ServiceCIDRs(family), pausingMirror{Interface: allocs.Bitmap(family), onRelease: spec.Op == opPauseRelease})
 		if err != nil {
 			return nil, err
 		}

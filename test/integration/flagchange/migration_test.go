@@ -1,4 +1,4 @@
-package clusterip_test
+package flagchange
 
 import (
 	"context"
