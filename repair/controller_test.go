@@ -3,10 +3,8 @@ package repair
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/bitmap"
@@ -28,30 +24,8 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-// recorder keeps the reasons of the Events it is given, with the name of what they regard.
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-var _ events.EventRecorder = (*recorder)(nil)
-
-func (r *recorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _, _ string, _ ...any) {
-	m, _ := regarding.(metav1.Object)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, fmt.Sprintf("%s %s %s", eventtype, reason, m.GetName()))
-}
-
-func (r *recorder) WithLogger(klog.Logger) events.EventRecorderLogger { return nil }
-
-func (r *recorder) got() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := slices.Clone(r.events)
-	slices.Sort(out)
-	return out
-}
+// recorder keeps the Events a test's Controller emits.
+type recorder = testenv.EventRecorder
 
 // aged sets ipa's UID, resourceVersion and creation time (age before now).
 func aged(ipa *networkingv1.IPAddress, age time.Duration) *networkingv1.IPAddress {
@@ -116,7 +90,7 @@ func TestRepairIPAddressOnlyHealsWhatItMayAndReportsTheRest(t *testing.T) {
 		"Warning IPAddressNotAllocated 10.0.0.30",
 		"Warning IPAddressWrongReference 10.0.0.50",
 	}
-	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
+	if diff := cmp.Diff(wantEvents, rec.Got()); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
 	}
 	for _, a := range client.Actions() {
@@ -230,7 +204,7 @@ func TestRepairLegacyRebuildsBitsAndFreesALeakAfterThreePassesAndTheGrace(t *tes
 		"Warning ClusterIPNotAllocated ok",      // and creates the IPv6 bitmap with fd00::a
 		"Warning ClusterIPOutOfRange far", "Warning ClusterIPOutOfRange far", "Warning ClusterIPOutOfRange far", "Warning ClusterIPOutOfRange far",
 	}
-	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
+	if diff := cmp.Diff(wantEvents, rec.Got()); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
 	}
 }
@@ -319,7 +293,7 @@ func TestRepairDualWriteHealsBothStores(t *testing.T) {
 		t.Errorf("audit after pass 2: %+v, want consistent", after.Findings)
 	}
 	wantEvents := []string{"Warning ClusterIPNotAllocated missing", "Warning IPAddressNotAllocated 10.0.0.30"}
-	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
+	if diff := cmp.Diff(wantEvents, rec.Got()); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
 	}
 }
@@ -438,7 +412,7 @@ func TestRepairHoldsOffAnIPAddressNewerThanItsParent(t *testing.T) {
 			if tt.wantEvent != "" {
 				want = []string{tt.wantEvent}
 			}
-			if diff := cmp.Diff(want, rec.got(), cmpopts.EquateEmpty()); diff != "" {
+			if diff := cmp.Diff(want, rec.Got(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Events (-want +got):\n%s", diff)
 			}
 		})

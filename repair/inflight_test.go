@@ -234,7 +234,7 @@ func TestAuditOfARealAPIServerAllocatingDuringTheAudit(t *testing.T) {
 		} else if !rep.Consistent {
 			t.Errorf("%s RunOnce() acted on %+v, want a consistent audit", mode, rep.Findings)
 		}
-		if got := rec.got(); len(got) != 0 {
+		if got := rec.Got(); len(got) != 0 {
 			t.Errorf("%s pass: Events %q, want none", mode, got)
 		}
 	}

@@ -57,7 +57,7 @@ func TestRepairTreatsAddressesOfATerminatingServiceCIDRAsInRange(t *testing.T) {
 			if _, err := c.RunOnce(t.Context()); err != nil {
 				t.Fatalf("RunOnce() error = %v", err)
 			}
-			if diff := cmp.Diff(tt.wantEvents, rec.got(), cmpopts.EquateEmpty()); diff != "" {
+			if diff := cmp.Diff(tt.wantEvents, rec.Got(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Events (-want +got):\n%s", diff)
 			}
 			if _, err := client.NetworkingV1().IPAddresses().Get(t.Context(), "10.1.0.11", metav1.GetOptions{}); err != nil {

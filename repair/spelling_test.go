@@ -19,16 +19,8 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-// spellings are ClusterIPs kube-apiserver v1.33 accepts as written (its StrictIPCIDRValidation
-// gate off, the default) and stores as written, with the address it allocates for each: the
-// name of the IPAddress object it creates and the bit it sets.
-var spellings = []struct{ clusterIP, addr string }{
-	{"10.96.0.010", "10.96.0.10"},                            // an IPv4 octet with a leading zero, read as decimal
-	{"::ffff:10.96.0.11", "10.96.0.11"},                      // IPv4-mapped IPv6: the IPv4 address
-	{"FD00:10:96::A", "fd00:10:96::a"},                       // upper case
-	{"fd00:10:96:0:0:0:0:b", "fd00:10:96::b"},                // zeros not compressed
-	{"fd00:10:96:0000:0000:0000:0000:000c", "fd00:10:96::c"}, // leading zeros in groups
-}
+// spellings are the ClusterIP spellings kube-apiserver v1.33 accepts and stores as written.
+var spellings = testenv.ClusterIPSpellings()
 
 // TestClassifyKeysNonCanonicalClusterIPsByTheParsedAddress: a Service holding a ClusterIP
 // spelling v1.33 accepts holds the parsed address, whose IPAddress object and bit are its own:
@@ -41,12 +33,12 @@ func TestClassifyKeysNonCanonicalClusterIPsByTheParsedAddress(t *testing.T) {
 	var bits4, bits6 []string
 	for i, s := range spellings {
 		key := "ns/s" + string(rune('a'+i))
-		services = append(services, svc(key, s.clusterIP))
-		ipas = append(ipas, ipAddr(s.addr, key))
-		if netip.MustParseAddr(s.addr).Is4() {
-			bits4 = append(bits4, s.addr)
+		services = append(services, svc(key, s.ClusterIP))
+		ipas = append(ipas, ipAddr(s.Addr, key))
+		if netip.MustParseAddr(s.Addr).Is4() {
+			bits4 = append(bits4, s.Addr)
 		} else {
-			bits6 = append(bits6, s.addr)
+			bits6 = append(bits6, s.Addr)
 		}
 	}
 	cidrs := []*networkingv1.ServiceCIDR{testenv.ServiceCIDR("kubernetes", flag4, flag6)}
@@ -79,8 +71,8 @@ func TestClassifyKeysNonCanonicalClusterIPsByTheParsedAddress(t *testing.T) {
 					}
 				}
 				for _, s := range spellings {
-					if !held[s.clusterIP] && !held[s.addr] {
-						want = append(want, f(s.addr, Leaked, ""))
+					if !held[s.ClusterIP] && !held[s.Addr] {
+						want = append(want, f(s.Addr, Leaked, ""))
 					}
 				}
 			}
@@ -105,11 +97,11 @@ func TestRepairKeepsTheRecordsOfNonCanonicalClusterIPs(t *testing.T) {
 	objects := []runtime.Object{testenv.ServiceCIDR("kubernetes", "10.96.0.0/24", "fd00:10:96::/112")}
 	for i, s := range spellings {
 		key := "ns/s" + string(rune('a'+i))
-		objects = append(objects, svc(key, s.clusterIP), aged(ipAddr(s.addr, key), time.Hour))
-		if netip.MustParseAddr(s.addr).Is4() {
-			bits4 = append(bits4, s.addr)
+		objects = append(objects, svc(key, s.ClusterIP), aged(ipAddr(s.Addr, key), time.Hour))
+		if netip.MustParseAddr(s.Addr).Is4() {
+			bits4 = append(bits4, s.Addr)
 		} else {
-			bits6 = append(bits6, s.addr)
+			bits6 = append(bits6, s.Addr)
 		}
 	}
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.96.0.0/24", bits4...))
@@ -133,7 +125,7 @@ func TestRepairKeepsTheRecordsOfNonCanonicalClusterIPs(t *testing.T) {
 			t.Errorf("repair made a %s of %s; want reads only", v, a.GetResource().Resource)
 		}
 	}
-	if got := rec.got(); len(got) != 0 {
+	if got := rec.Got(); len(got) != 0 {
 		t.Errorf("Events %q, want none", got)
 	}
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.Legacy, featuregate.IPAddressOnly} {

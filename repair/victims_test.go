@@ -55,7 +55,7 @@ func TestAuditReportsASlash64VictimOutOfRange(t *testing.T) {
 			if _, err := c.RunOnce(t.Context()); err != nil {
 				t.Fatalf("RunOnce() error = %v", err)
 			}
-			if diff := cmp.Diff([]string{"Warning ClusterIPOutOfRange victim"}, rec.got(), cmpopts.EquateEmpty()); diff != "" {
+			if diff := cmp.Diff([]string{"Warning ClusterIPOutOfRange victim"}, rec.Got(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Events (-want +got):\n%s", diff)
 			}
 			for _, a := range client.Actions() {
@@ -121,7 +121,7 @@ func TestAuditReportsTheSlash64VictimsOfARealAPIServer(t *testing.T) {
 	if _, err := c.RunOnce(ctx); err != nil {
 		t.Fatalf("RunOnce() error = %v", err)
 	}
-	for _, ev := range rec.got() {
+	for _, ev := range rec.Got() {
 		if !strings.HasPrefix(ev, "Warning ClusterIPOutOfRange ") {
 			t.Errorf("Event %q, want only ClusterIPOutOfRange", ev)
 		}

@@ -125,7 +125,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	auditConsistent(t, cfg, "after one DualWrite pass")
 	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated 10.96.0.200", "Warning IPAddressWrongReference " + ips[1]}
 	slices.Sort(wantEvents)
-	if diff := cmp.Diff(wantEvents, rec.got()); diff != "" {
+	if diff := cmp.Diff(wantEvents, rec.Got()); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
 	}
 	fixed, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ips[1], metav1.GetOptions{})

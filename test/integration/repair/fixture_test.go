@@ -1,23 +1,18 @@
 package repair_test
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp/cmpopts"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/repair"
 )
 
@@ -44,31 +39,8 @@ func sortFindings(fs []repair.Finding) {
 	})
 }
 
-// recorder keeps the reasons of the Events it is given, with the name of what they regard.
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-var _ events.EventRecorder = (*recorder)(nil)
-
-func (r *recorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _, _ string, _ ...any) {
-	m, _ := regarding.(metav1.Object)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, fmt.Sprintf("%s %s %s", eventtype, reason, m.GetName()))
-}
-
-func (r *recorder) WithLogger(klog.Logger) events.EventRecorderLogger { return nil }
-
-// got returns the Events recorded so far, sorted.
-func (r *recorder) got() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := slices.Clone(r.events)
-	slices.Sort(out)
-	return out
-}
+// recorder keeps the Events a test's Controller emits.
+type recorder = testenv.EventRecorder
 
 // withMode returns a copy of cfg for mode.
 func withMode(cfg clusterip.Config, mode featuregate.Mode) clusterip.Config {

@@ -90,7 +90,7 @@ func TestRepairDuringAServiceCIDRRemovalOnARealAPIServer(t *testing.T) {
 	if _, err := c.RunOnce(ctx); err != nil {
 		t.Fatalf("RunOnce() error = %v", err)
 	}
-	if diff := cmp.Diff([]string{"Warning ClusterIPNotAllocated missing"}, rec.got()); diff != "" {
+	if diff := cmp.Diff([]string{"Warning ClusterIPNotAllocated missing"}, rec.Got()); diff != "" {
 		t.Errorf("Events of a pass during the removal (-want +got):\n%s", diff)
 	}
 	if ipa, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, "10.97.0.11", metav1.GetOptions{}); err != nil {

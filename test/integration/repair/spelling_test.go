@@ -16,17 +16,8 @@ import (
 	"github.com/kube-ipam/clusterip/repair"
 )
 
-// spellings are ClusterIPs kube-apiserver v1.33 accepts as written (its StrictIPCIDRValidation
-// gate off, the default) and stores as written, with the address it allocates for each: the
-// name of the IPAddress object it creates and the bit it sets. (repair's own tests have the same
-// table.)
-var spellings = []struct{ clusterIP, addr string }{
-	{"10.96.0.010", "10.96.0.10"},                            // an IPv4 octet with a leading zero, read as decimal
-	{"::ffff:10.96.0.11", "10.96.0.11"},                      // IPv4-mapped IPv6: the IPv4 address
-	{"FD00:10:96::A", "fd00:10:96::a"},                       // upper case
-	{"fd00:10:96:0:0:0:0:b", "fd00:10:96::b"},                // zeros not compressed
-	{"fd00:10:96:0000:0000:0000:0000:000c", "fd00:10:96::c"}, // leading zeros in groups
-}
+// spellings are the ClusterIP spellings kube-apiserver v1.33 accepts and stores as written.
+var spellings = testenv.ClusterIPSpellings()
 
 // TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer creates Services with the ClusterIP
 // spellings a real kube-apiserver v1.33 accepts and stores as written (in dual write, its
@@ -52,18 +43,18 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 	uids := map[string]types.UID{}
 	for i, s := range spellings {
 		name := "spelled-" + string(rune('a'+i))
-		created, err := services.Create(ctx, testenv.ClusterIPService(name, s.clusterIP), metav1.CreateOptions{})
+		created, err := services.Create(ctx, testenv.ClusterIPService(name, s.ClusterIP), metav1.CreateOptions{})
 		if err != nil {
-			t.Fatalf("create Service %s with ClusterIP %q: %v", name, s.clusterIP, err)
+			t.Fatalf("create Service %s with ClusterIP %q: %v", name, s.ClusterIP, err)
 		}
-		if created.Spec.ClusterIP != s.clusterIP {
-			t.Logf("kube-apiserver stored ClusterIP %q as %q", s.clusterIP, created.Spec.ClusterIP)
+		if created.Spec.ClusterIP != s.ClusterIP {
+			t.Logf("kube-apiserver stored ClusterIP %q as %q", s.ClusterIP, created.Spec.ClusterIP)
 		}
-		ipa, err := ipas.Get(ctx, s.addr, metav1.GetOptions{})
+		ipa, err := ipas.Get(ctx, s.Addr, metav1.GetOptions{})
 		if err != nil {
-			t.Fatalf("kube-apiserver made no IPAddress %s for ClusterIP %q: %v", s.addr, s.clusterIP, err)
+			t.Fatalf("kube-apiserver made no IPAddress %s for ClusterIP %q: %v", s.Addr, s.ClusterIP, err)
 		}
-		uids[s.addr] = ipa.UID
+		uids[s.Addr] = ipa.UID
 	}
 
 	cfg := clusterip.Config{
@@ -81,7 +72,7 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 		if _, err := c.RunOnce(ctx); err != nil {
 			t.Fatalf("%s RunOnce() error = %v", mode, err)
 		}
-		if got := rec.got(); len(got) != 0 {
+		if got := rec.Got(); len(got) != 0 {
 			t.Errorf("%s pass: Events %q, want none", mode, got)
 		}
 	}
@@ -100,22 +91,22 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 		held[r.Addr().Is4()] = b
 	}
 	for i, s := range spellings {
-		addr := netip.MustParseAddr(s.addr)
-		ipa, err := ipas.Get(ctx, s.addr, metav1.GetOptions{})
+		addr := netip.MustParseAddr(s.Addr)
+		ipa, err := ipas.Get(ctx, s.Addr, metav1.GetOptions{})
 		switch {
 		case err != nil:
-			t.Errorf("IPAddress %s of ClusterIP %q after repair: %v", s.addr, s.clusterIP, err)
-		case ipa.UID != uids[s.addr]:
-			t.Errorf("IPAddress %s of ClusterIP %q was recreated (UID %s, was %s)", s.addr, s.clusterIP, ipa.UID, uids[s.addr])
+			t.Errorf("IPAddress %s of ClusterIP %q after repair: %v", s.Addr, s.ClusterIP, err)
+		case ipa.UID != uids[s.Addr]:
+			t.Errorf("IPAddress %s of ClusterIP %q was recreated (UID %s, was %s)", s.Addr, s.ClusterIP, ipa.UID, uids[s.Addr])
 		}
 		if !held[addr.Is4()].Has(addr) {
-			t.Errorf("bit of %s (ClusterIP %q) cleared by repair", s.addr, s.clusterIP)
+			t.Errorf("bit of %s (ClusterIP %q) cleared by repair", s.Addr, s.ClusterIP)
 		}
-		second := testenv.ClusterIPService("second-"+string(rune('a'+i)), s.addr)
+		second := testenv.ClusterIPService("second-"+string(rune('a'+i)), s.Addr)
 		if _, err := services.Create(ctx, second, metav1.CreateOptions{}); err == nil {
-			t.Errorf("a second Service got %s, the address of ClusterIP %q: a duplicate", s.addr, s.clusterIP)
+			t.Errorf("a second Service got %s, the address of ClusterIP %q: a duplicate", s.Addr, s.ClusterIP)
 		} else if !apierrors.IsInvalid(err) {
-			t.Errorf("create a second Service with %s: %v, want 422 Invalid (already allocated)", s.addr, err)
+			t.Errorf("create a second Service with %s: %v, want 422 Invalid (already allocated)", s.Addr, err)
 		}
 	}
 }
