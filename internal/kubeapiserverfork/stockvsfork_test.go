@@ -60,8 +60,12 @@ type churnResult struct {
 	elapsed       time.Duration
 	p50, p99      time.Duration
 	stale         int // Leaked and BitmapOnly findings of repair.Audit afterwards
-	audit         map[string]int
-	firstErr      string
+	// CPU time used during the churn by the kube-apiserver process and by the test process (its
+	// clients and the embedded etcd); zero if it could not be read (see cpuNote).
+	serverCPU, selfCPU time.Duration
+	cpuNote            string
+	audit              map[string]int
+	firstErr           string
 }
 
 // scaleResult is one scale row: n Services created by benchWorkers workers, none deleted.
@@ -77,7 +81,9 @@ type scaleResult struct {
 // TestStockVsFork measures stock kube-apiserver v1.33.13 and the fork side by side, each in
 // Legacy, DualWrite and IPAddressOnly, each row on a fresh etcd and server with
 // --service-cluster-ip-range=10.96.0.0/16: churn (16 workers × 60 create+delete pairs, then
-// repair.Audit in the row's mode for stale bits and objects) and scale (15 000 creates by 16
+// repair.Audit in the row's mode for stale bits and objects; and the CPU time each pair cost the
+// kube-apiserver and the test process, its clients and etcd, which depends far less than the
+// rate on what else the machine runs) and scale (15 000 creates by 16
 // workers; the p50/p99 of the first and last 1000). It asserts nothing about time: it logs the
 // tables, and the load average before and after, since the figures depend on the machine. The
 // tables go to $CLUSTERIP_FORK_BENCH_OUT as Markdown, the rows to $CLUSTERIP_FORK_BENCH_ROWS as
@@ -109,7 +115,7 @@ func TestStockVsFork(t *testing.T) {
 				t.Run("churn/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
 					etcd := testenv.NewEtcd(t)
 					s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
-					r := churn(t, s.Client)
+					r := churn(t, s.Client, s.Dir)
 					r.side, r.mode = b.side, mg.mode.String()
 					r.audit, r.stale = benchAudit(t, etcd, s.Client, mg.mode)
 					t.Logf("%+v", r)
@@ -118,12 +124,18 @@ func TestStockVsFork(t *testing.T) {
 			}
 		}
 		fmt.Fprintf(&out, "churn: %d workers × %d create+delete pairs, %s\n\n", benchWorkers, churnPairs, benchRange)
-		out.WriteString("| mode | side | pairs/s | p50 | p99 | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+		out.WriteString("| mode | side | pairs/s | p50 | p99 | CPU/pair: kube-apiserver | test process (clients + etcd) | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rows {
-			fmt.Fprintf(&out, "| %s | %s | %.1f | %v | %v | %d | %d | %v |\n", r.mode, r.side,
-				float64(r.pairs)/r.elapsed.Seconds(), ms(r.p50), ms(r.p99), r.errors, r.stale, r.audit)
+			fmt.Fprintf(&out, "| %s | %s | %.1f | %v | %v | %s | %s | %d | %d | %v |\n", r.mode, r.side,
+				float64(r.pairs)/r.elapsed.Seconds(), ms(r.p50), ms(r.p99), perPair(r.serverCPU, r.pairs), perPair(r.selfCPU, r.pairs),
+				r.errors, r.stale, r.audit)
 			measured.Churn = append(measured.Churn, forkbench.Churn{Run: run, Mode: r.mode, Side: r.side,
 				PairsPerS: float64(r.pairs) / r.elapsed.Seconds(), P50Ms: msOf(r.p50), P99Ms: msOf(r.p99), Errors: r.errors, Stale: r.stale})
+		}
+		for _, r := range rows {
+			if r.cpuNote != "" {
+				fmt.Fprintf(&out, "\n%s %s: CPU not measured: %s\n", r.mode, r.side, r.cpuNote)
+			}
 		}
 		fmt.Fprintf(&out, "\nload after churn: %s\n\n", loadAvg())
 		machine = append(machine, "after churn: "+loadAvg())
@@ -178,8 +190,10 @@ func writeRows(p string, rows forkbench.Rows) error {
 	return os.WriteFile(p, b.Bytes(), 0o644)
 }
 
-// churn runs benchWorkers workers, each creating and deleting churnPairs Services in turn.
-func churn(t *testing.T, c kubernetes.Interface) churnResult {
+// churn runs benchWorkers workers, each creating and deleting churnPairs Services in turn, and
+// measures the CPU time used meanwhile by the test process and by the kube-apiserver whose
+// directory is serverDir.
+func churn(t *testing.T, c kubernetes.Interface, serverDir string) churnResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -188,6 +202,14 @@ func churn(t *testing.T, c kubernetes.Interface) churnResult {
 	var r churnResult
 	var lat []time.Duration
 	var wg sync.WaitGroup
+	server, err := serverCPU(serverDir)
+	var server0, self0 time.Duration
+	if err == nil {
+		server0, err = server()
+	}
+	if err == nil {
+		self0, err = selfCPU()
+	}
 	start := time.Now()
 	for w := range benchWorkers {
 		wg.Add(1)
@@ -218,7 +240,27 @@ func churn(t *testing.T, c kubernetes.Interface) churnResult {
 	wg.Wait()
 	r.elapsed = time.Since(start)
 	r.p50, r.p99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	var server1, self1 time.Duration
+	if err == nil {
+		server1, err = server()
+	}
+	if err == nil {
+		self1, err = selfCPU()
+	}
+	if err != nil {
+		r.cpuNote = err.Error()
+		return r
+	}
+	r.serverCPU, r.selfCPU = server1-server0, self1-self0
 	return r
+}
+
+// perPair returns d per pair in milliseconds for the tables, "–" if there is none.
+func perPair(d time.Duration, pairs int) string {
+	if d <= 0 || pairs == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f ms", d.Seconds()*1000/float64(pairs))
 }
 
 // scale creates n Services with benchWorkers workers and times each create by its index.

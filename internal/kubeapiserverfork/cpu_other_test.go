@@ -1,0 +1,14 @@
+//go:build !linux
+
+package kubeapiserverfork_test
+
+import (
+	"errors"
+	"time"
+)
+
+var errNoCPU = errors.New("CPU times are only read on Linux")
+
+func selfCPU() (time.Duration, error) { return 0, errNoCPU }
+
+func serverCPU(string) (func() (time.Duration, error), error) { return nil, errNoCPU }
