@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
@@ -152,6 +153,49 @@ func (sc *sharedCluster) ipAddressNames(t *testing.T, name string) []string {
 	return out
 }
 
+// createRecordingIPAddresses creates svc through kube-apiserver and returns the stored Service
+// and the names of the IPAddress objects kube-apiserver created for it, sorted. They are taken
+// from a watch started before the create, not from a list after it: v1.33's own IPAddress repair
+// loop compares an IPAddress's name with the Service's ClusterIPs as strings, so it deletes the
+// object of a ClusterIP it stored in another spelling ("fd00:10:96:0:0:0:0:b" holds
+// fd00:10:96::b) as a "wrong reference" moments after the create, and a list may miss it.
+func (sc *sharedCluster) createRecordingIPAddresses(t *testing.T, svc *corev1.Service) (*corev1.Service, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.WaitTimeout)
+	defer cancel()
+	ipas := sc.api.NetworkingV1().IPAddresses()
+	l, err := ipas.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ipas.Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	got, err := sc.api.CoreV1().Services("default").Create(ctx, svc.DeepCopy(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kube-apiserver refused it: %v", err)
+	}
+	var names []string
+	for len(names) < len(got.Spec.ClusterIPs) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the IPAddress watch ended with %v of %s's IPAddress objects seen", names, svc.Name)
+			}
+			if ipa, isIPA := ev.Object.(*networkingv1.IPAddress); isIPA && ev.Type == watch.Added &&
+				ipa.Spec.ParentRef != nil && ipa.Spec.ParentRef.Name == svc.Name && !slices.Contains(names, ipa.Name) {
+				names = append(names, ipa.Name)
+			}
+		case <-ctx.Done():
+			t.Fatalf("kube-apiserver created %v of %s's IPAddress objects within %v", names, svc.Name, testenv.WaitTimeout)
+		}
+	}
+	slices.Sort(names)
+	return got, names
+}
+
 // TestServiceAllocatorAnswersAsKubeAPIServer puts the same Service to a real kube-apiserver
 // v1.33.13 and to service.Allocator over servicecidr allocators of the same cluster, and checks
 // that the two agree: on failure the status code, reason, field paths and texts; on success the
@@ -254,18 +298,7 @@ func TestServiceAllocatorAnswersAsKubeAPIServer(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			name := "accepted-" + string(rune('a'+i))
 			svc := matrixService(name, tt.spec)
-			got, err := sc.api.CoreV1().Services("default").Create(ctx, svc.DeepCopy(), metav1.CreateOptions{})
-			if err != nil {
-				t.Fatalf("kube-apiserver refused it: %v", err)
-			}
-			// v1.33 writes one IPAddress object per address before it stores the Service, yet a
-			// list right after the create once came back without the newest one (CI, under load):
-			// wait until it lists one per address, as a client of the apiserver would.
-			var wantObjs []string
-			testenv.WaitFor(t, "kube-apiserver's IPAddress objects of "+name+" to be listed", func() bool {
-				wantObjs = sc.ipAddressNames(t, name)
-				return len(wantObjs) == len(got.Spec.ClusterIPs)
-			})
+			got, wantObjs := sc.createRecordingIPAddresses(t, svc)
 			if err := sc.api.CoreV1().Services("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
