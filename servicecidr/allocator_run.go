@@ -33,6 +33,9 @@ func (a *Allocator) Run(ctx context.Context) error {
 
 	reg, err := a.cidrs.AddEventHandler(a.handlers(logger))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // done before it started: the informer stopped with ctx
+		}
 		return fmt.Errorf("servicecidr: watch ServiceCIDRs: %w", err)
 	}
 	defer func() {

@@ -1,6 +1,7 @@
 package servicecidr
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/netip"
@@ -13,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -379,4 +382,29 @@ func TestServiceCIDROverlappingIPv4MappedBlockIsSkipped(t *testing.T) {
 // logsOf returns what the fixture's logger has written so far.
 func logsOf(f *fixture) string {
 	return klog.FromContext(f.ctx).GetSink().(ktesting.Underlier).GetBuffer().String()
+}
+
+// TestRunAfterItsInformersStoppedWithCtxReturnsNil: Run returns nil once ctx is done, also when
+// ctx was done, and the informers stopped with it, before Run could watch them.
+func TestRunAfterItsInformersStoppedWithCtxReturnsNil(t *testing.T) {
+	client := fake.NewClientset()
+	inf := informers.NewSharedInformerFactory(client, 0)
+	a, err := New(corev1.IPv4Protocol, client, inf.Networking().V1().ServiceCIDRs(), inf.Networking().V1().IPAddresses())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := NewLifecycleController(client, inf.Networking().V1().ServiceCIDRs(), inf.Networking().V1().IPAddresses(), LifecycleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inf.Start(ctx.Done())
+	cancel()
+	inf.Shutdown() // the informers have stopped: adding a handler now fails
+	if err := a.Run(ctx); err != nil {
+		t.Errorf("Allocator.Run() = %v, want nil once ctx is done", err)
+	}
+	if err := lc.Run(ctx, 1); err != nil {
+		t.Errorf("LifecycleController.Run() = %v, want nil once ctx is done", err)
+	}
 }

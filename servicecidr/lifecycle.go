@@ -146,6 +146,9 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 		DeleteFunc: func(any) { c.enqueueTerminating(func(*networkingv1.ServiceCIDR) bool { return true }) },
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // done before it started: the informer stopped with ctx
+		}
 		return fmt.Errorf("servicecidr: watch ServiceCIDRs: %w", err)
 	}
 	defer func() { _ = c.cidrs.RemoveEventHandler(cidrReg) }() // fails only for a foreign handle
@@ -155,6 +158,9 @@ func (c *LifecycleController) Run(ctx context.Context, workers int) error {
 		DeleteFunc: c.onIPAddress,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // done before it started: the informer stopped with ctx
+		}
 		return fmt.Errorf("servicecidr: watch IPAddresses: %w", err)
 	}
 	defer func() { _ = c.ips.RemoveEventHandler(ipReg) }()
