@@ -44,7 +44,7 @@ func EtcdBinary(ctx context.Context) (string, error) {
 	}
 	root, err := repoRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w (for etcd, $%s)", err, EtcdEnv)
 	}
 	modDir := filepath.Join(root, filepath.FromSlash(etcdModuleDir))
 	sum, err := etcdInputsHash(modDir)

@@ -65,11 +65,11 @@ func startCluster(ctx context.Context, opts *Options) (_ *cluster, err error) {
 	} else {
 		etcd, err = localcluster.StartEtcd(ctx, localcluster.EtcdOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("start embedded etcd: %w", err)
+			return nil, fmt.Errorf("start local etcd: %w", err)
 		}
 		c.closers = append(c.closers, func() { etcd.Close() })
 		c.endpoints = etcd.Endpoints()
-		c.etcdDesc = "embedded etcd at " + c.endpoints[0]
+		c.etcdDesc = "local etcd at " + c.endpoints[0]
 	}
 	if err := probe(ctx, c.endpoints); err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func startCluster(ctx context.Context, opts *Options) (_ *cluster, err error) {
 		return c, nil
 	}
 	if etcd == nil {
-		return nil, errors.New("demo: --kube-apiserver needs the embedded etcd; leave out --etcd")
+		return nil, errors.New("demo: --kube-apiserver needs the local etcd; leave out --etcd")
 	}
 	ranges := make([]string, len(opts.Ranges))
 	for i, r := range opts.Ranges {
