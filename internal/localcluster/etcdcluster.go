@@ -31,10 +31,10 @@ type EtcdClusterOptions struct {
 	ReadyTimeout time.Duration
 }
 
-// EtcdCluster is an etcd cluster of several members, each a child process running the binary
-// of [EtcdBinary] and listening on 127.0.0.1, each with its own ports and data directory, which it keeps across
-// [EtcdCluster.StopMember] and [EtcdCluster.RestartMember], so that fault-injection tests can take
-// a member (the leader, say) away and bring it back under running clients.
+// EtcdCluster is an etcd cluster of several members, each a child process running the binary of
+// [EtcdBinary] and listening on 127.0.0.1, each with its own ports and data directory, which it
+// keeps across [EtcdCluster.StopMember] and [EtcdCluster.RestartMember], so that fault-injection
+// tests can take a member (the leader, say) away and bring it back under running clients.
 //
 // The zero EtcdCluster is not usable; use [StartEtcdCluster]. Its methods are safe for
 // concurrent use.
