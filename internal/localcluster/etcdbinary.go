@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,7 @@ const etcdBuildEstimate = "a minute or two on 2 cores, longer on a busy machine"
 // EtcdBinary returns the path of the etcd server that [StartEtcd] and [StartEtcdCluster] run:
 // the value of $CLUSTERIP_ETCD if it is set, else
 // <repo root>/.cache/etcd-v3.5.21-<hash>/etcd, where hash covers the files of the nested module
-// internal/localcluster/etcdserver (its go.mod, go.sum and source).
+// internal/localcluster/etcdserver (its go.mod, go.sum and source, package embedded's too).
 //
 // If that binary is missing, EtcdBinary builds it from that module with "go build" as
 // [KubeAPIServerBinary] builds kube-apiserver: once per clone, under the same kind of lock and
@@ -68,24 +69,31 @@ func EtcdBinary(ctx context.Context) (string, error) {
 	}, notify)
 }
 
-// etcdInputsHash returns the first 12 hex digits of a SHA-256 of the files in modDir, the etcd
-// server's module, with their names.
+// etcdInputsHash returns the first 12 hex digits of a SHA-256 of the files under modDir, the etcd
+// server's module, with their paths.
 func etcdInputsHash(modDir string) (string, error) {
-	entries, err := os.ReadDir(modDir)
+	var names []string
+	err := filepath.WalkDir(modDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			rel, err := filepath.Rel(modDir, path)
+			if err != nil {
+				return err
+			}
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
 	if err != nil {
 		return "", fmt.Errorf("localcluster: hash the etcd server's inputs: %w", err)
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		if e.Type().IsRegular() {
-			names = append(names, e.Name())
-		}
 	}
 	slices.Sort(names)
 	h := sha256.New()
 	fmt.Fprintf(h, "etcd %s\n", EtcdVersion)
 	for _, name := range names {
-		data, err := os.ReadFile(filepath.Join(modDir, name))
+		data, err := os.ReadFile(filepath.Join(modDir, filepath.FromSlash(name)))
 		if err != nil {
 			return "", fmt.Errorf("localcluster: hash the etcd server's inputs: %w", err)
 		}
