@@ -21,4 +21,8 @@
 // $CLUSTERIP_ETCD, [EtcdEnv], names another build of it). It runs in a process of
 // its own so that the etcd server and its dependencies stay out of the
 // library's module graph: the library module requires only etcd's client.
+// The clusterip command, whose module may require the server and which must run
+// without a clone of the repository, starts the same server in its own process
+// instead ([EtcdOptions.Start], [EtcdStarter]); package embedded of that nested
+// module configures it in both cases.
 package localcluster

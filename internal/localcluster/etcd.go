@@ -32,6 +32,11 @@ type EtcdOptions struct {
 	// require of each a certificate signed by ClientTLS.CAFile, as a production etcd does.
 	// Defaults to nil: plain http with no client authentication.
 	ClientTLS *EtcdTLS
+	// Start, if not nil, starts the server in this process instead of as a child process
+	// running the binary of [EtcdBinary], which needs a clone of the repository to build it.
+	// Defaults to nil: a child process, which the tests use so that etcd's server stays out of
+	// the library's module graph.
+	Start EtcdStarter
 }
 
 // EtcdTLS is the TLS of an etcd's client port: the files of the server's certificate, of the CA
@@ -50,8 +55,8 @@ type EtcdTLS struct {
 	ClientCertFile, ClientKeyFile string
 }
 
-// Etcd is a single-member etcd server running as a child process (see [EtcdBinary]),
-// listening on 127.0.0.1. It keeps its ports and data directory across [Etcd.Stop] and
+// Etcd is a single-member etcd server running as a child process (see [EtcdBinary]), or in
+// this process (see [EtcdOptions.Start]), listening on 127.0.0.1. It keeps its ports and data directory across [Etcd.Stop] and
 // [Etcd.Restart], so fault-injection tests can take etcd away and bring it
 // back under running clients.
 //
@@ -65,7 +70,7 @@ type Etcd struct {
 	peerPort   int
 
 	mu   sync.Mutex // guards proc
-	proc *etcdProcess
+	proc etcdMember
 }
 
 // etcdStartAttempts is how often [StartEtcd] picks new ports when another
@@ -73,10 +78,10 @@ type Etcd struct {
 const etcdStartAttempts = 3
 
 // StartEtcd starts an etcd server on free 127.0.0.1 ports and waits until it
-// serves clients. The server runs the binary of [EtcdBinary], which StartEtcd
-// builds first if it is missing (cancelling ctx stops that build; ReadyTimeout
-// does not cover it). The kernel kills the server if this process dies first
-// (on Linux). The caller must [Etcd.Close] it.
+// serves clients. Unless [EtcdOptions.Start] is set, the server runs the binary
+// of [EtcdBinary], which StartEtcd builds first if it is missing (cancelling ctx
+// stops that build; ReadyTimeout does not cover it), and the kernel kills the
+// server if this process dies first (on Linux). The caller must [Etcd.Close] it.
 func StartEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 30 * time.Second
@@ -136,7 +141,7 @@ func (e *Etcd) start(ctx context.Context) error {
 		return errors.New("localcluster: etcd is already running")
 	}
 	e.proc = nil
-	p, err := launchEtcd(ctx, e.config())
+	p, err := startEtcdMember(ctx, e.config(), e.opts.Start)
 	if err != nil {
 		return err
 	}
@@ -211,15 +216,16 @@ func (e *Etcd) Client() (*clientv3.Client, error) {
 	return c, nil
 }
 
-// Running reports whether the server of e is started and its process has not exited.
+// Running reports whether the server of e is started and has not stopped (nor its process
+// exited).
 func (e *Etcd) Running() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.proc != nil && e.proc.running()
 }
 
-// Stop stops the server (SIGTERM, then SIGKILL if it has not exited within 10 seconds), waits
-// until its process has exited, and keeps its data directory; clients then fail until
+// Stop stops the server (a child process by SIGTERM, then SIGKILL if it has not exited within
+// 10 seconds), waits until it has stopped, and keeps its data directory; clients then fail until
 // [Etcd.Restart]. Stopping a stopped Etcd does nothing.
 func (e *Etcd) Stop() {
 	e.mu.Lock()

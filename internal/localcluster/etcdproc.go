@@ -14,8 +14,9 @@ import (
 	"time"
 )
 
-// etcdConfig is the configuration of one etcd member, as the etcd server of the nested module
-// internal/localcluster/etcdserver reads it from its argument.
+// etcdConfig is the configuration of one etcd member, as package embedded of the nested module
+// internal/localcluster/etcdserver reads it: from the etcd server program's argument, or from an
+// [EtcdStarter]'s.
 type etcdConfig struct {
 	Name                string
 	Dir                 string
@@ -30,6 +31,84 @@ type etcdConfig struct {
 
 // etcdServerTLS is the TLS of a member's client port, as the etcd server reads it.
 type etcdServerTLS struct{ CertFile, KeyFile, CAFile string }
+
+// An EtcdStarter starts one etcd member in this process, instead of the child process that runs
+// the binary of [EtcdBinary]. config is the member's configuration as JSON, which
+// Start of package embedded in the nested module internal/localcluster/etcdserver reads; an
+// EtcdStarter should pass it on unchanged, as the clusterip command's does (which is why that
+// command needs no clone of the repository to start etcd). An error because a port is taken
+// should say "address already in use", so that [StartEtcd] tries other ports.
+type EtcdStarter func(config []byte) (EtcdServer, error)
+
+// EtcdServer is an etcd member that an [EtcdStarter] started in this process.
+type EtcdServer interface {
+	// Ready is closed once the member serves clients.
+	Ready() <-chan struct{}
+	// Done is closed once the member has stopped, by Close or by a failure.
+	Done() <-chan struct{}
+	// Err returns why the member stopped: nil while it runs and after Close.
+	Err() error
+	// Close stops the member and returns once it has stopped.
+	Close()
+}
+
+// etcdMember is one running etcd member: a child process (etcdProcess) or a server in this
+// process (inProcessEtcd).
+type etcdMember interface {
+	// waitReady waits until the member serves clients, for at most timeout. It does not stop
+	// the member on failure.
+	waitReady(ctx context.Context, timeout time.Duration) error
+	// running reports whether the member has not stopped.
+	running() bool
+	// stop stops the member and returns once it has stopped.
+	stop()
+}
+
+// startEtcdMember starts a member with cfg: in this process with start if it is not nil, else
+// as a child process (see launchEtcd).
+func startEtcdMember(ctx context.Context, cfg etcdConfig, start EtcdStarter) (etcdMember, error) {
+	if start == nil {
+		return launchEtcd(ctx, cfg)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: etcd config: %w", err)
+	}
+	srv, err := start(raw)
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: start etcd in process: %w", err)
+	}
+	return inProcessEtcd{srv}, nil
+}
+
+// inProcessEtcd is a member that an EtcdStarter started.
+type inProcessEtcd struct{ srv EtcdServer }
+
+func (m inProcessEtcd) waitReady(ctx context.Context, timeout time.Duration) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-m.srv.Ready():
+		return nil
+	case <-m.srv.Done():
+		return fmt.Errorf("etcd stopped: %v", m.srv.Err())
+	case <-timer.C:
+		return fmt.Errorf("etcd not ready after %v", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m inProcessEtcd) running() bool {
+	select {
+	case <-m.srv.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+func (m inProcessEtcd) stop() { m.srv.Close() }
 
 // etcdStopTimeout bounds how long a member has to close after SIGTERM before it is killed.
 const etcdStopTimeout = 10 * time.Second

@@ -34,7 +34,7 @@ func TestEtcdRestartsAfterSIGKILL(t *testing.T) {
 		t.Fatalf("Put() error = %v", err)
 	}
 	e.mu.Lock()
-	p := e.proc
+	p := e.proc.(*etcdProcess)
 	e.mu.Unlock()
 	if err := p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestEtcdDiesWithItsParent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Println(e.proc.cmd.Process.Pid)
+		fmt.Println(e.proc.(*etcdProcess).cmd.Process.Pid)
 		select {}
 	}
 	if runtime.GOOS != "linux" {
