@@ -1,6 +1,6 @@
 // Package bench measures the clusterip library's allocators over range sizes and fill levels
 // for the clusterip command: one AllocateNext+Release pair at steady fill, timed without the
-// testing package so that the command links none of it. It measures in memory, on a local
+// testing package so that the command links none of it. It measures in memory, on an embedded
 // etcd, over client-go's fake clientset and, when a kube-apiserver binary is at hand, through a
 // real kube-apiserver v1.33 on that etcd.
 package bench
@@ -25,13 +25,14 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/cmd/clusterip/internal/embedetcd"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
 // The allocators bench knows, as they appear in Result.Allocator.
 const (
 	Bitmap     = "bitmap"         // bitmap.New, in memory
-	Persistent = "bitmap+etcd"    // bitmap.NewPersistent over etcdstore on a local etcd
+	Persistent = "bitmap+etcd"    // bitmap.NewPersistent over etcdstore on an embedded etcd
 	IPAddress  = "ipaddress+fake" // ipaddress.New over the client-go fake clientset
 	// IPAddressAPIServer is ipaddress.New through a real kube-apiserver.
 	IPAddressAPIServer = "ipaddress+apiserver"
@@ -44,13 +45,13 @@ const (
 type Options struct {
 	// Bitmap lists the ranges of the in-memory bitmap allocator.
 	Bitmap []netip.Prefix
-	// Persistent lists the ranges of the etcd-backed bitmap allocator; a local etcd is
+	// Persistent lists the ranges of the etcd-backed bitmap allocator; an embedded etcd is
 	// started when it is not empty.
 	Persistent []netip.Prefix
 	// IPAddress lists the ranges of the IPAddress-object allocator over the fake clientset.
 	IPAddress []netip.Prefix
 	// APIServer lists the ranges on which the IPAddress allocator and the DualWrite allocator
-	// are measured through a real kube-apiserver: Run starts a local etcd and a kube-apiserver
+	// are measured through a real kube-apiserver: Run starts an embedded etcd and a kube-apiserver
 	// on it when it is not empty and a binary is at hand. Filling them creates one IPAddress object per address through the
 	// server, so keep them small (a /20 holds 4094 addresses).
 	APIServer []netip.Prefix
@@ -144,8 +145,8 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	var client *clientv3.Client
 	if len(opts.Persistent) > 0 || apiServer {
 		var err error
-		if etcd, err = localcluster.StartEtcd(ctx, localcluster.EtcdOptions{}); err != nil {
-			return nil, fmt.Errorf("bench: start local etcd: %w", err)
+		if etcd, err = embedetcd.StartEtcd(ctx, localcluster.EtcdOptions{}); err != nil {
+			return nil, fmt.Errorf("bench: start embedded etcd: %w", err)
 		}
 		defer etcd.Close()
 		client, err = clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -343,7 +344,7 @@ func WriteTable(w io.Writer, results []Result) error {
 		}
 	}
 	if apiServer {
-		_, err := fmt.Fprintf(w, "The +apiserver rows run through a real kube-apiserver %s on the local etcd; each fill level is\n"+
+		_, err := fmt.Fprintf(w, "The +apiserver rows run through a real kube-apiserver %s on the embedded etcd; each fill level is\n"+
 			"made of IPAddress objects created one per address through it, so their ranges are small.\n"+
 			"Their allocs/op and B/op include the client's and informers' work.\n", localcluster.KubeAPIServerVersion)
 		return err

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/cmd/clusterip/internal/embedetcd"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
@@ -63,13 +64,13 @@ func startCluster(ctx context.Context, opts *Options) (_ *cluster, err error) {
 		c.endpoints = opts.EtcdEndpoints
 		c.etcdDesc = "etcd at " + strings.Join(c.endpoints, ",")
 	} else {
-		etcd, err = localcluster.StartEtcd(ctx, localcluster.EtcdOptions{})
+		etcd, err = embedetcd.StartEtcd(ctx, localcluster.EtcdOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("start local etcd: %w", err)
+			return nil, fmt.Errorf("start embedded etcd: %w", err)
 		}
 		c.closers = append(c.closers, func() { etcd.Close() })
 		c.endpoints = etcd.Endpoints()
-		c.etcdDesc = "local etcd at " + c.endpoints[0]
+		c.etcdDesc = "embedded etcd at " + c.endpoints[0]
 	}
 	if err := probe(ctx, c.endpoints); err != nil {
 		return nil, err
@@ -85,7 +86,7 @@ func startCluster(ctx context.Context, opts *Options) (_ *cluster, err error) {
 		return c, nil
 	}
 	if etcd == nil {
-		return nil, errors.New("demo: --kube-apiserver needs the local etcd; leave out --etcd")
+		return nil, errors.New("demo: --kube-apiserver needs the embedded etcd; leave out --etcd")
 	}
 	ranges := make([]string, len(opts.Ranges))
 	for i, r := range opts.Ranges {
