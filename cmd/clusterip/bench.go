@@ -19,13 +19,13 @@ at steady fill (at 100% fill, one AllocateNext that fails with ErrFull), as ns/o
 B/op. Five allocators:
 
   bitmap               the legacy bitmap in memory (bitmap.New)
-  bitmap+etcd          the bitmap persisted in a local etcd (bitmap.NewPersistent over
+  bitmap+etcd          the bitmap persisted in an embedded etcd (bitmap.NewPersistent over
                        etcdstore), one compare-and-swap per operation
   ipaddress+fake       the IPAddress-object allocator (ipaddress.New) over client-go's fake
                        clientset: the allocator and the fake's object tracker, without a
                        network or an API server
   ipaddress+apiserver  the IPAddress-object allocator through a real kube-apiserver v1.33 on the
-                       local etcd: one IPAddress create and one delete per operation
+                       embedded etcd: one IPAddress create and one delete per operation
   dualwrite+apiserver  clusterip.New in DualWrite mode through that kube-apiserver: the
                        servicecidr allocator's IPAddress objects and a bitmap mirror in etcd
 
@@ -128,7 +128,7 @@ func newBenchCommand() *cobra.Command {
 	cmd.AddCommand(newStockVsForkCommand())
 	f := cmd.Flags()
 	f.StringSliceVar(&bitmapRanges, "ranges", bitmapRanges, "ranges of the in-memory bitmap allocator")
-	f.StringSliceVar(&persistentRanges, "persistent-ranges", persistentRanges, "ranges of the etcd-backed bitmap allocator (starts a local etcd)")
+	f.StringSliceVar(&persistentRanges, "persistent-ranges", persistentRanges, "ranges of the etcd-backed bitmap allocator (starts an embedded etcd)")
 	f.StringSliceVar(&ipaddressRanges, "ipaddress-ranges", ipaddressRanges, "ranges of the IPAddress allocator over the fake clientset")
 	f.StringSliceVar(&apiServerRanges, "apiserver-ranges", apiServerRanges, "ranges of the IPAddress and DualWrite allocators through a real kube-apiserver (at most 65536 addresses each)")
 	f.StringVar(&kubeAPIServer, "kube-apiserver", "", "kube-apiserver v1.33 binary for the --apiserver-ranges (default: $CLUSTERIP_KUBE_APISERVER, else the cached test build; never built)")

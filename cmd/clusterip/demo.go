@@ -30,13 +30,12 @@ and IP family, the Services allocated and released, conflicts retried, undo oper
 and p99 latency of an allocation, and the audit of package repair after each phase. Every address
 handed out is checked against those held: duplicates must be 0.
 
-A local etcd is started unless --etcd is given: a child process running the etcd server that
-the repository's tests run ($CLUSTERIP_ETCD, or the repository's .cache/, built there in a minute
-or two on first use). Services, ServiceCIDRs and IPAddress objects go to a real kube-apiserver
-v1.33 if its binary is already built ($CLUSTERIP_KUBE_APISERVER, or the repository's .cache/) or
---kube-apiserver is given, else to client-go's fake clientset; the first line says which. Exits 0 when every check holds, 2 when the demo could not run or a check failed.`
+An embedded etcd is started unless --etcd is given. Services, ServiceCIDRs and IPAddress objects
+go to a real kube-apiserver v1.33 if its binary is already built ($CLUSTERIP_KUBE_APISERVER, or the
+repository's .cache/) or --kube-apiserver is given, else to client-go's fake clientset; the first
+line says which. Exits 0 when every check holds, 2 when the demo could not run or a check failed.`
 
-const demoExample = `  # The upgrade walk on a local etcd, about a minute
+const demoExample = `  # The upgrade walk on an embedded etcd, about a minute
   clusterip demo
 
   # With a real kube-apiserver v1.33 storing the Services and IPAddress objects
@@ -104,7 +103,7 @@ func newDemoCommand() *cobra.Command {
 	f.IntVarP(&opts.Hold, "services", "n", 1000, "about how many Services the workload keeps")
 	f.IntVar(&opts.Workers, "workers", 4, "goroutines per kube-apiserver played")
 	f.DurationVar(&opts.PhaseDuration, "duration", 15e9, "how long each of the three phases creates and deletes Services")
-	f.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints (default: start a local etcd)")
+	f.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints (default: start an embedded etcd)")
 	f.StringVar(&opts.Prefix, "etcd-prefix", "/registry", "etcd key prefix of the bitmaps, as kube-apiserver's --etcd-prefix")
 	f.StringVar(&opts.KubeAPIServer, "kube-apiserver", "", "path of a kube-apiserver v1.33 binary to store the objects in (default: the tests' build if it is there, else a fake clientset)")
 	f.BoolVar(&opts.FakeAPI, "fake-api", false, "use client-go's fake clientset even if a kube-apiserver binary is there")

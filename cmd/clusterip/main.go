@@ -1,9 +1,9 @@
 // Command clusterip runs the clusterip library's allocators against real components: a demo on
-// a local etcd, benchmarks with a chart, and an audit (and repair) of a live cluster.
+// an embedded etcd, benchmarks with a chart, and an audit (and repair) of a live cluster.
 //
 // Usage:
 //
-//	clusterip demo [flags]        walk a cluster through the allocator upgrade on a (local) etcd
+//	clusterip demo [flags]        walk a cluster through the allocator upgrade on an (embedded) etcd
 //	clusterip bench [flags]       measure the allocators over range sizes and fill levels
 //	clusterip check [flags]       audit a live cluster's Service IPs, and repair them with --repair
 //	clusterip version             print the module, Go and kube-apiserver versions

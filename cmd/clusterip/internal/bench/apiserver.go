@@ -55,7 +55,7 @@ const (
 // would drown the progress lines.
 func runAPIServer(ctx context.Context, etcd *localcluster.Etcd, etcdClient *clientv3.Client, opts Options, say func(Result)) ([]Result, error) {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).V(1))
-	fmt.Fprintf(opts.Progress, "starting kube-apiserver %s (%s) on the local etcd\n", localcluster.KubeAPIServerVersion, opts.KubeAPIServer)
+	fmt.Fprintf(opts.Progress, "starting kube-apiserver %s (%s) on the embedded etcd\n", localcluster.KubeAPIServerVersion, opts.KubeAPIServer)
 	start := time.Now()
 	srv, err := localcluster.StartKubeAPIServer(ctx, etcd, localcluster.KubeAPIServerOptions{
 		Binary:                opts.KubeAPIServer,

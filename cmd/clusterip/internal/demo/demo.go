@@ -44,7 +44,7 @@ type Options struct {
 	// PhaseDuration is how long each of the three phases creates and deletes Services.
 	// Defaults to 15 seconds.
 	PhaseDuration time.Duration
-	// EtcdEndpoints names an etcd to use. Defaults to starting a local one on 127.0.0.1 in a
+	// EtcdEndpoints names an etcd to use. Defaults to starting an embedded one on 127.0.0.1 in a
 	// temporary directory, removed afterwards.
 	EtcdEndpoints []string
 	// Prefix is the etcd key prefix of the bitmaps, as kube-apiserver's --etcd-prefix. Defaults
@@ -53,7 +53,7 @@ type Options struct {
 	// KubeAPIServer is the path of a kube-apiserver v1.33 binary to store the Services,
 	// ServiceCIDRs and IPAddress objects in. Defaults to the binary the tests use if it is
 	// already built ($CLUSTERIP_KUBE_APISERVER, or the cache in the repository's .cache/),
-	// else client-go's fake clientset. It needs the local etcd.
+	// else client-go's fake clientset. It needs the embedded etcd.
 	KubeAPIServer string
 	// FakeAPI uses client-go's fake clientset even if a kube-apiserver binary is there.
 	FakeAPI bool
