@@ -68,7 +68,11 @@ type etcdMember interface {
 // as a child process (see launchEtcd).
 func startEtcdMember(ctx context.Context, cfg etcdConfig, start EtcdStarter) (etcdMember, error) {
 	if start == nil {
-		return launchEtcd(ctx, cfg)
+		p, err := launchEtcd(ctx, cfg)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return p, nil
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
