@@ -88,8 +88,8 @@ func TestWaitReadyReturnsOnceEveryFamilyServes(t *testing.T) {
 	}
 }
 
-// TestDualWriteAccessorSeesThroughMetrics builds the allocators of each mode beside an embedded
-// etcd and checks that DualWrite returns the dual-write layer in DualWrite mode, even when the
+// TestDualWriteAccessorSeesThroughMetrics builds the allocators of each mode beside a real etcd
+// and checks that DualWrite returns the dual-write layer in DualWrite mode, even when the
 // metrics wrap For's result, and nil otherwise; and that WaitReady does not wait in Legacy mode.
 func TestDualWriteAccessorSeesThroughMetrics(t *testing.T) {
 	etcd := testenv.NewEtcd(t).TestClient(t)

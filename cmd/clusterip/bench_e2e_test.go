@@ -76,6 +76,7 @@ func checkChart(t *testing.T, file, magic string) {
 }
 
 func TestBenchPrintsOneResultPerAllocatorRangeAndFillAndDrawsCharts(t *testing.T) {
+	withoutEtcdBinary(t) // its bitmap+etcd rows run on the command's embedded etcd
 	dir := t.TempDir()
 	svg, png := filepath.Join(dir, "bench.svg"), filepath.Join(dir, "bench.png")
 	results := benchJSON(t, append(noAPIServer, "--ranges", "10.0.0.0/24,fd00::/64", "--persistent-ranges", "10.0.0.0/28",

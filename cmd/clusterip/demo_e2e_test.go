@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,9 +33,19 @@ type demoSummary struct {
 	Duplicates int
 }
 
-// runDemoJSON runs demo --json with args and decodes what it printed.
+// withoutEtcdBinary makes the commands t runs fail if they use the tests' etcd binary: the command
+// starts its etcd in its own process, as it must when installed with "go install", without a
+// clone of the repository and its .cache/.
+func withoutEtcdBinary(t *testing.T) {
+	t.Helper()
+	t.Setenv(localcluster.EtcdEnv, filepath.Join(t.TempDir(), "no-etcd-binary"))
+}
+
+// runDemoJSON runs demo --json with args, without the tests' etcd binary (see withoutEtcdBinary),
+// and decodes what it printed.
 func runDemoJSON(t *testing.T, args ...string) demoSummary {
 	t.Helper()
+	withoutEtcdBinary(t)
 	r := clusterip(t, append([]string{"demo", "--json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("demo --json %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
@@ -117,6 +128,7 @@ func TestDemoJSONWalksTheUpgradeWithRealKubeAPIServer(t *testing.T) {
 }
 
 func TestDemoPrintsEveryPhaseAndATable(t *testing.T) {
+	withoutEtcdBinary(t)
 	r := clusterip(t, "demo", "--fake-api", "--cidr", "10.96.0.0/24", "-n", "50", "--workers", "1", "--duration", "300ms")
 	if r.code != 0 {
 		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)

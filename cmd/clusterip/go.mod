@@ -6,6 +6,7 @@ require (
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
 	github.com/kube-ipam/clusterip v0.0.0-00010101000000-000000000000
+	github.com/kube-ipam/clusterip/internal/localcluster/etcdserver v0.0.0-00010101000000-000000000000
 	github.com/spf13/cobra v1.8.1
 	github.com/vbauerster/mpb/v8 v8.10.2
 	go.etcd.io/etcd/client/pkg/v3 v3.5.21
@@ -115,5 +116,11 @@ require (
 	sigs.k8s.io/structured-merge-diff/v4 v4.6.0 // indirect
 )
 
-// The command is built from this repository's library, never from a published version.
-replace github.com/kube-ipam/clusterip => ../..
+// The command is built from this repository's library, never from a published version, and
+// from its etcd server's nested module, whose package embedded runs the demo's and bench's etcd
+// in the command's process (go.etcd.io/etcd/server/v3 is the command's dependency, not the
+// library's).
+replace (
+	github.com/kube-ipam/clusterip => ../..
+	github.com/kube-ipam/clusterip/internal/localcluster/etcdserver => ../../internal/localcluster/etcdserver
+)

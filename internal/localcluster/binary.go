@@ -111,13 +111,13 @@ func cachedBinary(cacheDir string) string {
 // build writes the binary to out, a temporary file that cachedBuild renames
 // into place when build succeeds; say tells the user about long waits.
 func cachedBuild(ctx context.Context, cacheDir string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
-	return cachedBuildAt(ctx, cachedBinary(cacheDir), "kube-apiserver "+KubeAPIServerVersion, build, say)
+	return cachedBuildAt(ctx, cachedBinary(cacheDir), "kube-apiserver "+KubeAPIServerVersion, buildEstimate, build, say)
 }
 
 // cachedBuildAt returns bin, calling build to write it first if it is missing, under a lock
 // file beside bin's directory; what names the binary in messages, such as
-// "kube-apiserver v1.33.13". See [cachedBuild].
-func cachedBuildAt(ctx context.Context, bin, what string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
+// "kube-apiserver v1.33.13", and estimate says what the build takes. See [cachedBuild].
+func cachedBuildAt(ctx context.Context, bin, what, estimate string, build func(ctx context.Context, out string) error, say func(format string, args ...any)) (string, error) {
 	dir := filepath.Dir(bin)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
@@ -127,7 +127,7 @@ func cachedBuildAt(ctx context.Context, bin, what string, build func(ctx context
 	}
 	unlock, err := lockFile(ctx, dir+".lock", func() {
 		say("waiting for another process that is building %s into %s (%s, once per clone)",
-			what, dir, buildEstimate)
+			what, dir, estimate)
 	})
 	if err != nil {
 		return "", err
@@ -148,12 +148,13 @@ func cachedBuildAt(ctx context.Context, bin, what string, build func(ctx context
 	}
 	// Partial outputs of builds whose process was killed; nobody else builds
 	// while we hold the lock.
-	if stale, err := filepath.Glob(filepath.Join(dir, "kube-apiserver-build-*")); err == nil {
+	prefix := filepath.Base(bin) + "-build-"
+	if stale, err := filepath.Glob(filepath.Join(dir, prefix+"*")); err == nil {
 		for _, f := range stale {
 			os.Remove(f)
 		}
 	}
-	tmp, err := os.CreateTemp(dir, "kube-apiserver-build-")
+	tmp, err := os.CreateTemp(dir, prefix)
 	if err != nil {
 		return "", fmt.Errorf("localcluster: %w", err)
 	}
@@ -161,7 +162,7 @@ func cachedBuildAt(ctx context.Context, bin, what string, build func(ctx context
 	defer os.Remove(tmp.Name()) // no-op after the rename
 
 	say("building %s from source for the integration tests (%s, once per clone; cached in %s)",
-		what, buildEstimate, dir)
+		what, estimate, dir)
 	start := time.Now()
 	if err := build(ctx, tmp.Name()); err != nil {
 		if ctx.Err() == nil {

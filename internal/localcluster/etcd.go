@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
@@ -34,6 +32,11 @@ type EtcdOptions struct {
 	// require of each a certificate signed by ClientTLS.CAFile, as a production etcd does.
 	// Defaults to nil: plain http with no client authentication.
 	ClientTLS *EtcdTLS
+	// Start, if not nil, starts the server in this process instead of as a child process
+	// running the binary of [EtcdBinary], which needs a clone of the repository to build it.
+	// Defaults to nil: a child process, which the tests use so that etcd's server stays out of
+	// the library's module graph.
+	Start EtcdStarter
 }
 
 // EtcdTLS is the TLS of an etcd's client port: the files of the server's certificate, of the CA
@@ -52,8 +55,8 @@ type EtcdTLS struct {
 	ClientCertFile, ClientKeyFile string
 }
 
-// Etcd is a single-member etcd server embedded in the process, listening on
-// 127.0.0.1. It keeps its ports and data directory across [Etcd.Stop] and
+// Etcd is a single-member etcd server running as a child process (see [EtcdBinary]), or in
+// this process (see [EtcdOptions.Start]), listening on 127.0.0.1. It keeps its ports and data directory across [Etcd.Stop] and
 // [Etcd.Restart], so fault-injection tests can take etcd away and bring it
 // back under running clients.
 //
@@ -66,16 +69,19 @@ type Etcd struct {
 	clientPort int
 	peerPort   int
 
-	mu     sync.Mutex // guards server
-	server *embed.Etcd
+	mu   sync.Mutex // guards proc
+	proc etcdMember
 }
 
 // etcdStartAttempts is how often [StartEtcd] picks new ports when another
 // process took a pre-picked port before etcd could bind it.
 const etcdStartAttempts = 3
 
-// StartEtcd starts an embedded etcd on free 127.0.0.1 ports and waits until it
-// serves clients. The caller must [Etcd.Close] it.
+// StartEtcd starts an etcd server on free 127.0.0.1 ports and waits until it
+// serves clients. Unless [EtcdOptions.Start] is set, the server runs the binary
+// of [EtcdBinary], which StartEtcd builds first if it is missing (cancelling ctx
+// stops that build; ReadyTimeout does not cover it), and the kernel kills the
+// server if this process dies first (on Linux). The caller must [Etcd.Close] it.
 func StartEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 30 * time.Second
@@ -110,54 +116,60 @@ func StartEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 	return e, nil
 }
 
-func (e *Etcd) config() *embed.Config {
-	cfg := embed.NewConfig()
-	cfg.Name = "localcluster"
-	cfg.Dir = e.dir
-	cfg.TickMs = 10
-	cfg.ElectionMs = 50
-	cfg.UnsafeNoFsync = e.opts.UnsafeNoFsync
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	clientURL := url.URL{Scheme: e.clientScheme(), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.clientPort))}
-	if t := e.opts.ClientTLS; t != nil {
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
+func (e *Etcd) config() etcdConfig {
+	cfg := etcdConfig{
+		Name:          "localcluster",
+		Dir:           e.dir,
+		TickMs:        10,
+		ElectionMs:    50,
+		UnsafeNoFsync: e.opts.UnsafeNoFsync,
+		ClientURL:     e.Endpoints()[0],
+		PeerURL:       "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(e.peerPort)),
 	}
-	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(e.peerPort))}
-	cfg.ListenClientUrls = []url.URL{clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{clientURL}
-	cfg.ListenPeerUrls = []url.URL{peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{peerURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if t := e.opts.ClientTLS; t != nil {
+		cfg.ClientTLS = &etcdServerTLS{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile}
+	}
 	return cfg
 }
 
-// start starts the server on e's ports and data directory.
+// start starts the server on e's ports and data directory, and waits until it answers a
+// client.
 func (e *Etcd) start(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.server != nil {
+	if e.proc != nil && e.proc.running() {
 		return errors.New("localcluster: etcd is already running")
 	}
-	srv, err := embed.StartEtcd(e.config())
+	e.proc = nil
+	p, err := startEtcdMember(ctx, e.config(), e.opts.Start)
 	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.opts.ReadyTimeout)
+	defer cancel()
+	if err := p.waitReady(ctx, e.opts.ReadyTimeout); err != nil {
+		p.stop()
 		return fmt.Errorf("localcluster: start etcd: %w", err)
 	}
-	timer := time.NewTimer(e.opts.ReadyTimeout)
-	defer timer.Stop()
-	select {
-	case <-srv.Server.ReadyNotify():
-		e.server = srv
-		return nil
-	case err := <-srv.Err():
-		srv.Close()
+	if err := e.answers(ctx); err != nil {
+		p.stop()
 		return fmt.Errorf("localcluster: start etcd: %w", err)
-	case <-timer.C:
-		srv.Close()
-		return fmt.Errorf("localcluster: etcd not ready after %v", e.opts.ReadyTimeout)
-	case <-ctx.Done():
-		srv.Close()
-		return fmt.Errorf("localcluster: start etcd: %w", ctx.Err())
 	}
+	e.proc = p
+	return nil
+}
+
+// answers checks that e's server answers a Status request of a client as [Etcd.Client] makes.
+func (e *Etcd) answers(ctx context.Context) error {
+	c, err := e.Client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Status(ctx, e.Endpoints()[0]); err != nil {
+		return fmt.Errorf("etcd is ready but does not answer: %w", err)
+	}
+	return nil
 }
 
 // Endpoints returns the client URLs of e, such as "http://127.0.0.1:40123" (https with
@@ -204,23 +216,25 @@ func (e *Etcd) Client() (*clientv3.Client, error) {
 	return c, nil
 }
 
-// Running reports whether the server of e is started.
+// Running reports whether the server of e is started and has not stopped (nor its process
+// exited).
 func (e *Etcd) Running() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.server != nil
+	return e.proc != nil && e.proc.running()
 }
 
-// Stop stops the server and keeps its data directory; clients then fail until
+// Stop stops the server (a child process by SIGTERM, then SIGKILL if it has not exited within
+// 10 seconds), waits until it has stopped, and keeps its data directory; clients then fail until
 // [Etcd.Restart]. Stopping a stopped Etcd does nothing.
 func (e *Etcd) Stop() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.server == nil {
+	if e.proc == nil {
 		return
 	}
-	e.server.Close()
-	e.server = nil
+	e.proc.stop()
+	e.proc = nil
 }
 
 // Restart starts a stopped server again on the same ports and data

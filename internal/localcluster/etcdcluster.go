@@ -13,9 +13,10 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // EtcdClusterOptions configures [StartEtcdCluster]. The zero value starts three durable members
@@ -30,10 +31,10 @@ type EtcdClusterOptions struct {
 	ReadyTimeout time.Duration
 }
 
-// EtcdCluster is an etcd cluster of several members, all embedded in the process and listening
-// on 127.0.0.1, each with its own ports and data directory, which it keeps across
-// [EtcdCluster.StopMember] and [EtcdCluster.RestartMember], so that fault-injection tests can take
-// a member (the leader, say) away and bring it back under running clients.
+// EtcdCluster is an etcd cluster of several members, each a child process running the binary of
+// [EtcdBinary] and listening on 127.0.0.1, each with its own ports and data directory, which it
+// keeps across [EtcdCluster.StopMember] and [EtcdCluster.RestartMember], so that fault-injection
+// tests can take a member (the leader, say) away and bring it back under running clients.
 //
 // The zero EtcdCluster is not usable; use [StartEtcdCluster]. Its methods are safe for
 // concurrent use.
@@ -42,8 +43,10 @@ type EtcdCluster struct {
 	dir     string
 	members []clusterMember // fixed after StartEtcdCluster
 
-	mu      sync.Mutex    // guards servers
-	servers []*embed.Etcd // by member; nil while stopped
+	mu      sync.Mutex         // guards servers and ids
+	servers []*etcdProcess     // by member; nil while stopped
+	ids     []uint64           // by member: its etcd member ID, once it has answered
+	clients []*clientv3.Client // by member: a client of that member alone, for Status
 }
 
 type clusterMember struct {
@@ -59,7 +62,8 @@ const (
 )
 
 // StartEtcdCluster starts the members of a new cluster on free 127.0.0.1 ports and waits until
-// every one serves clients. The caller must [EtcdCluster.Close] it.
+// every one serves clients. It builds the binary of [EtcdBinary] first if it is missing. The
+// caller must [EtcdCluster.Close] it.
 func StartEtcdCluster(ctx context.Context, opts EtcdClusterOptions) (*EtcdCluster, error) {
 	if opts.Members <= 0 {
 		opts.Members = 3
@@ -76,9 +80,21 @@ func StartEtcdCluster(ctx context.Context, opts EtcdClusterOptions) (*EtcdCluste
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	c := &EtcdCluster{opts: opts, dir: dir, servers: make([]*embed.Etcd, opts.Members)}
+	// Build the binary first, so that ReadyTimeout does not cover the build.
+	if _, err := EtcdBinary(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &EtcdCluster{opts: opts, dir: dir, servers: make([]*etcdProcess, opts.Members), ids: make([]uint64, opts.Members)}
 	for i := range opts.Members {
 		c.members = append(c.members, clusterMember{name: "m" + strconv.Itoa(i), clientPort: ports[2*i], peerPort: ports[2*i+1]})
+		// The client does not dial until its first call.
+		cl, err := clientv3.New(clientv3.Config{Endpoints: []string{c.MemberEndpoint(i)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("localcluster: etcd client: %w", err)
+		}
+		c.clients = append(c.clients, cl)
 	}
 	// A member waits for a quorum before it is ready, so all start before any is waited for.
 	errs := make(chan error, opts.Members)
@@ -102,56 +118,63 @@ func urlOf(port int) url.URL {
 	return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 }
 
-func (c *EtcdCluster) config(i int) *embed.Config {
+func (c *EtcdCluster) config(i int) etcdConfig {
 	m := c.members[i]
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = filepath.Join(c.dir, m.name)
-	cfg.TickMs = clusterTickMs
-	cfg.ElectionMs = clusterElectionMs
-	cfg.UnsafeNoFsync = c.opts.UnsafeNoFsync
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.ListenClientUrls = []url.URL{urlOf(m.clientPort)}
-	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
-	cfg.ListenPeerUrls = []url.URL{urlOf(m.peerPort)}
-	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
 	var initial []string
 	for _, o := range c.members {
 		u := urlOf(o.peerPort)
 		initial = append(initial, o.name+"="+u.String())
 	}
-	cfg.InitialCluster = strings.Join(initial, ",")
-	cfg.InitialClusterToken = "localcluster"
-	return cfg
+	client, peer := urlOf(m.clientPort), urlOf(m.peerPort)
+	return etcdConfig{
+		Name:                m.name,
+		Dir:                 filepath.Join(c.dir, m.name),
+		TickMs:              clusterTickMs,
+		ElectionMs:          clusterElectionMs,
+		UnsafeNoFsync:       c.opts.UnsafeNoFsync,
+		ClientURL:           client.String(),
+		PeerURL:             peer.String(),
+		InitialCluster:      strings.Join(initial, ","),
+		InitialClusterToken: "localcluster",
+	}
 }
 
-// start starts member i and waits until it serves clients.
+// start starts member i and waits until it serves clients and answers a Status request.
 func (c *EtcdCluster) start(ctx context.Context, i int) error {
 	c.mu.Lock()
-	if c.servers[i] != nil {
+	if p := c.servers[i]; p != nil && p.running() {
 		c.mu.Unlock()
 		return fmt.Errorf("localcluster: etcd member %d is already running", i)
 	}
-	srv, err := embed.StartEtcd(c.config(i))
+	p, err := launchEtcd(ctx, c.config(i))
 	if err != nil {
+		c.servers[i] = nil
 		c.mu.Unlock()
 		return fmt.Errorf("localcluster: start etcd member %d: %w", i, err)
 	}
-	c.servers[i] = srv
+	c.servers[i] = p
 	c.mu.Unlock()
-	timer := time.NewTimer(c.opts.ReadyTimeout)
-	defer timer.Stop()
-	select {
-	case <-srv.Server.ReadyNotify():
-		return nil
-	case err = <-srv.Err():
-	case <-timer.C:
-		err = fmt.Errorf("not ready after %v", c.opts.ReadyTimeout)
-	case <-ctx.Done():
-		err = ctx.Err()
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
+	defer cancel()
+	err = p.waitReady(ctx, c.opts.ReadyTimeout)
+	if err == nil {
+		var resp *pb.StatusResponse
+		if resp, err = c.status(ctx, i); err == nil {
+			c.mu.Lock()
+			c.ids[i] = resp.Header.MemberId
+			c.mu.Unlock()
+			return nil
+		}
+		err = fmt.Errorf("ready but does not answer: %w", err)
 	}
-	c.StopMember(i)
+	c.stopProcess(i, p)
 	return fmt.Errorf("localcluster: start etcd member %d: %w", i, err)
+}
+
+// status asks member i alone for its status, on the connection of its client, waiting until
+// ctx ends for that connection, which may be backing off after the member was down.
+func (c *EtcdCluster) status(ctx context.Context, i int) (*pb.StatusResponse, error) {
+	return pb.NewMaintenanceClient(c.clients[i].ActiveConnection()).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
 }
 
 // Members returns how many members the cluster has.
@@ -182,42 +205,59 @@ func (c *EtcdCluster) Client() (*clientv3.Client, error) {
 	return cl, nil
 }
 
-// Leader returns the member that is the leader as a running member sees it; ok is false if no
-// running member knows of a leader that is running.
+// Leader returns the member that is the leader as a running member sees it, asking each running
+// member's status in turn (for at most a second each); ok is false if no running member knows of
+// a leader that is running.
 func (c *EtcdCluster) Leader() (i int, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, srv := range c.servers {
-		if srv == nil {
+	for m := range c.members {
+		if !c.Running(m) {
 			continue
 		}
-		lead := srv.Server.Leader()
-		for j, o := range c.servers {
-			if o != nil && o.Server.ID() == lead {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := c.status(ctx, m)
+		cancel()
+		if err != nil || resp.Leader == 0 {
+			continue
+		}
+		c.mu.Lock()
+		for j, id := range c.ids {
+			if id == resp.Leader && c.servers[j] != nil && c.servers[j].running() {
+				c.mu.Unlock()
 				return j, true
 			}
 		}
+		c.mu.Unlock()
 	}
 	return 0, false
 }
 
-// Running reports whether member i is started.
+// Running reports whether member i is started and its process has not exited.
 func (c *EtcdCluster) Running(i int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.servers[i] != nil
+	return c.servers[i] != nil && c.servers[i].running()
 }
 
-// StopMember stops member i and keeps its data directory. Stopping a stopped member does
-// nothing.
+// StopMember stops member i (SIGTERM, then SIGKILL if it has not exited within 10 seconds),
+// waits until its process has exited, and keeps its data directory. Stopping a stopped member
+// does nothing.
 func (c *EtcdCluster) StopMember(i int) {
 	c.mu.Lock()
-	srv := c.servers[i]
-	c.servers[i] = nil
+	p := c.servers[i]
 	c.mu.Unlock()
-	if srv != nil {
-		srv.Close()
+	if p != nil {
+		c.stopProcess(i, p)
 	}
+}
+
+// stopProcess stops p, the process of member i, and forgets it unless another has replaced it.
+func (c *EtcdCluster) stopProcess(i int, p *etcdProcess) {
+	p.stop()
+	c.mu.Lock()
+	if c.servers[i] == p {
+		c.servers[i] = nil
+	}
+	c.mu.Unlock()
 }
 
 // RestartMember starts stopped member i again on its ports and data directory, and waits until
@@ -230,6 +270,9 @@ func (c *EtcdCluster) RestartMember(ctx context.Context, i int) error {
 func (c *EtcdCluster) Close() error {
 	for i := range c.members {
 		c.StopMember(i)
+	}
+	for _, cl := range c.clients {
+		cl.Close()
 	}
 	if err := os.RemoveAll(c.dir); err != nil {
 		return fmt.Errorf("localcluster: remove etcd data dir: %w", err)

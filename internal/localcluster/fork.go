@@ -49,7 +49,7 @@ func KubeAPIServerForkBinary(ctx context.Context) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(root, ".cache", "kube-apiserver-"+KubeAPIServerVersion+"-fork-"+sum, "kube-apiserver")
-	return cachedBuildAt(ctx, bin, "kube-apiserver "+KubeAPIServerVersion+" fork on clusterip", func(ctx context.Context, out string) error {
+	return cachedBuildAt(ctx, bin, "kube-apiserver "+KubeAPIServerVersion+" fork on clusterip", buildEstimate, func(ctx context.Context, out string) error {
 		return buildFork(ctx, root, filepath.Join(filepath.Dir(bin), "src"), out)
 	}, notify)
 }

@@ -1,7 +1,7 @@
 // Package testenv gives tests real components, started for a test and stopped when it ends: an
-// embedded etcd ([NewEtcd]) and a real kube-apiserver v1.33 ([NewKubeAPIServer], or one per
-// package with [Shared]), as thin testing.TB helpers over [localcluster], which the clusterip
-// command uses too.
+// etcd server in a child process ([NewEtcd]) and a real kube-apiserver v1.33
+// ([NewKubeAPIServer], or one per package with [Shared]), as thin testing.TB helpers over
+// [localcluster], which the clusterip command uses too.
 //
 // The client-go fake clientset keeps no resourceVersion, ignores delete preconditions and
 // validates nothing, so optimistic concurrency, validation and interoperation with the upstream

@@ -15,10 +15,14 @@ type Etcd struct {
 	*localcluster.Etcd
 }
 
-// NewEtcd starts an embedded etcd with UnsafeNoFsync for the test t and closes it when t
-// finishes. It fails t if etcd does not start within two minutes.
+// NewEtcd starts an etcd server (a child process) with UnsafeNoFsync for the test t and closes
+// it when t finishes. It fails t if etcd does not start within two minutes, not counting a first
+// build of its binary ([localcluster.EtcdBinary]), which only the test's -timeout bounds.
 func NewEtcd(t testing.TB) *Etcd {
 	t.Helper()
+	if _, err := localcluster.EtcdBinary(context.Background()); err != nil {
+		t.Fatalf("etcd server binary: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	e, err := localcluster.StartEtcd(ctx, localcluster.EtcdOptions{UnsafeNoFsync: true})

@@ -22,10 +22,20 @@ import (
 // build on a new machine, which takes minutes, counts neither against it nor against any test.
 // It does not when -short is set (the kube-apiserver tests skip), nor when -run selects tests
 // without -bench (a targeted run builds only if one of its tests asks, within -timeout).
-// If the build fails, the error goes to stderr and the tests still run: those that need the
-// kube-apiserver fail with the same error, without building again.
+// Likewise it makes sure the etcd server binary exists ([localcluster.EtcdBinary]), building it
+// if needed, for every run but a -short one, targeted or not: that build takes a minute or two.
+// If a build fails, the error goes to stderr and the tests still run: those that need the
+// binary fail with the same error, without building again.
 func Main(m *testing.M, shared ...*Shared) int {
 	flag.Parse()
+	// The etcd server takes a minute or two to build with an empty build cache, and
+	// testenv.NewEtcd's start timeout covers the build, so it is built first for every run but a
+	// -short one.
+	if !testing.Short() {
+		if _, err := localcluster.EtcdBinary(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
 	if prebuild() {
 		if _, err := localcluster.KubeAPIServerBinary(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, err)

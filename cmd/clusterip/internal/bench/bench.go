@@ -25,6 +25,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
+	"github.com/kube-ipam/clusterip/cmd/clusterip/internal/embedetcd"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
@@ -144,7 +145,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	var client *clientv3.Client
 	if len(opts.Persistent) > 0 || apiServer {
 		var err error
-		if etcd, err = localcluster.StartEtcd(ctx, localcluster.EtcdOptions{}); err != nil {
+		if etcd, err = embedetcd.StartEtcd(ctx, localcluster.EtcdOptions{}); err != nil {
 			return nil, fmt.Errorf("bench: start embedded etcd: %w", err)
 		}
 		defer etcd.Close()

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/cmd/clusterip/internal/embedetcd"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
@@ -63,7 +64,7 @@ func startCluster(ctx context.Context, opts *Options) (_ *cluster, err error) {
 		c.endpoints = opts.EtcdEndpoints
 		c.etcdDesc = "etcd at " + strings.Join(c.endpoints, ",")
 	} else {
-		etcd, err = localcluster.StartEtcd(ctx, localcluster.EtcdOptions{})
+		etcd, err = embedetcd.StartEtcd(ctx, localcluster.EtcdOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("start embedded etcd: %w", err)
 		}

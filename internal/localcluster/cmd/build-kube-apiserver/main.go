@@ -7,6 +7,9 @@
 // the nested module internal/kubeapiserverfork: the same version with the
 // module's patches and overlay files, cached beside the stock binary under a
 // hash of its inputs.
+//
+// With -etcd it builds the etcd server that the tests and the demo run instead, from the nested
+// module internal/localcluster/etcdserver (see localcluster.EtcdBinary).
 package main
 
 import (
@@ -21,12 +24,20 @@ import (
 
 func main() {
 	fork := flag.Bool("fork", false, "build the kube-apiserver fork on clusterip instead of the stock kube-apiserver")
+	etcd := flag.Bool("etcd", false, "build the etcd server of the tests instead of kube-apiserver")
 	flag.Parse()
+	if *fork && *etcd {
+		fmt.Fprintln(os.Stderr, "build-kube-apiserver: -fork and -etcd exclude each other")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	build := localcluster.KubeAPIServerBinary
-	if *fork {
+	switch {
+	case *fork:
 		build = localcluster.KubeAPIServerForkBinary
+	case *etcd:
+		build = localcluster.EtcdBinary
 	}
 	path, err := build(ctx)
 	if err != nil {
