@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -486,4 +489,75 @@ func audit(ctx context.Context, t *testing.T, etcd *testenv.Etcd, c kubernetes.I
 		}
 	}
 	return rep
+}
+
+// TestForkIPAddressObjectsMatchStock creates a Service with a chosen ClusterIP on stock
+// kube-apiserver v1.33.13 and on the fork, in each mode that keeps IPAddress objects, and
+// compares the objects: the same name, labels, parentRef, no owners and no finalizers, seen
+// through the API and through a watch begun before the create. The fork writes them through the
+// IPAddress registry in its own process, not its loopback client, so they have no managedFields
+// (stock's name kube-apiserver as their manager). Deleting the Service deletes the object on
+// both.
+func TestForkIPAddressObjectsMatchStock(t *testing.T) {
+	fork := forkBinary(t)
+	stock := stockBinary(t)
+	const ip = "10.96.0.9"
+	for _, mg := range modeGates {
+		if mg.mode == featuregate.Legacy {
+			continue
+		}
+		t.Run(mg.mode.String(), func(t *testing.T) {
+			objs := map[string]*networkingv1.IPAddress{}
+			for _, side := range []struct{ name, bin string }{{"stock", stock}, {"fork", fork}} {
+				etcd := testenv.NewEtcd(t)
+				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: side.bin, ServiceClusterIPRange: v4Range, FeatureGates: mg.gates})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ipas := s.Client.NetworkingV1().IPAddresses()
+				w, err := ipas.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + ip})
+				if err != nil {
+					t.Fatalf("%s: watch IPAddress %s: %v", side.name, ip, err)
+				}
+				svcs := s.Client.CoreV1().Services(metav1.NamespaceDefault)
+				if _, err := svcs.Create(ctx, testenv.ClusterIPService("chosen", ip), metav1.CreateOptions{}); err != nil {
+					t.Fatalf("%s: create Service with ClusterIP %s: %v", side.name, ip, err)
+				}
+				ev := <-w.ResultChan()
+				if watched, ok := ev.Object.(*networkingv1.IPAddress); ev.Type != watch.Added || !ok || watched.Name != ip {
+					t.Errorf("%s: first watch event %s %T, want ADDED IPAddress %s", side.name, ev.Type, ev.Object, ip)
+				}
+				obj, err := ipas.Get(ctx, ip, metav1.GetOptions{})
+				if err != nil {
+					t.Fatalf("%s: get IPAddress %s: %v", side.name, ip, err)
+				}
+				objs[side.name] = obj
+				if err := svcs.Delete(ctx, "chosen", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				for ev := range w.ResultChan() {
+					if ev.Type == watch.Deleted {
+						break
+					}
+				}
+				if _, err := ipas.Get(ctx, ip, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("%s: IPAddress %s after its Service's delete: %v, want NotFound", side.name, ip, err)
+				}
+				w.Stop()
+				cancel()
+				s.Stop()
+			}
+			st, fk := objs["stock"], objs["fork"]
+			if len(st.ManagedFields) == 0 {
+				t.Errorf("stock's IPAddress has no managedFields; the fork's difference is documented against them")
+			}
+			if len(fk.ManagedFields) != 0 {
+				t.Errorf("fork's IPAddress has managedFields %+v, want none (written through the registry)", fk.ManagedFields)
+			}
+			for _, o := range []*networkingv1.IPAddress{st, fk} {
+				o.ManagedFields, o.UID, o.ResourceVersion, o.CreationTimestamp, o.Generation = nil, "", "", metav1.Time{}, 0
+			}
+			if diff := cmp.Diff(st, fk); diff != "" {
+				t.Errorf("IPAddress %s, stock (-) against fork (+), but for managedFields, uid, resourceVersion, creationTimestamp and generation:\n%s", ip, diff)
+			}
+		})
+	}
 }

@@ -32,6 +32,7 @@ import (
 	api "k8s.io/kubernetes/pkg/apis/core"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/registry/core/service/ipallocator"
+	ipaddressstore "k8s.io/kubernetes/pkg/registry/networking/ipaddress/storage"
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
@@ -76,6 +77,10 @@ type clusterIPAllocators struct {
 	config  *Config
 	ready   atomic.Pointer[clusterip.Allocators] // nil until started
 
+	// ipAddresses is the registry the allocators' IPAddress creates and deletes go to (see
+	// newIPAddressRegistry); nil in Legacy mode.
+	ipAddresses *ipaddressstore.REST
+
 	mu        sync.Mutex // guards destroyed and the store of ready
 	destroyed bool
 }
@@ -111,6 +116,9 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 	if a.mode != featuregate.Legacy {
 		c.Informers.Networking().V1().ServiceCIDRs().Informer()
 		c.Informers.Networking().V1().IPAddresses().Informer()
+		if a.ipAddresses, err = newIPAddressRegistry(c.StorageFactory); err != nil {
+			return nil, nil, nil, fmt.Errorf("cannot create cluster IP allocator: the IPAddress registry: %w", err)
+		}
 	}
 	byFamily := map[api.IPFamily]ipallocator.Interface{}
 	var primary ipallocator.Interface
@@ -128,8 +136,9 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 
 // clusterIPConfig returns the clusterip.Config of the allocators and of the repair controller:
 // the flag ranges, an etcd client built from the Service storage's transport (nil in
-// IPAddressOnly mode), its prefix, a clientset of the loopback client config and the server's
-// shared informer factory. The caller closes the etcd client.
+// IPAddressOnly mode), its prefix, a clientset of the loopback client config whose IPAddress
+// creates and deletes go to the IPAddress registry in this process (outside Legacy mode), and the
+// server's shared informer factory. The caller closes the etcd client.
 func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 	cfg := clusterip.Config{
 		Mode:       a.mode,
@@ -143,6 +152,9 @@ func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 		return cfg, err
 	}
 	cfg.Client = client
+	if a.ipAddresses != nil {
+		cfg.Client = registryClientset{client, a.ipAddresses}
+	}
 	if a.mode == featuregate.IPAddressOnly {
 		return cfg, nil
 	}
@@ -366,7 +378,7 @@ func (a *clusterIPAllocators) start(allocs *clusterip.Allocators) bool {
 	return true
 }
 
-// destroy closes the allocators, if started. It is idempotent.
+// destroy closes the allocators, if started, and the IPAddress registry. It is idempotent.
 func (a *clusterIPAllocators) destroy() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -376,6 +388,9 @@ func (a *clusterIPAllocators) destroy() {
 	a.destroyed = true
 	if allocs := a.ready.Load(); allocs != nil {
 		allocs.Close()
+	}
+	if a.ipAddresses != nil {
+		a.ipAddresses.Destroy()
 	}
 }
 
