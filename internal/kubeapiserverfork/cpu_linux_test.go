@@ -14,8 +14,8 @@ import (
 // architecture Go supports.
 const clockTicks = 100
 
-// selfCPU returns the user and system CPU time this process (the test's clients and its embedded
-// etcd) has used so far.
+// selfCPU returns the user and system CPU time this process (the test's clients) has used so
+// far.
 func selfCPU() (time.Duration, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -24,10 +24,10 @@ func selfCPU() (time.Duration, error) {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
-// serverCPU returns a function reporting the user and system CPU time used so far by the
-// kube-apiserver process whose command line names dir (its KubeAPIServer.Dir, which holds its
-// certificates and token file).
-func serverCPU(dir string) (func() (time.Duration, error), error) {
+// processCPU returns a function reporting the user and system CPU time used so far by the
+// process of the program named program whose command line names dir: a kube-apiserver's
+// KubeAPIServer.Dir (its certificates and token file), or an etcd's Dir (its data).
+func processCPU(program, dir string) (func() (time.Duration, error), error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -38,12 +38,12 @@ func serverCPU(dir string) (func() (time.Duration, error), error) {
 			continue
 		}
 		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !bytes.Contains(cmd, []byte(dir)) || !bytes.Contains(cmd, []byte("kube-apiserver")) {
+		if err != nil || !bytes.Contains(cmd, []byte(dir)) || !bytes.Contains(cmd, []byte(program)) {
 			continue
 		}
 		return func() (time.Duration, error) { return procCPU(pid) }, nil
 	}
-	return nil, fmt.Errorf("no kube-apiserver process with %s on its command line", dir)
+	return nil, fmt.Errorf("no %s process with %s on its command line", program, dir)
 }
 
 // procCPU returns utime+stime of process pid, from /proc/<pid>/stat.

@@ -11,4 +11,4 @@ var errNoCPU = errors.New("CPU times are only read on Linux")
 
 func selfCPU() (time.Duration, error) { return 0, errNoCPU }
 
-func serverCPU(string) (func() (time.Duration, error), error) { return nil, errNoCPU }
+func processCPU(string, string) (func() (time.Duration, error), error) { return nil, errNoCPU }

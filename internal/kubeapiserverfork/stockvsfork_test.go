@@ -60,12 +60,12 @@ type churnResult struct {
 	elapsed       time.Duration
 	p50, p99      time.Duration
 	stale         int // Leaked and BitmapOnly findings of repair.Audit afterwards
-	// CPU time used during the churn by the kube-apiserver process and by the test process (its
-	// clients and the embedded etcd); zero if it could not be read (see cpuNote).
-	serverCPU, selfCPU time.Duration
-	cpuNote            string
-	audit              map[string]int
-	firstErr           string
+	// CPU time used during the churn by the kube-apiserver process, the etcd process and the
+	// test process (its clients); zero if it could not be read (see cpuNote).
+	serverCPU, etcdCPU, selfCPU time.Duration
+	cpuNote                     string
+	audit                       map[string]int
+	firstErr                    string
 }
 
 // scaleResult is one scale row: n Services created by benchWorkers workers, none deleted.
@@ -82,7 +82,7 @@ type scaleResult struct {
 // Legacy, DualWrite and IPAddressOnly, each row on a fresh etcd and server with
 // --service-cluster-ip-range=10.96.0.0/16: churn (16 workers × 60 create+delete pairs, then
 // repair.Audit in the row's mode for stale bits and objects; and the CPU time each pair cost the
-// kube-apiserver and the test process, its clients and etcd, which depends far less than the
+// kube-apiserver, the etcd and the test process (its clients), which depends far less than the
 // rate on what else the machine runs) and scale (15 000 creates by 16
 // workers; the p50/p99 of the first and last 1000). It asserts nothing about time: it logs the
 // tables, and the load average before and after, since the figures depend on the machine. The
@@ -115,7 +115,7 @@ func TestStockVsFork(t *testing.T) {
 				t.Run("churn/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
 					etcd := testenv.NewEtcd(t)
 					s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
-					r := churn(t, s.Client, s.Dir)
+					r := churn(t, s.Client, s.Dir, etcd.Dir())
 					r.side, r.mode = b.side, mg.mode.String()
 					r.audit, r.stale = benchAudit(t, etcd, s.Client, mg.mode)
 					t.Logf("%+v", r)
@@ -124,10 +124,10 @@ func TestStockVsFork(t *testing.T) {
 			}
 		}
 		fmt.Fprintf(&out, "churn: %d workers × %d create+delete pairs, %s\n\n", benchWorkers, churnPairs, benchRange)
-		out.WriteString("| mode | side | pairs/s | p50 | p99 | CPU/pair: kube-apiserver | test process (clients + etcd) | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		out.WriteString("| mode | side | pairs/s | p50 | p99 | CPU/pair: kube-apiserver | etcd | test process (clients) | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rows {
-			fmt.Fprintf(&out, "| %s | %s | %.1f | %v | %v | %s | %s | %d | %d | %v |\n", r.mode, r.side,
-				float64(r.pairs)/r.elapsed.Seconds(), ms(r.p50), ms(r.p99), perPair(r.serverCPU, r.pairs), perPair(r.selfCPU, r.pairs),
+			fmt.Fprintf(&out, "| %s | %s | %.1f | %v | %v | %s | %s | %s | %d | %d | %v |\n", r.mode, r.side,
+				float64(r.pairs)/r.elapsed.Seconds(), ms(r.p50), ms(r.p99), perPair(r.serverCPU, r.pairs), perPair(r.etcdCPU, r.pairs), perPair(r.selfCPU, r.pairs),
 				r.errors, r.stale, r.audit)
 			measured.Churn = append(measured.Churn, forkbench.Churn{Run: run, Mode: r.mode, Side: r.side,
 				PairsPerS: float64(r.pairs) / r.elapsed.Seconds(), P50Ms: msOf(r.p50), P99Ms: msOf(r.p99), Errors: r.errors, Stale: r.stale})
@@ -191,9 +191,9 @@ func writeRows(p string, rows forkbench.Rows) error {
 }
 
 // churn runs benchWorkers workers, each creating and deleting churnPairs Services in turn, and
-// measures the CPU time used meanwhile by the test process and by the kube-apiserver whose
-// directory is serverDir.
-func churn(t *testing.T, c kubernetes.Interface, serverDir string) churnResult {
+// measures the CPU time used meanwhile by the test process, the kube-apiserver whose directory is
+// serverDir and the etcd whose data directory is etcdDir.
+func churn(t *testing.T, c kubernetes.Interface, serverDir, etcdDir string) churnResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -202,10 +202,17 @@ func churn(t *testing.T, c kubernetes.Interface, serverDir string) churnResult {
 	var r churnResult
 	var lat []time.Duration
 	var wg sync.WaitGroup
-	server, err := serverCPU(serverDir)
-	var server0, self0 time.Duration
+	server, err := processCPU("kube-apiserver", serverDir)
+	var etcd func() (time.Duration, error)
+	if err == nil {
+		etcd, err = processCPU("etcd", etcdDir)
+	}
+	var server0, etcd0, self0 time.Duration
 	if err == nil {
 		server0, err = server()
+	}
+	if err == nil {
+		etcd0, err = etcd()
 	}
 	if err == nil {
 		self0, err = selfCPU()
@@ -240,9 +247,12 @@ func churn(t *testing.T, c kubernetes.Interface, serverDir string) churnResult {
 	wg.Wait()
 	r.elapsed = time.Since(start)
 	r.p50, r.p99 = quantile(lat, 0.50), quantile(lat, 0.99)
-	var server1, self1 time.Duration
+	var server1, etcd1, self1 time.Duration
 	if err == nil {
 		server1, err = server()
+	}
+	if err == nil {
+		etcd1, err = etcd()
 	}
 	if err == nil {
 		self1, err = selfCPU()
@@ -251,7 +261,7 @@ func churn(t *testing.T, c kubernetes.Interface, serverDir string) churnResult {
 		r.cpuNote = err.Error()
 		return r
 	}
-	r.serverCPU, r.selfCPU = server1-server0, self1-self0
+	r.serverCPU, r.etcdCPU, r.selfCPU = server1-server0, etcd1-etcd0, self1-self0
 	return r
 }
 
