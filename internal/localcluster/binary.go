@@ -187,12 +187,16 @@ func goBuild(ctx context.Context, modDir, out, what string, flags ...string) err
 		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
 	args := append([]string{"build"}, flags...)
 	args = append(args, "-trimpath", "-o", out, "-ldflags", ldflags, "k8s.io/kubernetes/cmd/kube-apiserver")
+	return runGo(ctx, modDir, what, args...)
+}
+
+// runGo runs the go command with args in the nested module modDir, on its own: a go.work that a
+// user keeps above the repository must not pull the library's module into it, and flags meant
+// for the user's own builds (-race, -mod=vendor) must not change it. Its output goes into the
+// error, which names what was being built.
+func runGo(ctx context.Context, modDir, what string, args ...string) error {
 	cmd := niceCommand(ctx, "go", args...)
 	cmd.Dir = modDir
-	// The nested module is built on its own: a go.work that a user keeps
-	// above the repository must not pull the library's module into it, and
-	// flags meant for the user's own builds (-race, -mod=vendor) must not
-	// change this one.
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
 	cmd.SysProcAttr = childProcAttr()
 	var log bytes.Buffer

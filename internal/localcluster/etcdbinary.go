@@ -1,7 +1,6 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -55,17 +54,7 @@ func EtcdBinary(ctx context.Context) (string, error) {
 	bin := filepath.Join(root, ".cache", "etcd-"+EtcdVersion+"-"+sum, "etcd")
 	what := "etcd " + EtcdVersion
 	return cachedBuildAt(ctx, bin, what, etcdBuildEstimate, func(ctx context.Context, out string) error {
-		cmd := niceCommand(ctx, "go", "build", "-trimpath", "-o", out, ".")
-		cmd.Dir = modDir
-		// As for kube-apiserver (see goBuild): the nested module is built on its own.
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-		cmd.SysProcAttr = childProcAttr()
-		var log bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("localcluster: build %s in %s: %w\n%s", what, modDir, err, log.Bytes())
-		}
-		return nil
+		return runGo(ctx, modDir, what, "build", "-trimpath", "-o", out, ".")
 	}, notify)
 }
 
