@@ -22,7 +22,7 @@ const stockVsForkExample = `  # Measure, then chart
   clusterip bench stock-vs-fork internal/kubeapiserverfork/rows.json --svg stock-vs-fork.svg
 
   # The README's chart, from the rows it quotes
-  clusterip bench stock-vs-fork cmd/clusterip/internal/bench/testdata/stock-vs-fork-2026-11-24.json \
+  clusterip bench stock-vs-fork cmd/clusterip/internal/bench/testdata/stock-vs-fork-2026-11-25.json \
       --svg docs/stock-vs-fork.svg`
 
 func newStockVsForkCommand() *cobra.Command {

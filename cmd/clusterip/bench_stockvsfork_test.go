@@ -12,11 +12,11 @@ import (
 func TestBenchStockVsForkDrawsTheRowsFile(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "chart.svg")
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"bench", "stock-vs-fork", "internal/bench/testdata/stock-vs-fork-2026-11-24.json", "--svg", svg}, &stdout, &stderr)
+	code := run(context.Background(), []string{"bench", "stock-vs-fork", "internal/bench/testdata/stock-vs-fork-2026-11-25.json", "--svg", svg}, &stdout, &stderr)
 	if code != exitOK {
 		t.Fatalf("exit code %d, stderr %q; want 0", code, stderr.String())
 	}
-	if want := "wrote " + svg + ": 14 churn and 6 scale rows\n"; stdout.String() != want {
+	if want := "wrote " + svg + ": 6 churn and 6 scale rows\n"; stdout.String() != want {
 		t.Errorf("stdout = %q, want %q", stdout.String(), want)
 	}
 	if fi, err := os.Stat(svg); err != nil || fi.Size() == 0 {

@@ -14,6 +14,8 @@
 //     mapped to kube-apiserver's own (so clients read v1.33's messages), each call under a
 //     timeout, and the start of the allocators and of repair from the PostStartHook
 //     start-service-ip-repair-controllers, which keeps waiting for the first repair pass.
+//     _overlay/pkg/registry/core/rest/clusterip_ipaddresses.go gives the allocators a clientset
+//     whose IPAddress creates and deletes go to the IPAddress registry in the process.
 //
 // Where clusterip alone would behave otherwise than kube-apiserver v1.33, the adapter does as
 // kube-apiserver does: the allocators are built in the hook (clusterip.New may list IPAddress
@@ -21,6 +23,13 @@
 // object (a Legacy peer's) gets a repair pass within seconds, not at the next interval; and a
 // bitmap stored for another range than the flags does not stop start-up (DualWrite allocates
 // from ServiceCIDRs only, Legacy rewrites the bitmap for the flag's range from the Services).
+//
+// One difference is the fork's own choice: stock kube-apiserver sends each IPAddress create and
+// delete of its allocators to itself through the loopback client; the fork calls the IPAddress
+// registry in its process, as kube-apiserver writes its bitmaps. The objects, their storage,
+// validation and watch events are the same; the writes skip TLS and HTTP, admission (webhooks
+// and policies on ipaddresses do not see them), audit (no entries) and field management (the
+// objects have no managedFields). TestForkIPAddressObjectsMatchStock compares the objects.
 //
 // Node ports, and everything else, stay kube-apiserver's. Build the fork with
 //

@@ -12,7 +12,7 @@ import (
 )
 
 // readmeRows is the rows file of the README's stock-vs-fork tables.
-const readmeRows = "testdata/stock-vs-fork-2026-11-24.json"
+const readmeRows = "testdata/stock-vs-fork-2026-11-25.json"
 
 // readmeChart is the chart of readmeRows the README shows, at the repository's root.
 const readmeChart = "../../../../docs/stock-vs-fork.svg"
@@ -46,8 +46,8 @@ func TestSaveStockVsForkChartDrawsTheREADMERows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"<svg", "Legacy", "DualWrite", "IPAddressOnly", "stock (run 1)", "fork (run 3)",
-		"fork, last 1000", "creates/s over 15000 Service creates", ">1603<"} {
+	for _, want := range []string{"<svg", "Legacy", "DualWrite", "IPAddressOnly", ">stock<", ">fork<",
+		"fork, last 1000", "creates/s over 15000 Service creates", ">1153<"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("the SVG chart does not contain %q", want)
 		}
@@ -135,6 +135,46 @@ func TestSaveStockVsForkChartDrawsOnePhase(t *testing.T) {
 			}
 			if !bytes.Contains(b, []byte("no rows")) {
 				t.Errorf("the chart of %s does not say a phase has no rows", tt.name)
+			}
+		})
+	}
+}
+
+// TestStockVsForkChartNamesEachRunWhenThereAreSeveral: a rows file of several churn runs labels
+// each bar by side and run; one run labels by side alone.
+func TestStockVsForkChartNamesEachRunWhenThereAreSeveral(t *testing.T) {
+	churn := func(run, side string, rate float64) forkbench.Churn {
+		return forkbench.Churn{Run: run, Mode: "DualWrite", Side: side, PairsPerS: rate}
+	}
+	tests := []struct {
+		name      string
+		rows      forkbench.Rows
+		want, not []string
+	}{
+		{"one run", forkbench.Rows{Churn: []forkbench.Churn{churn("a", "stock", 200), churn("a", "fork", 400)}},
+			[]string{">stock<", ">fork<"}, []string{"(run "}},
+		{"two runs", forkbench.Rows{Churn: []forkbench.Churn{churn("a", "stock", 200), churn("a", "fork", 400), churn("b", "stock", 210), churn("b", "fork", 420)}},
+			[]string{">stock (run a)<", ">fork (run a)<", ">stock (run b)<", ">fork (run b)<"}, []string{">stock<", ">fork<"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svg := filepath.Join(t.TempDir(), "chart.svg")
+			if err := SaveStockVsForkChart(svg, tt.rows); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(svg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.want {
+				if !bytes.Contains(b, []byte(w)) {
+					t.Errorf("the chart does not contain %q", w)
+				}
+			}
+			for _, n := range tt.not {
+				if bytes.Contains(b, []byte(n)) {
+					t.Errorf("the chart contains %q", n)
+				}
 			}
 		})
 	}
