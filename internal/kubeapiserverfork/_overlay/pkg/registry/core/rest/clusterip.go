@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,11 +21,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -270,7 +273,7 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 		// allocate. Bounded, as the hook has a minute in all.
 		if cfg.Mode != featuregate.Legacy {
 			rctx, rcancel := context.WithTimeout(ctx, clusterIPReadyTimeout)
-			err := allocs.WaitReady(rctx)
+			err := waitServiceCIDRs(rctx, allocs, cfg.Informers.Networking().V1().ServiceCIDRs().Lister())
 			rcancel()
 			if ctx.Err() != nil {
 				return
@@ -297,6 +300,44 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 		}
 		<-done
 	}
+}
+
+// waitServiceCIDRs waits until the allocators have a ready ServiceCIDR of every family, or of
+// every family of the default ServiceCIDR once it is ready. The default ServiceCIDR is what
+// kube-apiserver's start-kubernetes-service-cidr-controller hook waits for; when the flags' primary
+// family has changed (IPv4 to IPv6), v1.33 keeps it as it was, so no ServiceCIDR of the new
+// family comes by itself, and stock kube-apiserver reports ready without one.
+func waitServiceCIDRs(ctx context.Context, allocs *clusterip.Allocators, serviceCIDRs networkingv1listers.ServiceCIDRLister) error {
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		families := allocs.Families()
+		if def, err := serviceCIDRs.Get(defaultServiceCIDR); err == nil && serviceCIDRReady(def) {
+			families = nil
+			for _, c := range def.Spec.CIDRs {
+				if p, err := netip.ParsePrefix(c); err == nil && slices.Contains(allocs.Families(), allocator.FamilyOf(p.Addr())) {
+					families = append(families, allocator.FamilyOf(p.Addr()))
+				}
+			}
+		}
+		for _, f := range families {
+			if c := allocs.ServiceCIDRs(f); c != nil && !c.Ready() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// defaultServiceCIDR is the name of the ServiceCIDR kube-apiserver makes of its flags.
+const defaultServiceCIDR = "kubernetes"
+
+// serviceCIDRReady reports whether sc's Ready condition is true.
+func serviceCIDRReady(sc *networkingv1.ServiceCIDR) bool {
+	for _, c := range sc.Status.Conditions {
+		if c.Type == networkingv1.ServiceCIDRConditionReady {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // newMismatched builds the allocators when a bitmap stored in etcd is of another range than the
