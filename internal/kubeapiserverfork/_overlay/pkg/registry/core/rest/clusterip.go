@@ -21,7 +21,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
@@ -43,6 +42,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/repair"
+	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
 const (
@@ -303,18 +303,19 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 }
 
 // waitServiceCIDRs waits until the allocators have a ready ServiceCIDR of every family, or of
-// every family of the default ServiceCIDR once it is ready. The default ServiceCIDR is what
+// every family of the default ServiceCIDR once it is ready (servicecidr.Ready). The default ServiceCIDR is what
 // kube-apiserver's start-kubernetes-service-cidr-controller hook waits for; when the flags' primary
 // family has changed (IPv4 to IPv6), v1.33 keeps it as it was, so no ServiceCIDR of the new
 // family comes by itself, and stock kube-apiserver reports ready without one.
 func waitServiceCIDRs(ctx context.Context, allocs *clusterip.Allocators, serviceCIDRs networkingv1listers.ServiceCIDRLister) error {
+	all := allocs.Families()
 	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		families := allocs.Families()
-		if def, err := serviceCIDRs.Get(defaultServiceCIDR); err == nil && serviceCIDRReady(def) {
+		families := all
+		if def, err := serviceCIDRs.Get(defaultServiceCIDR); err == nil && servicecidr.Ready(def) {
 			families = nil
-			for _, c := range def.Spec.CIDRs {
-				if p, err := netip.ParsePrefix(c); err == nil && slices.Contains(allocs.Families(), allocator.FamilyOf(p.Addr())) {
-					families = append(families, allocator.FamilyOf(p.Addr()))
+			for _, p := range servicecidr.Prefixes(def) {
+				if f := allocator.FamilyOf(p.Addr()); slices.Contains(all, f) {
+					families = append(families, f)
 				}
 			}
 		}
@@ -329,16 +330,6 @@ func waitServiceCIDRs(ctx context.Context, allocs *clusterip.Allocators, service
 
 // defaultServiceCIDR is the name of the ServiceCIDR kube-apiserver makes of its flags.
 const defaultServiceCIDR = "kubernetes"
-
-// serviceCIDRReady reports whether sc's Ready condition is true.
-func serviceCIDRReady(sc *networkingv1.ServiceCIDR) bool {
-	for _, c := range sc.Status.Conditions {
-		if c.Type == networkingv1.ServiceCIDRConditionReady {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return false
-}
 
 // newMismatched builds the allocators when a bitmap stored in etcd is of another range than the
 // flags (the flags changed: a family added, removed or swapped), err being what clusterip.New
