@@ -201,13 +201,14 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 				}
 				a := allocs.For(corev1.IPv4Protocol)
 				owner := allocator.Owner{Resource: "services", Namespace: "default", Name: "registry-" + strings.ToLower(mode.String())}
-				ip, err := a.AllocateNext(ctx, owner)
-				if err != nil {
-					t.Fatalf("AllocateNext as the registry user: %v", err)
-				}
+				// The chosen address first: AllocateNext could otherwise take it.
 				chosen := netip.MustParseAddr("10.96.0.50")
 				if err := a.Allocate(ctx, chosen, owner); err != nil {
 					t.Fatalf("Allocate(%s) as the registry user: %v", chosen, err)
+				}
+				ip, err := a.AllocateNext(ctx, owner)
+				if err != nil {
+					t.Fatalf("AllocateNext as the registry user: %v", err)
 				}
 				// An address in no ServiceCIDR the allocator knows (its ServiceCIDR went without the
 				// lifecycle controller): Release reads its object before deleting it.

@@ -62,9 +62,12 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 		}
 	}
 
+	free := unheld("10.96.0.200", ips, 3)
+	leaked, stale, staleLater := free[0], free[1], free[2]
+
 	// A leaked IPAddress: kube-apiserver's own repair leaves it for 60 s.
 	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.200", Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: leaked, Labels: map[string]string{
 			networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
 			networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
 		}},
@@ -78,7 +81,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	}
 	// A stale bit: set in kube-apiserver's bitmap with nothing behind it.
 	store := etcdstore.New(cli, etcdstore.ServiceIPsKey(""))
-	seedBit(t, store, "10.96.0.0/24", "10.96.0.201")
+	seedBit(t, store, "10.96.0.0/24", stale)
 	// A wrong parent: s2's IPAddress recreated naming another Service.
 	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, ips[1], metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete IPAddress %s: %v", ips[1], err)
@@ -92,9 +95,9 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 		mode featuregate.Mode
 		want []repair.Finding
 	}{
-		{featuregate.DualWrite, []repair.Finding{f(ips[0], repair.Missing, "default/s1"), f(ips[1], repair.WrongParent, "default/s2"), f("10.96.0.200", repair.Leaked, ""), f("10.96.0.201", repair.BitmapOnly, "")}},
-		{featuregate.IPAddressOnly, []repair.Finding{f(ips[0], repair.Missing, "default/s1"), f(ips[1], repair.WrongParent, "default/s2"), f("10.96.0.200", repair.Leaked, "")}},
-		{featuregate.Legacy, []repair.Finding{f("10.96.0.201", repair.Leaked, "")}},
+		{featuregate.DualWrite, []repair.Finding{f(ips[0], repair.Missing, "default/s1"), f(ips[1], repair.WrongParent, "default/s2"), f(leaked, repair.Leaked, ""), f(stale, repair.BitmapOnly, "")}},
+		{featuregate.IPAddressOnly, []repair.Finding{f(ips[0], repair.Missing, "default/s1"), f(ips[1], repair.WrongParent, "default/s2"), f(leaked, repair.Leaked, "")}},
+		{featuregate.Legacy, []repair.Finding{f(stale, repair.Leaked, "")}},
 	}
 	for _, tt := range tests {
 		c := cfg
@@ -123,7 +126,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 		t.Fatalf("DualWrite RunOnce() error = %v", err)
 	}
 	auditConsistent(t, cfg, "after one DualWrite pass")
-	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated 10.96.0.200", "Warning IPAddressWrongReference " + ips[1]}
+	wantEvents := []string{"Warning ClusterIPNotAllocated s1", "Warning IPAddressNotAllocated " + leaked, "Warning IPAddressWrongReference " + ips[1]}
 	slices.Sort(wantEvents)
 	if diff := cmp.Diff(wantEvents, rec.Got()); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
@@ -138,7 +141,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 
 	// Legacy repair frees a stale bit in kube-apiserver's own bitmap on the third pass, with a
 	// compare-and-swap on the key kube-apiserver writes.
-	seedBit(t, store, "10.96.0.0/24", "10.96.0.202")
+	seedBit(t, store, "10.96.0.0/24", staleLater)
 	lc, err := repair.NewController(withMode(cfg, featuregate.Legacy), repair.Options{LeakGrace: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -72,3 +72,16 @@ func seedBit(t *testing.T, store *etcdstore.Store, cidr, ip string) {
 		t.Fatalf("seed stale bit %s: %v", ip, err)
 	}
 }
+
+// unheld returns the first n addresses from first on that are not in held. Tests seed leaked
+// objects and stale bits at them: kube-apiserver picks its Services' addresses at random, and a
+// fixed address would now and then be one of them.
+func unheld(first string, held []string, n int) []string {
+	var free []string
+	for a := netip.MustParseAddr(first); len(free) < n; a = a.Next() {
+		if !slices.Contains(held, a.String()) {
+			free = append(free, a.String())
+		}
+	}
+	return free
+}

@@ -98,12 +98,14 @@ func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
 	})
 	base := passes.Load()
 
+	var followed []string
 	for _, name := range []string{"peer-a", "peer-b", "peer-c"} {
 		svc, err := services.Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("the legacy peer creates Service %s: %v", name, err)
 		}
 		ip := svc.Spec.ClusterIP
+		followed = append(followed, ip)
 		var got *networkingv1.IPAddress
 		testenv.WaitFor(t, "the IPAddress "+ip+" of Service "+name, func() bool {
 			got, err = ipas.Get(ctx, ip, metav1.GetOptions{})
@@ -127,7 +129,7 @@ func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
 
 	// A Service that comes with its IPAddress (ours allocated it) brings no pass forward.
 	before := passes.Load()
-	ip := "10.96.0.200"
+	ip := unheld("10.96.0.200", followed, 1)[0]
 	if _, err := ipas.Create(ctx, &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{Name: ip, Labels: map[string]string{
 			"ipaddress.kubernetes.io/ip-family": "IPv4", "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io",
