@@ -64,10 +64,7 @@ func TestRepairFixesLabelsUnderAResourceVersionPreconditionOnARealAPIServer(t *t
 	ctx := t.Context()
 	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client}
 	ipas := api.Client.NetworkingV1().IPAddresses()
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 
 	s, err := api.Client.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},

@@ -182,10 +182,7 @@ func TestAuditOfARealAPIServerAllocatingDuringTheAudit(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx := t.Context()
 	services := api.Client.CoreV1().Services(metav1.NamespaceDefault)
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := services.Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 
 	var armed atomic.Bool
 	created := 0

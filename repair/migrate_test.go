@@ -27,10 +27,7 @@ func TestRepairMigratesALegacyClusterToIPAddresses(t *testing.T) {
 	ctx := t.Context()
 	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.97.0.0/24")}, Client: api.Client, Etcd: cli}
 
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 	for _, name := range []string{"s1", "s2", "s3", "s4", "s5"} {
 		if _, err := api.Client.CoreV1().Services("default").Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name},

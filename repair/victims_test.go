@@ -79,10 +79,7 @@ func TestAuditReportsTheSlash64VictimsOfARealAPIServer(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: cidr, FeatureGates: "DisableAllocatorDualWrite=true"})
 	ctx := t.Context()
 	services := api.Client.CoreV1().Services(metav1.NamespaceDefault)
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := services.Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 
 	var want []Finding
 	for i := range 24 {

@@ -35,10 +35,9 @@ func TestLegacyKubeAPIServerAndPersistentShareOneBitmap(t *testing.T) {
 
 	// The apiserver creates the "kubernetes" Service at 10.96.0.1 on start-up.
 	kubernetesIP := netip.MustParseAddr("10.96.0.1")
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		svc, err := services.Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil && svc.Spec.ClusterIP == kubernetesIP.String()
-	})
+	if got := testenv.WaitForKubernetesService(t, kas.Client); got != kubernetesIP {
+		t.Fatalf("the kubernetes Service's ClusterIP = %v, want %v", got, kubernetesIP)
+	}
 	key := etcdstore.ServiceIPsKey(etcdstore.DefaultPrefix)
 	p := newPersistent(t, etcd.TestClient(t), key, testCIDR)
 	if !p.Has(kubernetesIP) || p.Used() != 1 {

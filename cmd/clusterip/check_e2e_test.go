@@ -48,10 +48,7 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 
 	// The cluster kube-apiserver sets up: the kubernetes Service (allocated after its bit and its
 	// IPAddress), and the default ServiceCIDR, ready.
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 	testenv.WaitFor(t, `the ServiceCIDR "kubernetes" to be ready`, func() bool {
 		sc, err := api.Client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
 		if err != nil {

@@ -170,11 +170,7 @@ func lastLine(s string) string {
 func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
-	ctx := t.Context()
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 	etcdAddr := strings.TrimPrefix(strings.TrimPrefix(e.Endpoints()[0], "http://"), "https://")
 
 	tests := []struct {

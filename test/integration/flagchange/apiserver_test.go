@@ -52,10 +52,7 @@ func storedBitmapAfterLegacyRun(t *testing.T, etcd *testenv.Etcd, prefix string)
 	if err != nil {
 		t.Fatalf("create a Service through kube-apiserver with %s: %v", flagBefore, err)
 	}
-	testenv.WaitFor(t, "Service default/kubernetes", func() bool {
-		k, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil && k.Spec.ClusterIP != ""
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 	api.Stop()
 	return netip.MustParseAddr(svc.Spec.ClusterIP)
 }

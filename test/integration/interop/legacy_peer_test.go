@@ -73,15 +73,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	defer cancel()
 
 	// The legacy peer allocates the kubernetes Service from its bitmap and creates the bitmap.
-	var kubeIP netip.Addr
-	testenv.WaitFor(t, "Service default/kubernetes", func() bool {
-		svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err != nil || svc.Spec.ClusterIP == "" {
-			return false
-		}
-		kubeIP = netip.MustParseAddr(svc.Spec.ClusterIP)
-		return true
-	})
+	kubeIP := testenv.WaitForKubernetesService(t, c)
 	key := etcdstore.ServiceIPsKey("/registry")
 	baseBits, ok := clustertest.EtcdBits(t, ec, key, rg)
 	if !ok {

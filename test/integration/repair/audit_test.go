@@ -31,10 +31,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	ctx := t.Context()
 	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Etcd: cli}
 
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := api.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 	var ips []string
 	for _, name := range []string{"s1", "s2", "s3"} {
 		s, err := api.Client.CoreV1().Services("default").Create(ctx, &corev1.Service{

@@ -38,10 +38,7 @@ func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
 	ctx := t.Context()
 	services := api.Client.CoreV1().Services(metav1.NamespaceDefault)
 	ipas := api.Client.NetworkingV1().IPAddresses()
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := services.Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 	// The legacy peer creates no default ServiceCIDR; a cluster being moved to DualWrite has one.
 	if _, err := api.Client.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},

@@ -27,10 +27,7 @@ func TestRepairDuringAServiceCIDRRemovalOnARealAPIServer(t *testing.T) {
 	ctx := t.Context()
 	scs := api.Client.NetworkingV1().ServiceCIDRs()
 	services := api.Client.CoreV1().Services(metav1.NamespaceDefault)
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := services.Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 
 	const finalizer = "example.com/hold"
 	if _, err := scs.Create(ctx, &networkingv1.ServiceCIDR{

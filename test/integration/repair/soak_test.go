@@ -22,6 +22,7 @@ import (
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/repair"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // TestSoakMixedModes is the soak test of issue 11. Three allocator processes, one per mode
@@ -83,7 +84,7 @@ func TestSoakMixedModes(t *testing.T) {
 		t.Helper()
 		t.Logf("%-36s at %6.1fs", what, time.Since(began).Seconds())
 	}
-	soakWaitForCluster(t, ctx, api.Client)
+	clustertest.WaitForKubernetesService(t, api.Client)
 
 	low := soakPool(netip.MustParseAddr("10.96.0.2"), 63)    // the static band is 10.96.0.1-10.96.0.64; .1 is kubernetes
 	high := soakPool(netip.MustParseAddr("10.96.3.192"), 63) // the top of the dynamic band
@@ -286,24 +287,6 @@ func soakDuplicateClusterIPs(t *testing.T, ctx context.Context, c kubernetes.Int
 	}
 	slices.Sort(out)
 	return out
-}
-
-// soakWaitForCluster waits until the kube-apiserver has allocated the ClusterIP of its Service
-// default/kubernetes with its IPAddress object and created the "kubernetes" ServiceCIDR, so that
-// the processes start on a settled cluster.
-func soakWaitForCluster(t *testing.T, ctx context.Context, c kubernetes.Interface) {
-	t.Helper()
-	testenv.WaitFor(t, "Service default/kubernetes, its IPAddress and ServiceCIDR kubernetes", func() bool {
-		svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err != nil || svc.Spec.ClusterIP == "" {
-			return false
-		}
-		if _, err := c.NetworkingV1().IPAddresses().Get(ctx, svc.Spec.ClusterIP, metav1.GetOptions{}); err != nil {
-			return false
-		}
-		_, err = c.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
 }
 
 // soakPool returns n consecutive addresses from first, as strings.

@@ -43,10 +43,7 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 	ctx := t.Context()
 	services := api.Client.CoreV1().Services(metav1.NamespaceDefault)
 	ipas := api.Client.NetworkingV1().IPAddresses()
-	testenv.WaitFor(t, "the kubernetes Service", func() bool {
-		_, err := services.Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
+	testenv.WaitForKubernetesService(t, api.Client)
 
 	for i, s := range spellings {
 		name := "spelled-" + string(rune('a'+i))

@@ -84,12 +84,9 @@ func StartAllocators(t testing.TB, cfg clusterip.Config) *clusterip.Allocators {
 func WaitForKubernetesService(t testing.TB, c kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
-	testenv.WaitFor(t, "Service default/kubernetes and its IPAddress", func() bool {
-		svc, err := c.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err != nil || svc.Spec.ClusterIP == "" {
-			return false
-		}
-		_, err = c.NetworkingV1().IPAddresses().Get(ctx, svc.Spec.ClusterIP, metav1.GetOptions{})
+	ip := testenv.WaitForKubernetesService(t, c)
+	testenv.WaitFor(t, "the IPAddress of Service default/kubernetes", func() bool {
+		_, err := c.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
 		return err == nil
 	})
 	testenv.WaitFor(t, "ServiceCIDR kubernetes", func() bool {
