@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
 	basefeaturegate "k8s.io/component-base/featuregate"
@@ -75,8 +76,8 @@ type matrixRun struct {
 	prefix   string // EtcdPrefix of the allocators' bitmaps
 	allocs   *clusterip.Allocators
 	sa       *service.Allocator
-	baseBits []clustertest.AddrSet // per range, the bits before the first case
-	baseObjs clustertest.AddrSet   // the IPAddress objects before the first case
+	baseBits []sets.Set[netip.Addr] // per range, the bits before the first case
+	baseObjs sets.Set[netip.Addr]   // the IPAddress objects before the first case
 }
 
 // matrixPath is the Service matrix, in the library module's testdata.
@@ -171,7 +172,7 @@ func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrix
 		}
 		if mode == featuregate.DualWrite {
 			// Bootstrapped from the IPAddress objects in its window: the kubernetes Service's.
-			if diff := cmp.Diff(r.baseObjs.Within(cl.ranges[i]).Sorted(), bits.Sorted()); diff != "" {
+			if diff := cmp.Diff(clustertest.Sorted(clustertest.Within(r.baseObjs, cl.ranges[i])), clustertest.Sorted(bits)); diff != "" {
 				t.Errorf("DualWrite: the new bitmap at %s is not that of the IPAddress objects (-want +got):\n%s", key, diff)
 			}
 		}
@@ -258,11 +259,11 @@ func (r *matrixRun) result(t *testing.T, tc servicematrix.Case, svc, created *co
 func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
 	t.Helper()
 	objs := clustertest.APIIPAddresses(t, r.cl.api)
-	wantObjs := r.baseObjs.Union(held...)
+	wantObjs := r.baseObjs.Clone().Insert(held...)
 	if r.mode == featuregate.Legacy {
 		wantObjs = r.baseObjs
 	}
-	if diff := cmp.Diff(wantObjs.Sorted(), objs.Sorted()); diff != "" {
+	if diff := cmp.Diff(clustertest.Sorted(wantObjs), clustertest.Sorted(objs)); diff != "" {
 		t.Errorf("%s: %v: IPAddress objects (-want +got):\n%s", when, r.mode, diff)
 	}
 	for i, key := range clustertest.BitmapKeys(r.prefix, r.cl.ranges) {
@@ -277,8 +278,8 @@ func (r *matrixRun) check(t *testing.T, when string, held []netip.Addr) {
 		if !ok {
 			t.Fatalf("%s: %v: the bitmap at %s is gone", when, r.mode, key)
 		}
-		wantBits := r.baseBits[i].Union(held...).Within(rg)
-		if diff := cmp.Diff(wantBits.Sorted(), bits.Sorted()); diff != "" {
+		wantBits := clustertest.Within(r.baseBits[i].Clone().Insert(held...), rg)
+		if diff := cmp.Diff(clustertest.Sorted(wantBits), clustertest.Sorted(bits)); diff != "" {
 			t.Errorf("%s: %v: bits of %s at %s (-want +got):\n%s", when, r.mode, rg, key, diff)
 		}
 	}
@@ -334,7 +335,7 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 			r.check(t, "after Allocate", held)
 			v6 := held[len(held)-1]
 			bits, _ := clustertest.EtcdBits(t, ec, etcdstore.SecondaryServiceIPsKey(r.prefix), cl.ranges[1])
-			if got, want := bits[v6], clustertest.InBitmapWindow(cl.ranges[1], v6); got != want {
+			if got, want := bits.Has(v6), clustertest.InBitmapWindow(cl.ranges[1], v6); got != want {
 				t.Errorf("bit of %s set = %v, want %v", v6, got, want)
 			}
 			if tt.clusterIPs != nil {
@@ -342,11 +343,11 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 				for ip := range r.baseBits[1] {
 					delete(got, ip)
 				}
-				if diff := cmp.Diff(clustertest.SetOf(mustAddrs(tt.wantBits...)...).Sorted(), got.Sorted()); diff != "" {
+				if diff := cmp.Diff(clustertest.Sorted(sets.New(mustAddrs(tt.wantBits...)...)), clustertest.Sorted(got)); diff != "" {
 					t.Errorf("bits of %s (-want +got):\n%s", cl.ranges[1], diff)
 				}
 			}
-			if objs := clustertest.APIIPAddresses(t, api.Client); !objs[v6] {
+			if objs := clustertest.APIIPAddresses(t, api.Client); !objs.Has(v6) {
 				t.Errorf("no IPAddress object for %s", v6)
 			}
 			if err := r.sa.Release(ctx, svc); err != nil {

@@ -40,14 +40,14 @@ func storedBits(t testing.TB, etcd *clientv3.Client, key string) []netip.Addr {
 	if !ok {
 		t.Fatalf("read the bitmap at %s: no such key", key)
 	}
-	return bits.Addrs()
+	return clustertest.Addrs(bits)
 }
 
 // ipAddressObjects returns the addresses of every IPAddress object, as the API server lists them,
 // in ascending order.
 func ipAddressObjects(t testing.TB, client kubernetes.Interface) []netip.Addr {
 	t.Helper()
-	return clustertest.APIIPAddresses(t, client).Addrs()
+	return clustertest.Addrs(clustertest.APIIPAddresses(t, client))
 }
 
 // holdings records who holds which address, to catch one address held twice. An address is

@@ -283,7 +283,7 @@ func TestDualWriteBootstrapBesideKubeAPIServerCreatingServices(t *testing.T) {
 	}
 	missing := 0
 	for name, ip := range services {
-		if !bits[ip] {
+		if !bits.Has(ip) {
 			missing++
 			t.Errorf("Service %s: %s has no bit", name, ip)
 		}

@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
@@ -79,8 +80,8 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	if !ok {
 		t.Fatalf("no bitmap at %s: kube-apiserver with MultiCIDRServiceAllocator=false has not created it", key)
 	}
-	if want := clustertest.SetOf(kubeIP).Sorted(); !slices.Equal(want, baseBits.Sorted()) {
-		t.Fatalf("bitmap at %s holds %v, want only the kubernetes Service's %v", key, baseBits.Sorted(), want)
+	if want := []string{kubeIP.String()}; !slices.Equal(want, clustertest.Sorted(baseBits)) {
+		t.Fatalf("bitmap at %s holds %v, want only the kubernetes Service's %v", key, clustertest.Sorted(baseBits), want)
 	}
 
 	// What the legacy peer serves of networking.k8s.io/v1, and what it leaves out.
@@ -95,7 +96,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 		t.Errorf("ServiceCIDR kubernetes: got %v, want NotFound (the legacy peer creates no default ServiceCIDR)", err)
 	}
 	if objs := clustertest.APIIPAddresses(t, c); len(objs) != 0 {
-		t.Errorf("IPAddress objects %v, want none (the legacy peer's kubernetes Service has only its bit)", objs.Sorted())
+		t.Errorf("IPAddress objects %v, want none (the legacy peer's kubernetes Service has only its bit)", clustertest.Sorted(objs))
 	}
 
 	// Without a ServiceCIDR, New succeeds but our DualWrite allocator cannot serve: once it has
@@ -106,7 +107,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	}
 	t.Logf("without a ServiceCIDR: AllocateNext() = %v", noCIDRErr)
 	if bits, _ := clustertest.EtcdBits(t, ec, key, rg); !bits.Equal(baseBits) {
-		t.Errorf("after a failed AllocateNext the bitmap holds %v, want %v", bits.Sorted(), baseBits.Sorted())
+		t.Errorf("after a failed AllocateNext the bitmap holds %v, want %v", clustertest.Sorted(bits), clustertest.Sorted(baseBits))
 	}
 
 	if _, err := c.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
@@ -251,19 +252,19 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	bits, _ := clustertest.EtcdBits(t, ec, key, rg)
 	objs := clustertest.APIIPAddresses(t, c)
 	for _, ip := range theirs {
-		if !bits[ip] {
+		if !bits.Has(ip) {
 			t.Errorf("the apiserver's %s: no bit at %s", ip, key)
 		}
-		if objs[ip] {
+		if objs.Has(ip) {
 			t.Errorf("the apiserver's %s: an IPAddress object, want none from a legacy peer", ip)
 		}
 	}
 	for _, ip := range ours {
-		if !bits[ip] || !objs[ip] {
-			t.Errorf("our %s: bit %t, IPAddress %t; want both", ip, bits[ip], objs[ip])
+		if !bits.Has(ip) || !objs.Has(ip) {
+			t.Errorf("our %s: bit %t, IPAddress %t; want both", ip, bits.Has(ip), objs.Has(ip))
 		}
 	}
-	if want := clustertest.SetOf(theirs...).Union(ours...).Union(kubeIP); !bits.Equal(want) {
+	if want := sets.New(theirs...).Insert(ours...).Insert(kubeIP); !bits.Equal(want) {
 		t.Errorf("bitmap holds %d addresses, want exactly the %d of both sides and the kubernetes Service", len(bits), len(want))
 	}
 	t.Logf("ours: %d held (%d by AllocateNext, %d chosen won, %d chosen refused with ErrAllocated); "+
@@ -284,7 +285,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 		}
 	}
 	bits, _ = clustertest.EtcdBits(t, ec, key, rg)
-	if want := clustertest.SetOf(kubeIP).Sorted(); !slices.Equal(want, bits.Sorted()) {
+	if want := []string{kubeIP.String()}; !slices.Equal(want, clustertest.Sorted(bits)) {
 		t.Errorf("after cleanup the bitmap holds %d addresses, want only the kubernetes Service's", len(bits))
 	}
 }

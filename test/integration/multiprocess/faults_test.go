@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
@@ -50,10 +51,10 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 
 	bits, _ := clustertest.EtcdBits(t, ec, key, rg)
 	objs := clustertest.APIIPAddresses(t, api.Client)
-	if diff := cmp.Diff(baseBits.Union(victim).Sorted(), bits.Sorted()); diff != "" {
+	if diff := cmp.Diff(clustertest.Sorted(baseBits.Clone().Insert(victim)), clustertest.Sorted(bits)); diff != "" {
 		t.Errorf("bits after the kill (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(baseObjs.Sorted(), objs.Sorted()); diff != "" {
+	if diff := cmp.Diff(clustertest.Sorted(baseObjs), clustertest.Sorted(objs)); diff != "" {
 		t.Errorf("IPAddress objects after the kill (-want +got):\n%s", diff)
 	}
 
@@ -84,13 +85,13 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 		}
 		got = append(got, ip)
 	}
-	held := clustertest.SetOf(got...)
+	held := sets.New(got...)
 	t.Logf("filled the range: %d more addresses handed out, %d distinct, none of them %s", len(got), len(held), victim)
 	if len(held) != len(got) {
 		t.Errorf("%d addresses handed out, %d distinct: duplicates", len(got), len(held))
 	}
 	bits, _ = clustertest.EtcdBits(t, ec, key, rg)
-	if diff := cmp.Diff(baseBits.Union(victim).Union(got...).Sorted(), bits.Sorted()); diff != "" {
+	if diff := cmp.Diff(clustertest.Sorted(baseBits.Clone().Insert(victim).Insert(got...)), clustertest.Sorted(bits)); diff != "" {
 		t.Errorf("bits after filling the range (-want +got):\n%s", diff)
 	}
 }
@@ -156,7 +157,7 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	held := clustertest.SetOf(handed...)
+	held := sets.New(handed...)
 	t.Logf("handed out %d addresses (%d before the stop, %d while etcd was down or restarting), %d distinct; %d calls failed",
 		len(handed), before, restarted-before, len(held), failures)
 	if len(held) != len(handed) {
@@ -166,15 +167,15 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 	objs := clustertest.APIIPAddresses(t, api.Client)
 	lostBits, lostObjs, objsWithoutBit := 0, 0, 0
 	for ip := range held {
-		if !bits[ip] {
+		if !bits.Has(ip) {
 			lostBits++
 		}
-		if !objs[ip] {
+		if !objs.Has(ip) {
 			lostObjs++
 		}
 	}
 	for ip := range objs {
-		if !bits[ip] && !baseObjs[ip] {
+		if !bits.Has(ip) && !baseObjs.Has(ip) {
 			objsWithoutBit++
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
@@ -42,13 +44,13 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 	}
 	// owners maps each address handed out to the processes that got it.
 	owners := map[netip.Addr][]string{}
-	dualIPs := clustertest.AddrSet{}
+	dualIPs := sets.New[netip.Addr]()
 	collect := func(name string, r procResult) {
 		for _, s := range r.Allocated {
 			ip := netip.MustParseAddr(s)
 			owners[ip] = append(owners[ip], name)
 			if name == "dualwrite" {
-				dualIPs[ip] = true
+				dualIPs.Insert(ip)
 			}
 		}
 	}
@@ -70,12 +72,12 @@ func TestSkewLegacyAndDualWriteProcesses(t *testing.T) {
 		objs := clustertest.APIIPAddresses(t, api.Client)
 		missingBits, missingObjs := 0, 0
 		for ip := range owners {
-			if !bits[ip] {
+			if !bits.Has(ip) {
 				missingBits++
 			}
 		}
 		for ip := range dualIPs {
-			if !objs[ip] {
+			if !objs.Has(ip) {
 				missingObjs++
 			}
 		}

@@ -2,7 +2,7 @@
 // clusterip's allocators against a real etcd and kube-apiserver v1.33: start the allocators of a
 // Config ([StartAllocators]) or a cluster of a test's own ([StartOwnCluster]), and read what the
 // two stores hold, the bitmaps from etcd ([EtcdBits]) and the IPAddress objects from the API
-// server ([APIIPAddresses]), as sets of addresses ([AddrSet]).
+// server ([APIIPAddresses]), as sets of addresses (apimachinery's sets.Set).
 //
 // The helpers that need no clusterip package (etcd, kube-apiserver, Service churn, polling) are
 // in internal/testenv, which the library's own tests use too.
@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -110,7 +111,7 @@ func StartOwnCluster(t testing.TB, flag string) (*testenv.Etcd, *clientv3.Client
 // APIServerBaseline returns what kube-apiserver holds before a test starts: the bits of its
 // bitmap of rg (at the default key, which it returns) and its IPAddress objects. It fails t if
 // kube-apiserver has not created the bitmap.
-func APIServerBaseline(t testing.TB, ec *clientv3.Client, c kubernetes.Interface, rg netip.Prefix) (key string, bits, objs AddrSet) {
+func APIServerBaseline(t testing.TB, ec *clientv3.Client, c kubernetes.Interface, rg netip.Prefix) (key string, bits, objs sets.Set[netip.Addr]) {
 	t.Helper()
 	key = etcdstore.ServiceIPsKey("/registry")
 	bits, ok := EtcdBits(t, ec, key, rg)
@@ -122,7 +123,7 @@ func APIServerBaseline(t testing.TB, ec *clientv3.Client, c kubernetes.Interface
 
 // EtcdBits reads the bitmap at key from etcd: ok is false if the key does not exist. It fails t
 // if the stored range is not r.
-func EtcdBits(t testing.TB, c *clientv3.Client, key string, r netip.Prefix) (bits AddrSet, ok bool) {
+func EtcdBits(t testing.TB, c *clientv3.Client, key string, r netip.Prefix) (bits sets.Set[netip.Addr], ok bool) {
 	t.Helper()
 	s, rev, err := etcdstore.New(c, key).Get(context.Background())
 	if err != nil {
@@ -141,24 +142,24 @@ func EtcdBits(t testing.TB, c *clientv3.Client, key string, r netip.Prefix) (bit
 	if err := a.Restore(s); err != nil {
 		t.Fatalf("restore the bitmap at %s: %v", key, err)
 	}
-	return SetOf(slices.Collect(a.All())...), true
+	return sets.New(slices.Collect(a.All())...), true
 }
 
 // APIIPAddresses lists the IPAddress objects from the API server (not from a cache). It fails t if
 // the list fails or a name is not an address.
-func APIIPAddresses(t testing.TB, c kubernetes.Interface) AddrSet {
+func APIIPAddresses(t testing.TB, c kubernetes.Interface) sets.Set[netip.Addr] {
 	t.Helper()
 	list, err := c.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("list IPAddress objects: %v", err)
 	}
-	out := AddrSet{}
+	out := sets.New[netip.Addr]()
 	for _, o := range list.Items {
 		ip, err := netip.ParseAddr(o.Name)
 		if err != nil {
 			t.Fatalf("IPAddress %q does not parse: %v", o.Name, err)
 		}
-		out[ip] = true
+		out.Insert(ip)
 	}
 	return out
 }
