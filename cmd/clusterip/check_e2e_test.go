@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -24,6 +23,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/ipaddress"
 	"github.com/kube-ipam/clusterip/repair"
 )
 
@@ -84,13 +84,7 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 	})
 
 	// The seeds: a leaked IPAddress, a stale bit, and a Service whose IPAddress is gone.
-	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.200", Labels: map[string]string{
-			networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
-			networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
-		}},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "gone"}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, leakedIPAddress("10.96.0.200"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed a leaked IPAddress: %v", err)
 	}
 	setBit(t, etcdstore.New(e.TestClient(t), etcdstore.ServiceIPsKey("")), "10.96.0.201")
@@ -245,6 +239,12 @@ func checkJSON(t *testing.T, code int, args ...string) repair.Report {
 		t.Fatalf("clusterip %q printed %q, not a report: %v", args, r.stdout, err)
 	}
 	return rep
+}
+
+// leakedIPAddress returns the IPAddress object kube-apiserver would write for ip and the Service
+// default/gone, which does not exist: a leak for check to find.
+func leakedIPAddress(ip string) *networkingv1.IPAddress {
+	return ipaddress.ObjectFor(netip.MustParseAddr(ip), allocator.Owner{Resource: "services", Namespace: "default", Name: "gone"}, ipaddress.DefaultManagedBy)
 }
 
 // writeKubeconfigWithToken writes a kubeconfig whose one context reaches server with token.

@@ -34,6 +34,7 @@ import (
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/ipaddress"
 	"github.com/kube-ipam/clusterip/repair"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
@@ -102,13 +103,7 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 	if _, err := api.Client.NetworkingV1().IPAddresses().Update(ctx, ipa, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("relabel the IPAddress of Service s2: %v", err)
 	}
-	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.200", Labels: map[string]string{
-			networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
-			networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
-		}},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "gone"}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, leakedIPAddress("10.96.0.200"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed a leaked IPAddress: %v", err)
 	}
 	bitmapKey := etcdstore.ServiceIPsKey("")
@@ -213,13 +208,7 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 				// An address in no ServiceCIDR the allocator knows (its ServiceCIDR went without the
 				// lifecycle controller): Release reads its object before deleting it.
 				orphan := netip.MustParseAddr("10.98.0.7")
-				if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
-					ObjectMeta: metav1.ObjectMeta{Name: orphan.String(), Labels: map[string]string{
-						networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
-						networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
-					}},
-					Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: owner.Name}},
-				}, metav1.CreateOptions{}); err != nil {
+				if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(orphan, owner, ipaddress.DefaultManagedBy), metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 				for _, ip := range []netip.Addr{ip, chosen, orphan} {

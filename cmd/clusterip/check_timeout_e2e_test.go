@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
@@ -239,13 +237,7 @@ func TestCheckRepairTimeoutBoundsTheWholeRepair(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx := t.Context()
-	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.200", Labels: map[string]string{
-			networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
-			networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
-		}},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "gone"}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, leakedIPAddress("10.96.0.200"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed a leaked IPAddress: %v", err)
 	}
 	kubeconfig := writeKubeconfigWithToken(t, api.Config.Host, api.Config.BearerToken)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -63,13 +62,8 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	leaked, stale, staleLater := free[0], free[1], free[2]
 
 	// A leaked IPAddress: kube-apiserver's own repair leaves it for 60 s.
-	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: leaked, Labels: map[string]string{
-			networkingv1.LabelIPAddressFamily: string(corev1.IPv4Protocol),
-			networkingv1.LabelManagedBy:       "ipallocator.k8s.io",
-		}},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "gone"}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(netip.MustParseAddr(leaked),
+		allocator.Owner{Resource: "services", Namespace: "default", Name: "gone"}, ipaddress.DefaultManagedBy), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed leaked IPAddress: %v", err)
 	}
 	// A missing IPAddress: s1's, deleted behind the allocator's back.

@@ -16,8 +16,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	clusterip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/ipaddress"
 	"github.com/kube-ipam/clusterip/repair"
 )
 
@@ -127,12 +129,8 @@ func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
 	// A Service that comes with its IPAddress (ours allocated it) brings no pass forward.
 	before := passes.Load()
 	ip := unheld("10.96.0.200", followed, 1)[0]
-	if _, err := ipas.Create(ctx, &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip, Labels: map[string]string{
-			"ipaddress.kubernetes.io/ip-family": "IPv4", "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io",
-		}},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: metav1.NamespaceDefault, Name: "with-object"}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := ipas.Create(ctx, ipaddress.ObjectFor(netip.MustParseAddr(ip),
+		allocator.Owner{Resource: "services", Namespace: "default", Name: "with-object"}, ipaddress.DefaultManagedBy), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := services.Create(ctx, testenv.ClusterIPService("with-object", ip), metav1.CreateOptions{}); err != nil {
