@@ -101,7 +101,7 @@ func TestStockVsFork(t *testing.T) {
 		}
 		scaleN = n
 	}
-	bins := []struct{ side, bin string }{{"stock", stockBinary(t)}, {"fork", forkBinary(t)}}
+	bins := []benchBinary{{"stock", stockBinary(t)}, {"fork", forkBinary(t)}}
 	var out strings.Builder
 	start := time.Now().UTC()
 	run := start.Format(time.RFC3339)
@@ -110,19 +110,13 @@ func TestStockVsFork(t *testing.T) {
 	machine := []string{"TestStockVsFork " + run + ", " + phases + "; load before: " + loadAvg()}
 	if strings.Contains(phases, "churn") {
 		var rows []churnResult
-		for _, mg := range benchModes {
-			for _, b := range bins {
-				t.Run("churn/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
-					etcd := testenv.NewEtcd(t)
-					s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
-					r := churn(t, s.Client, s.Dir, etcd.Dir())
-					r.side, r.mode = b.side, mg.mode.String()
-					r.audit, r.stale = benchAudit(t, etcd, s.Client, mg.mode)
-					t.Logf("%+v", r)
-					rows = append(rows, r)
-				})
-			}
-		}
+		eachModeAndSide(t, "churn", bins, func(t *testing.T, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer) {
+			r := churn(t, s.Client, s.Dir, etcd.Dir())
+			r.side, r.mode = side, mode.String()
+			r.audit, r.stale = benchAudit(t, etcd, s.Client, mode)
+			t.Logf("%+v", r)
+			rows = append(rows, r)
+		})
 		fmt.Fprintf(&out, "churn: %d workers × %d create+delete pairs, %s\n\n", benchWorkers, churnPairs, benchRange)
 		out.WriteString("| mode | side | pairs/s | p50 | p99 | CPU/pair: kube-apiserver | etcd | test process (clients) | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rows {
@@ -142,18 +136,12 @@ func TestStockVsFork(t *testing.T) {
 	}
 	if strings.Contains(phases, "scale") {
 		var rows []scaleResult
-		for _, mg := range benchModes {
-			for _, b := range bins {
-				t.Run("scale/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
-					etcd := testenv.NewEtcd(t)
-					s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
-					r := scale(t, s.Client, scaleN)
-					r.side, r.mode = b.side, mg.mode.String()
-					t.Logf("%+v", r)
-					rows = append(rows, r)
-				})
-			}
-		}
+		eachModeAndSide(t, "scale", bins, func(t *testing.T, mode featuregate.Mode, side string, _ *testenv.Etcd, s *testenv.KubeAPIServer) {
+			r := scale(t, s.Client, scaleN)
+			r.side, r.mode = side, mode.String()
+			t.Logf("%+v", r)
+			rows = append(rows, r)
+		})
 		fmt.Fprintf(&out, "scale: %d creates by %d workers, %s\n\n", scaleN, benchWorkers, benchRange)
 		out.WriteString("| mode | side | total | creates/s | first 1000 p50 | p99 | last 1000 p50 | p99 | last/first p99 | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rows {
@@ -177,6 +165,24 @@ func TestStockVsFork(t *testing.T) {
 		measured.Note = strings.Join(machine, "; ")
 		if err := writeRows(p, measured); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// benchBinary is one side of the comparison: "stock" or "fork", and its kube-apiserver binary.
+type benchBinary struct{ side, bin string }
+
+// eachModeAndSide runs measure as the subtest phase/mode/side for every mode of benchModes and
+// every binary of bins, in that order, each on a new etcd and a kube-apiserver of its own serving
+// benchRange with the mode's gates.
+func eachModeAndSide(t *testing.T, phase string, bins []benchBinary, measure func(t *testing.T, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer)) {
+	for _, mg := range benchModes {
+		for _, b := range bins {
+			t.Run(phase+"/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
+				etcd := testenv.NewEtcd(t)
+				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
+				measure(t, mg.mode, b.side, etcd, s)
+			})
 		}
 	}
 }
