@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -250,24 +248,7 @@ func leakedIPAddress(ip string) *networkingv1.IPAddress {
 // writeKubeconfigWithToken writes a kubeconfig whose one context reaches server with token.
 func writeKubeconfigWithToken(t *testing.T, server, token string) string {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "kubeconfig")
-	config := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: %q, insecure-skip-tls-verify: true}
-users:
-- name: u
-  user: {token: %q}
-contexts:
-- name: ctx
-  context: {cluster: c, user: u}
-current-context: ctx
-`, server, token)
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file
+	return writeKubeconfigUser(t, server, fmt.Sprintf("user: {token: %q}", token))
 }
 
 // setBit sets ip in the bitmap at store with a compare-and-swap, behind kube-apiserver's back.
