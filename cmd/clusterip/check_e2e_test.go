@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -46,19 +47,7 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 
 	// The cluster kube-apiserver sets up: the kubernetes Service (allocated after its bit and its
 	// IPAddress), and the default ServiceCIDR, ready.
-	testenv.WaitForKubernetesService(t, api.Client)
-	testenv.WaitFor(t, `the ServiceCIDR "kubernetes" to be ready`, func() bool {
-		sc, err := api.Client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		for _, c := range sc.Status.Conditions {
-			if c.Type == networkingv1.ServiceCIDRConditionReady && c.Status == metav1.ConditionTrue {
-				return true
-			}
-		}
-		return false
-	})
+	waitForDefaultServiceCIDR(t, api.Client)
 	for name, ip := range map[string]string{"s1": "10.96.0.10", "s2": "10.96.0.11"} {
 		if _, err := api.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService(name, ip), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create Service %s: %v", name, err)
@@ -237,6 +226,17 @@ func checkJSON(t *testing.T, code int, args ...string) repair.Report {
 		t.Fatalf("clusterip %q printed %q, not a report: %v", args, r.stdout, err)
 	}
 	return rep
+}
+
+// waitForDefaultServiceCIDR waits for what kube-apiserver sets up at start: the kubernetes
+// Service and the ServiceCIDR "kubernetes", which its controller has marked ready.
+func waitForDefaultServiceCIDR(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	testenv.WaitForKubernetesService(t, client)
+	poll(t, "a ready ServiceCIDR kubernetes", func() bool {
+		sc, err := client.NetworkingV1().ServiceCIDRs().Get(t.Context(), "kubernetes", metav1.GetOptions{})
+		return err == nil && readyStatus(sc) == metav1.ConditionTrue
+	})
 }
 
 // leakedIPAddress returns the IPAddress object kube-apiserver would write for ip and the Service

@@ -20,6 +20,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -305,10 +306,8 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 
 // readyStatus returns the status of sc's Ready condition, or "" if it has none.
 func readyStatus(sc *networkingv1.ServiceCIDR) metav1.ConditionStatus {
-	for _, c := range sc.Status.Conditions {
-		if c.Type == networkingv1.ServiceCIDRConditionReady {
-			return c.Status
-		}
+	if c := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady); c != nil {
+		return c.Status
 	}
 	return ""
 }
@@ -322,19 +321,6 @@ func poll(t *testing.T, what string, cond func() bool) {
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
-}
-
-// waitForDefaultServiceCIDR waits for what kube-apiserver sets up at start: the kubernetes
-// Service and the ServiceCIDR "kubernetes", ready.
-func waitForDefaultServiceCIDR(t *testing.T, client kubernetes.Interface) {
-	t.Helper()
-	poll(t, "the kubernetes Service and a ready ServiceCIDR kubernetes", func() bool {
-		if _, err := client.CoreV1().Services("default").Get(t.Context(), "kubernetes", metav1.GetOptions{}); err != nil {
-			return false
-		}
-		sc, err := client.NetworkingV1().ServiceCIDRs().Get(t.Context(), "kubernetes", metav1.GetOptions{})
-		return err == nil && readyStatus(sc) == metav1.ConditionTrue
-	})
 }
 
 // roleGrants are the permissions of the ClusterRoles of rbacDir, by file name, each as
