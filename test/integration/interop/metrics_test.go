@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip"
@@ -179,8 +180,14 @@ func TestMetricsCountLegacyCASConflictsOnEtcd(t *testing.T) {
 	etcd := shared.Etcd(t).TestClient(t)
 	reg := prometheus.NewPedanticRegistry()
 	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}, Etcd: etcd, EtcdPrefix: "/metrics-legacy-cas", Registerer: reg}
-	a := clustertest.StartAllocators(t, cfg)
 	ctx := context.Background()
+	// The etcd is shared: leave no bitmap behind for the next run of this test (-count).
+	t.Cleanup(func() {
+		if _, err := etcd.Delete(ctx, cfg.EtcdPrefix+"/", clientv3.WithPrefix()); err != nil {
+			t.Errorf("delete the bitmaps under %s: %v", cfg.EtcdPrefix, err)
+		}
+	})
+	a := clustertest.StartAllocators(t, cfg)
 	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, etcdstore.KeyFor(cfg.EtcdPrefix, 0)))
 	if err != nil {
 		t.Fatalf("NewPersistent() = %v", err)
