@@ -266,7 +266,7 @@ func TestForkFullRangeMatchesStock(t *testing.T) {
 				etcd := testenv.NewEtcd(t)
 				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: "10.96.0.0/29", FeatureGates: mg.gates})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				waitForKubernetesService(ctx, t, s.Client)
+				testenv.WaitForKubernetesService(t, s.Client)
 				var o outcome
 				for i := range 10 {
 					_, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("svc-%d", i), ""), metav1.CreateOptions{})
@@ -385,23 +385,6 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 				t.Errorf("%d duplicates after the restart", d)
 			}
 		})
-	}
-}
-
-// waitForKubernetesService waits until the kubernetes Service, which the server creates itself
-// soon after it is ready, holds its ClusterIP.
-func waitForKubernetesService(ctx context.Context, t *testing.T, c kubernetes.Interface) {
-	t.Helper()
-	for {
-		svc, err := c.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err == nil && svc.Spec.ClusterIP != "" {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the kubernetes Service: %v (last error %v)", ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 
