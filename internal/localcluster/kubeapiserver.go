@@ -61,6 +61,9 @@ type KubeAPIServerOptions struct {
 	// ExtraArgs are appended to the command line; a flag given here overrides
 	// the one set from the other fields.
 	ExtraArgs []string
+	// Env are environment variables, "NAME=value", added to the server's
+	// environment, which is otherwise this process's. Defaults to none.
+	Env []string
 	// ReadyTimeout bounds how long [StartKubeAPIServer] waits for /readyz.
 	// Defaults to 60 seconds.
 	ReadyTimeout time.Duration
@@ -223,6 +226,9 @@ func startKubeAPIServer(ctx context.Context, dir string, etcd EtcdServers, opts 
 
 	cmd := exec.Command(opts.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if len(opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), opts.Env...)
+	}
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("localcluster: start kube-apiserver: %w", err)
