@@ -7,28 +7,38 @@ package rest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-prometheus"
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	genericfeatures "k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/tracing"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	api "k8s.io/kubernetes/pkg/apis/core"
@@ -80,12 +90,16 @@ type clusterIPAllocators struct {
 	config  *Config
 	ready   atomic.Pointer[clusterip.Allocators] // nil until started
 
-	// ipAddresses is the registry the allocators' IPAddress creates and deletes go to (see
-	// newIPAddressRegistry); nil in Legacy mode.
-	ipAddresses *ipaddressstore.REST
+	// writes is how the allocators write IPAddress objects: clusterIPWritesLoopback or
+	// clusterIPWritesRegistry (see clusterIPWritesEnv).
+	writes string
 
-	mu        sync.Mutex // guards destroyed and the store of ready
+	mu        sync.Mutex // guards destroyed, ipAddresses and the store of ready
 	destroyed bool
+	// ipAddresses is the registry the allocators' IPAddress creates and deletes go to with
+	// clusterIPWritesRegistry (see useRESTOptions); nil until the server's REST storage is
+	// built, and in Legacy mode or with clusterIPWritesLoopback.
+	ipAddresses *ipaddressstore.REST
 }
 
 // clusterIPMode returns the mode kube-apiserver's own feature gates select, as stock
@@ -115,13 +129,14 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("cannot create cluster IP allocator: %w", err)
 	}
-	a := &clusterIPAllocators{mode: clusterIPMode(), ranges: ranges, storage: *storage, config: c}
+	writes, err := clusterIPWrites(os.Getenv(clusterIPWritesEnv))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cannot create cluster IP allocator: %w", err)
+	}
+	a := &clusterIPAllocators{mode: clusterIPMode(), ranges: ranges, storage: *storage, config: c, writes: writes}
 	if a.mode != featuregate.Legacy {
 		c.Informers.Networking().V1().ServiceCIDRs().Informer()
 		c.Informers.Networking().V1().IPAddresses().Informer()
-		if a.ipAddresses, err = newIPAddressRegistry(c.StorageFactory); err != nil {
-			return nil, nil, nil, fmt.Errorf("cannot create cluster IP allocator: the IPAddress registry: %w", err)
-		}
 	}
 	byFamily := map[api.IPFamily]ipallocator.Interface{}
 	var primary ipallocator.Interface
@@ -133,15 +148,15 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 			primary = al
 		}
 	}
-	klog.InfoS("Service ClusterIPs are allocated by clusterip", "mode", a.mode, "ranges", flag)
+	klog.InfoS("Service ClusterIPs are allocated by clusterip", "mode", a.mode, "ranges", flag, "ipAddressWrites", writes)
 	return a, primary, byFamily, nil
 }
 
 // clusterIPConfig returns the clusterip.Config of the allocators and of the repair controller:
 // the flag ranges, an etcd client built from the Service storage's transport (nil in
-// IPAddressOnly mode), its prefix, a clientset of the loopback client config whose IPAddress
-// creates and deletes go to the IPAddress registry in this process (outside Legacy mode), and the
-// server's shared informer factory. The caller closes the etcd client.
+// IPAddressOnly mode), its prefix, a clientset of the loopback client config (whose IPAddress
+// creates and deletes go to the IPAddress registry in this process with clusterIPWritesRegistry),
+// and the server's shared informer factory. The caller closes the etcd client.
 func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 	cfg := clusterip.Config{
 		Mode:       a.mode,
@@ -155,8 +170,14 @@ func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 		return cfg, err
 	}
 	cfg.Client = client
-	if a.ipAddresses != nil {
-		cfg.Client = registryClientset{client, a.ipAddresses}
+	if a.mode != featuregate.Legacy && a.writes == clusterIPWritesRegistry {
+		a.mu.Lock()
+		registry := a.ipAddresses
+		a.mu.Unlock()
+		if registry == nil {
+			return cfg, fmt.Errorf("%s=%s: the server built no IPAddress registry", clusterIPWritesEnv, clusterIPWritesRegistry)
+		}
+		cfg.Client = registryClientset{client, registry}
 	}
 	if a.mode == featuregate.IPAddressOnly {
 		return cfg, nil
@@ -169,22 +190,66 @@ func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 	return cfg, nil
 }
 
-// newClusterIPEtcdClient returns a client of the etcd servers t names, with its TLS files.
+// The etcd client settings kube-apiserver's storage uses for its own clients.
+const (
+	etcdDialTimeout      = 20 * time.Second
+	etcdKeepaliveTime    = 30 * time.Second
+	etcdKeepaliveTimeout = 10 * time.Second
+)
+
+// newClusterIPEtcdClient returns a client of the etcd servers t names, built as kube-apiserver's
+// storage builds its own: t's TLS files (none: plain HTTP), its egress selector's dialer for etcd
+// (--egress-selector-config-file), OpenTelemetry tracing with t's TracerProvider when
+// APIServerTracing is enabled, the gRPC client metrics of the legacy registry, and the same dial
+// and keepalive timeouts. It blocks until a connection is up or the dial times out.
 func newClusterIPEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
-	cfg := clientv3.Config{
-		Endpoints:   t.ServerList,
-		DialTimeout: 20 * time.Second,
-		Logger:      zap.NewNop(),
-	}
+	var tlsConfig *tls.Config
 	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
+		var err error
 		tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}
-		tlsConfig, err := tlsInfo.ClientConfig()
-		if err != nil {
+		if tlsConfig, err = tlsInfo.ClientConfig(); err != nil {
 			return nil, err
 		}
-		cfg.TLS = tlsConfig
 	}
-	return clientv3.New(cfg)
+	dialOptions := []grpc.DialOption{
+		grpc.WithBlock(),
+		grpc.WithChainUnaryInterceptor(grpcprom.UnaryClientInterceptor),
+		grpc.WithChainStreamInterceptor(grpcprom.StreamClientInterceptor),
+	}
+	if utilfeature.DefaultFeatureGate.Enabled(genericfeatures.APIServerTracing) {
+		tracingOpts := []otelgrpc.Option{
+			otelgrpc.WithMessageEvents(otelgrpc.ReceivedEvents, otelgrpc.SentEvents),
+			otelgrpc.WithPropagators(tracing.Propagators()),
+			otelgrpc.WithTracerProvider(t.TracerProvider),
+		}
+		dialOptions = append(dialOptions,
+			grpc.WithUnaryInterceptor(otelgrpc.UnaryClientInterceptor(tracingOpts...)),
+			grpc.WithStreamInterceptor(otelgrpc.StreamClientInterceptor(tracingOpts...)))
+	}
+	if t.EgressLookup != nil {
+		egressDialer, err := t.EgressLookup(egressselector.Etcd.AsNetworkContext())
+		if err != nil {
+			return nil, fmt.Errorf("the egress selector's dialer for etcd: %w", err)
+		}
+		if egressDialer != nil {
+			dialOptions = append(dialOptions, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return egressDialer(ctx, "tcp", addr)
+			}))
+		}
+	}
+	logger, err := logutil.CreateDefaultZapLogger(zap.InfoLevel)
+	if err != nil {
+		logger = zap.NewNop()
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:            t.ServerList,
+		TLS:                  tlsConfig,
+		DialTimeout:          etcdDialTimeout,
+		DialKeepAliveTime:    etcdKeepaliveTime,
+		DialKeepAliveTimeout: etcdKeepaliveTimeout,
+		DialOptions:          dialOptions,
+		Logger:               logger.Named("clusterip-etcd-client"),
+	})
 }
 
 // repairRunner returns the function that the PostStartHook start-service-ip-repair-controllers
@@ -582,6 +647,14 @@ func (c *clusterIPAllocator) ipallocatorError(err error, ip net.IP) error {
 		return ipallocator.ErrNotReady
 	case errors.Is(err, allocator.ErrMismatchedNetwork):
 		return ipallocator.ErrMismatchedNetwork
+	}
+	// An answer of the API server, such as an admission policy's refusal of an IPAddress
+	// object: as stock's allocator returns it, without what the library's layers added.
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		if statusErr, ok := status.(error); ok {
+			return statusErr
+		}
 	}
 	return err
 }

@@ -6,6 +6,7 @@ package rest
 
 import (
 	"context"
+	"fmt"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,48 +15,99 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	registryrest "k8s.io/apiserver/pkg/registry/rest"
-	serverstorage "k8s.io/apiserver/pkg/server/storage"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	"k8s.io/kubernetes/pkg/apis/networking"
 	ipaddressstore "k8s.io/kubernetes/pkg/registry/networking/ipaddress/storage"
+
+	"github.com/kube-ipam/clusterip/featuregate"
 )
 
-// The fork writes the IPAddress objects of its allocators through the IPAddress registry in its
-// own process, where stock kube-apiserver v1.33 sends each create and delete to itself through
-// the loopback client. The objects, their storage version, encryption at rest, validation and
-// watch events are the same; what the writes no longer pass through is the request path: TLS
-// and HTTP to itself, authentication, authorization, priority and fairness (the loopback user is
-// exempt from it anyway), admission (webhooks and policies on ipaddresses do not see them),
-// audit (no entries for them) and field management (the objects have no managedFields).
-// kube-apiserver writes its Service IP bitmaps to storage the same way. Reads, watches, and
-// every other object, go through the loopback client as before.
+// How the allocators write their IPAddress objects is the fork operator's choice, made with the
+// environment variable CLUSTERIP_IPADDRESS_WRITES of the kube-apiserver process:
+//
+//   - "loopback", the default: as stock kube-apiserver does, each create and delete is a request
+//     to the server itself through the loopback client. It is authenticated as system:apiserver,
+//     audited, admitted (webhooks and policies on ipaddresses see it), field-managed (the
+//     objects' managedFields name kube-apiserver) and stored through the served ipaddresses
+//     resource, with its encryption at rest.
+//   - "registry": each create and delete calls an IPAddress registry in this process, configured
+//     as the served resource is (the same storage version, prefix and encryption at rest, see
+//     useRESTOptions), as kube-apiserver writes its Service IP bitmaps. It skips the request path:
+//     TLS and HTTP to itself, authentication, authorization, admission (webhooks and policies on
+//     ipaddresses do not see these writes), audit (no entries for them) and field management (the
+//     objects have no managedFields). The objects, their validation and the watch events every
+//     client sees are the same; each write costs the server less CPU.
+//
+// Any other value stops the server at start-up. Reads, watches and every other object go through
+// the loopback client whatever the choice.
+const clusterIPWritesEnv = "CLUSTERIP_IPADDRESS_WRITES"
 
-// newIPAddressRegistry returns a registry of IPAddress objects straight on etcd, configured by
-// factory as the served networking.k8s.io ipaddresses are, but without a watch cache: only the
-// allocators' creates and deletes use it, and every watcher sees them through the served
-// registry's cache, which watches etcd. Destroy it on shutdown.
-func newIPAddressRegistry(factory serverstorage.StorageFactory) (*ipaddressstore.REST, error) {
-	return ipaddressstore.NewREST(undecoratedRESTOptions{factory})
+// The values of clusterIPWritesEnv.
+const (
+	clusterIPWritesLoopback = "loopback"
+	clusterIPWritesRegistry = "registry"
+)
+
+// clusterIPWrites returns the write path that value, the value of clusterIPWritesEnv, chooses:
+// clusterIPWritesLoopback when it is empty.
+func clusterIPWrites(value string) (string, error) {
+	switch value {
+	case "", clusterIPWritesLoopback:
+		return clusterIPWritesLoopback, nil
+	case clusterIPWritesRegistry:
+		return clusterIPWritesRegistry, nil
+	}
+	return "", fmt.Errorf("%s=%q: want %q (the default) or %q", clusterIPWritesEnv, value, clusterIPWritesLoopback, clusterIPWritesRegistry)
 }
 
-// undecoratedRESTOptions is a generic.RESTOptionsGetter of registries on etcd without a watch
-// cache, from a storage factory.
-type undecoratedRESTOptions struct{ factory serverstorage.StorageFactory }
+// useClusterIPRESTOptions gives the allocators, if they write IPAddress objects through a registry
+// in this process, that registry, built with getter: the server's REST options, whose storage
+// configs carry the resource transformers of --encryption-provider-config.
+func (p *legacyProvider) useClusterIPRESTOptions(getter generic.RESTOptionsGetter) error {
+	al, ok := p.primaryServiceClusterIPAllocator.(*clusterIPAllocator)
+	if !ok {
+		return nil
+	}
+	return al.all.useRESTOptions(getter)
+}
+
+// useRESTOptions builds the IPAddress registry the allocators write to, if they write through
+// one, from getter, the REST options the served ipaddresses resource is built from, so that its
+// storage has the same codec, prefix and encryption at rest. The registry has no watch cache:
+// only the allocators' creates and deletes use it, and every watcher sees them through the served
+// resource's cache, which watches etcd. destroy destroys it.
+func (a *clusterIPAllocators) useRESTOptions(getter generic.RESTOptionsGetter) error {
+	if a.mode == featuregate.Legacy || a.writes != clusterIPWritesRegistry {
+		return nil
+	}
+	registry, err := ipaddressstore.NewREST(uncachedRESTOptions{getter})
+	if err != nil {
+		return fmt.Errorf("cannot create cluster IP allocator: the IPAddress registry: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.destroyed || a.ipAddresses != nil {
+		registry.Destroy()
+		return nil
+	}
+	a.ipAddresses = registry
+	return nil
+}
+
+// uncachedRESTOptions is a generic.RESTOptionsGetter that gives what the embedded getter gives,
+// storage config and its transformers included, but without a watch cache.
+type uncachedRESTOptions struct{ generic.RESTOptionsGetter }
 
 // GetRESTOptions implements generic.RESTOptionsGetter.
-func (o undecoratedRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
-	cfg, err := o.factory.NewConfig(resource, example)
+func (o uncachedRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := o.RESTOptionsGetter.GetRESTOptions(resource, example)
 	if err != nil {
 		return generic.RESTOptions{}, err
 	}
-	return generic.RESTOptions{
-		StorageConfig:           cfg,
-		Decorator:               generic.UndecoratedStorage,
-		DeleteCollectionWorkers: 1,
-		ResourcePrefix:          o.factory.ResourcePrefix(resource),
-	}, nil
+	opts.Decorator = generic.UndecoratedStorage
+	return opts, nil
 }
 
 // registryClientset is a clientset whose IPAddress creates and deletes go to an IPAddress
