@@ -14,8 +14,8 @@
 //     mapped to kube-apiserver's own (so clients read v1.33's messages), each call under a
 //     timeout, and the start of the allocators and of repair from the PostStartHook
 //     start-service-ip-repair-controllers, which keeps waiting for the first repair pass.
-//     _overlay/pkg/registry/core/rest/clusterip_ipaddresses.go gives the allocators a clientset
-//     whose IPAddress creates and deletes go to the IPAddress registry in the process.
+//     _overlay/pkg/registry/core/rest/clusterip_ipaddresses.go chooses how the allocators write
+//     their IPAddress objects (below).
 //
 // Where clusterip alone would behave otherwise than kube-apiserver v1.33, the adapter does as
 // kube-apiserver does: the allocators are built in the hook (clusterip.New may list IPAddress
@@ -23,13 +23,27 @@
 // object (a Legacy peer's) gets a repair pass within seconds, not at the next interval; and a
 // bitmap stored for another range than the flags does not stop start-up (DualWrite allocates
 // from ServiceCIDRs only, Legacy rewrites the bitmap for the flag's range from the Services).
+// The bitmaps' etcd client is built as kube-apiserver's storage builds its own: the etcd TLS
+// files, the egress selector's dialer for etcd (--egress-selector-config-file), tracing when
+// APIServerTracing is on, and the same timeouts.
 //
-// One difference is the fork's own choice: stock kube-apiserver sends each IPAddress create and
-// delete of its allocators to itself through the loopback client; the fork calls the IPAddress
-// registry in its process, as kube-apiserver writes its bitmaps. The objects, their storage,
-// validation and watch events are the same; the writes skip TLS and HTTP, admission (webhooks
-// and policies on ipaddresses do not see them), audit (no entries) and field management (the
-// objects have no managedFields). TestForkIPAddressObjectsMatchStock compares the objects.
+// The allocators write their IPAddress objects as stock kube-apiserver does, by default: each
+// create and delete is a request to the server itself through its loopback client, so it is
+// authenticated as system:apiserver, audited, admitted (webhooks and admission policies on
+// ipaddresses see it), field-managed, and stored through the served resource with its encryption
+// at rest. An operator may choose, with CLUSTERIP_IPADDRESS_WRITES=registry in kube-apiserver's
+// environment, to have them call the IPAddress registry in the process instead, as
+// kube-apiserver writes its bitmaps: the objects, their storage (encryption at rest included:
+// the registry is built from the server's REST options, with their transformers), validation
+// and watch events are the same, but those writes skip admission, audit and field management
+// (the objects have no managedFields). Any other value stops the server at start-up.
+// TestForkIPAddressObjectsMatchStock, TestForkAuditsAndAdmitsIPAddressWritesAsStock and
+// TestForkEncryptsIPAddressesAsStock compare both paths with stock.
+//
+// Answers that differ from stock v1.33.13's on purpose: a dry-run create of a Service asking for
+// a ClusterIP that is already allocated is refused as the real create is (422, "failed to
+// allocate IP …: provided IP is already allocated"), where stock's dry run admits it
+// (TestForkErrorsMatchStock).
 //
 // Node ports, and everything else, stay kube-apiserver's. Build the fork with
 //

@@ -474,16 +474,13 @@ func audit(ctx context.Context, t *testing.T, etcd *testenv.Etcd, c kubernetes.I
 	return rep
 }
 
-// TestForkIPAddressObjectsMatchStock creates a Service with a chosen ClusterIP on stock
-// kube-apiserver v1.33.13 and on the fork, in each mode that keeps IPAddress objects, and
-// compares the objects: the same name, labels, parentRef, no owners and no finalizers, seen
-// through the API and through a watch begun before the create. The fork writes them through the
-// IPAddress registry in its own process, not its loopback client, so they have no managedFields
-// (stock's name kube-apiserver as their manager). Deleting the Service deletes the object on
-// both.
+// TestForkIPAddressObjectsMatchStock creates the same Service on stock and on the fork, with each
+// of its write paths, in DualWrite and IPAddressOnly mode, and compares the IPAddress objects, the
+// watch event of their creation and their delete with the Service. With the default (loopback)
+// writes the objects are the same but for uid, resourceVersion, creation time and the times of
+// their managedFields; the registry path writes no managedFields.
 func TestForkIPAddressObjectsMatchStock(t *testing.T) {
-	fork := forkBinary(t)
-	stock := stockBinary(t)
+	sides := forkSides(t)
 	const ip = "10.96.0.9"
 	for _, mg := range modeGates {
 		if mg.mode == featuregate.Legacy {
@@ -491,9 +488,9 @@ func TestForkIPAddressObjectsMatchStock(t *testing.T) {
 		}
 		t.Run(mg.mode.String(), func(t *testing.T) {
 			objs := map[string]*networkingv1.IPAddress{}
-			for _, side := range []struct{ name, bin string }{{"stock", stock}, {"fork", fork}} {
+			for _, side := range sides {
 				etcd := testenv.NewEtcd(t)
-				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: side.bin, ServiceClusterIPRange: v4Range, FeatureGates: mg.gates})
+				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: side.bin, ServiceClusterIPRange: v4Range, FeatureGates: mg.gates, Env: side.env})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				ipas := s.Client.NetworkingV1().IPAddresses()
 				w, err := ipas.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + ip})
@@ -528,18 +525,25 @@ func TestForkIPAddressObjectsMatchStock(t *testing.T) {
 				cancel()
 				s.Stop()
 			}
-			st, fk := objs["stock"], objs["fork"]
+			st := objs["stock"]
 			if len(st.ManagedFields) == 0 {
-				t.Errorf("stock's IPAddress has no managedFields; the fork's difference is documented against them")
+				t.Errorf("stock's IPAddress has no managedFields; the fork's are compared with them")
 			}
-			if len(fk.ManagedFields) != 0 {
-				t.Errorf("fork's IPAddress has managedFields %+v, want none (written through the registry)", fk.ManagedFields)
+			if reg := objs["fork/registry"]; len(reg.ManagedFields) != 0 {
+				t.Errorf("the registry path's IPAddress has managedFields %+v, want none (its documented difference)", reg.ManagedFields)
 			}
-			for _, o := range []*networkingv1.IPAddress{st, fk} {
-				o.ManagedFields, o.UID, o.ResourceVersion, o.CreationTimestamp, o.Generation = nil, "", "", metav1.Time{}, 0
+			for _, o := range objs {
+				o.UID, o.ResourceVersion, o.CreationTimestamp, o.Generation = "", "", metav1.Time{}, 0
+				for i := range o.ManagedFields {
+					o.ManagedFields[i].Time = nil
+				}
 			}
-			if diff := cmp.Diff(st, fk); diff != "" {
-				t.Errorf("IPAddress %s, stock (-) against fork (+), but for managedFields, uid, resourceVersion, creationTimestamp and generation:\n%s", ip, diff)
+			if diff := cmp.Diff(st, objs["fork"]); diff != "" {
+				t.Errorf("IPAddress %s, stock (-) against the fork (+), but for uid, resourceVersion, creation and managedFields times:\n%s", ip, diff)
+			}
+			objs["fork/registry"].ManagedFields = st.ManagedFields
+			if diff := cmp.Diff(st, objs["fork/registry"]); diff != "" {
+				t.Errorf("IPAddress %s, stock (-) against the fork's registry path (+), but for uid, resourceVersion, creation and managedFields:\n%s", ip, diff)
 			}
 		})
 	}

@@ -88,6 +88,8 @@ type scaleResult struct {
 // tables, and the load average before and after, since the figures depend on the machine. The
 // tables go to $CLUSTERIP_FORK_BENCH_OUT as Markdown, the rows to $CLUSTERIP_FORK_BENCH_ROWS as
 // JSON (one run, named by the time it started) for `clusterip bench stock-vs-fork` to chart.
+// The fork writes its IPAddress objects through its loopback client, as stock does, unless
+// CLUSTERIP_IPADDRESS_WRITES=registry is set for the test, which its servers inherit.
 func TestStockVsFork(t *testing.T) {
 	phases := os.Getenv(benchEnv)
 	if phases == "" {
@@ -105,9 +107,15 @@ func TestStockVsFork(t *testing.T) {
 	var out strings.Builder
 	start := time.Now().UTC()
 	run := start.Format(time.RFC3339)
-	fmt.Fprintf(&out, "load before: %s\n\n", loadAvg())
+	// The fork's write path is the one CLUSTERIP_IPADDRESS_WRITES in this environment chooses,
+	// which the servers inherit (stock ignores it).
+	writes := os.Getenv("CLUSTERIP_IPADDRESS_WRITES")
+	if writes == "" {
+		writes = "loopback"
+	}
+	fmt.Fprintf(&out, "load before: %s; the fork's IPAddress writes: %s\n\n", loadAvg(), writes)
 	var measured forkbench.Rows
-	machine := []string{"TestStockVsFork " + run + ", " + phases + "; load before: " + loadAvg()}
+	machine := []string{"TestStockVsFork " + run + ", " + phases + ", the fork's IPAddress writes: " + writes + "; load before: " + loadAvg()}
 	if strings.Contains(phases, "churn") {
 		var rows []churnResult
 		eachModeAndSide(t, "churn", bins, func(t *testing.T, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer) {
