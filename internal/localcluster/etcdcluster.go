@@ -29,6 +29,18 @@ type EtcdClusterOptions struct {
 	// ReadyTimeout bounds how long [StartEtcdCluster] and [EtcdCluster.RestartMember] wait for
 	// the members to serve clients. Defaults to 30 seconds.
 	ReadyTimeout time.Duration
+
+	// pickPorts picks n free ports on 127.0.0.1; nil means freePorts. Tests set it to take a
+	// picked port before a member binds it, as another process may.
+	pickPorts func(n int) ([]int, error)
+}
+
+// freePorts returns n free ports as opts.pickPorts picks them.
+func (opts *EtcdClusterOptions) freePorts(n int) ([]int, error) {
+	if opts.pickPorts != nil {
+		return opts.pickPorts(n)
+	}
+	return freePorts(n)
 }
 
 // EtcdCluster is an etcd cluster of several members, each a child process running the binary of
@@ -75,7 +87,7 @@ func StartEtcdCluster(ctx context.Context, opts EtcdClusterOptions) (*EtcdCluste
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: etcd data dir: %w", err)
 	}
-	ports, err := freePorts(2 * opts.Members)
+	ports, err := opts.freePorts(2 * opts.Members)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
