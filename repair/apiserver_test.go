@@ -1,14 +1,23 @@
 package repair
 
 import (
+	"context"
+	"net/http"
 	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
@@ -155,5 +164,112 @@ func TestRepairFixesLabelsUnderAResourceVersionPreconditionOnARealAPIServer(t *t
 	}
 	if !rep.Consistent {
 		t.Errorf("audit after the label fix: %+v, want consistent", rep.Findings)
+	}
+}
+
+// TestRepairFollowsALegacyKubeAPIServerOnePassPerWindowAndReportsOnce is the skew window of an
+// upgrade against a real kube-apiserver v1.33 with MultiCIDRServiceAllocator=false (a Legacy
+// peer: bitmap only, no IPAddress objects), whose flag range 10.96.0.0/24 is wider than the one
+// ServiceCIDR, 10.96.0.0/25. Our DualWrite Controller, passes an hour apart, follows the
+// peer's Services. Three Services the peer creates in the ServiceCIDR a second and a half apart,
+// and one it creates outside every ServiceCIDR, cost one pass between them, not one each; the
+// outside one gets one ClusterIPOutOfRange Event. Its later updates bring no pass forward and
+// no Event: a pass reported it, and nothing repair does can give it an IPAddress.
+func TestRepairFollowsALegacyKubeAPIServerOnePassPerWindowAndReportsOnce(t *testing.T) {
+	const flag = "10.96.0.0/24"
+	e := testenv.NewEtcd(t)
+	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: flag, FeatureGates: "MultiCIDRServiceAllocator=false"})
+	ctx := t.Context()
+	services := api.Client.CoreV1().Services(metav1.NamespaceDefault)
+	ipas := api.Client.NetworkingV1().IPAddresses()
+	testenv.WaitForKubernetesService(t, api.Client)
+	if _, err := api.Client.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/25"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ServiceCIDR kubernetes: %v", err)
+	}
+
+	var passes atomic.Int32 // the Controller's lists of Services: one per pass
+	config := rest.CopyConfig(api.Config)
+	config.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return &hookTransport{next: rt,
+			match: func(r *http.Request) bool {
+				return r.Method == http.MethodGet && r.URL.Path == "/api/v1/services" && r.URL.Query().Get("watch") == ""
+			},
+			hook: func() { passes.Add(1) },
+		}
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := informers.NewSharedInformerFactory(api.Client, 0)
+	rec := &recorder{}
+	c, err := NewController(clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix(flag)},
+		Client: client, Etcd: e.TestClient(t), Informers: factory}, Options{Interval: time.Hour, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer factory.Shutdown()
+	defer cancel()
+	factory.Start(runCtx.Done())
+	stop := runUntilCancelled(t, c)
+	defer stop()
+	waitFirstPass(t, c)
+	base := passes.Load()
+
+	if _, err := services.Create(ctx, testenv.ClusterIPService("far", "10.96.0.200"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the legacy peer creates Service far: %v", err)
+	}
+	peers := map[string]string{"peer-a": "10.96.0.50", "peer-b": "10.96.0.51", "peer-c": "10.96.0.52"}
+	for _, name := range []string{"peer-a", "peer-b", "peer-c"} {
+		time.Sleep(followDelay * 3 / 2) // each followed on its own
+		if _, err := services.Create(ctx, testenv.ClusterIPService(name, peers[name]), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the legacy peer creates Service %s: %v", name, err)
+		}
+	}
+	testenv.WaitFor(t, "the IPAddress objects of the peer's Services", func() bool {
+		for _, ip := range peers {
+			if _, err := ipas.Get(ctx, ip, metav1.GetOptions{}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if got := passes.Load() - base; got != 1 {
+		t.Errorf("the Controller made %d passes for 4 followed Services, want 1", got)
+	}
+
+	// Updates of the out-of-range Service, past the window after that pass.
+	base = passes.Load()
+	start := time.Now()
+	for i := range 4 {
+		s, err := services.Get(ctx, "far", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Labels = map[string]string{"update": strconv.Itoa(i)}
+		if _, err := services.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("update Service far: %v", err)
+		}
+		time.Sleep(followDelay / 2)
+	}
+	time.Sleep(followWindow + 2*time.Second - time.Since(start))
+	if got := passes.Load() - base; got != 0 {
+		t.Errorf("the Controller made %d passes for updates of an out-of-range Service it reported, want none", got)
+	}
+	var outOfRange []string
+	for _, ev := range rec.Got() {
+		if strings.Contains(ev, reasonOutOfRange) {
+			outOfRange = append(outOfRange, ev)
+		}
+	}
+	if diff := cmp.Diff([]string{"Warning ClusterIPOutOfRange far"}, outOfRange); diff != "" {
+		t.Errorf("ClusterIPOutOfRange Events (-want +got):\n%s", diff)
+	}
+	if _, err := ipas.Get(ctx, "10.96.0.200", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("IPAddress 10.96.0.200 of the out-of-range Service: %v, want NotFound", err)
 	}
 }

@@ -39,9 +39,13 @@ type Controller struct {
 
 	pass sync.Mutex // serialises passes and Run's retries of single addresses
 
-	mu      sync.Mutex // guards leaks and heldOff
+	mu      sync.Mutex // guards leaks, heldOff, reported and found
 	leaks   map[netip.Addr]bitLeak
 	heldOff int
+	// reported holds the causes an Event was emitted for that every pass since still found
+	// (see event); found, the causes the pass in progress found, nil outside a pass.
+	reported map[cause]struct{}
+	found    map[cause]struct{}
 }
 
 // bitLeak is what the Controller remembers of a bit it has seen leaked.
@@ -58,7 +62,7 @@ func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}, firstPass: make(chan struct{})}
+	c := &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}, reported: map[cause]struct{}{}, firstPass: make(chan struct{})}
 	c.follow = newFollower(c)
 	for _, r := range cfg.Ranges {
 		c.families = append(c.families, string(allocator.FamilyOf(r.Addr())))
@@ -123,8 +127,10 @@ func (c *Controller) runOnce(ctx context.Context) (rep *Report, retries []retry,
 	}
 	w, res, err := audit(ctx, &c.cfg)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, err // judged nothing: every cause reported stays reported
 	}
+	c.startFindingCauses()
+	defer c.endFindingCauses()
 	c.setDrift(res)
 	var held, heldBits int
 	var deleted map[netip.Addr]bool
@@ -198,7 +204,13 @@ func (c *Controller) HeldOff() int {
 // Outside Legacy mode, with cfg.Informers started, Run also follows Services as kube-apiserver's
 // IPAddress repair loop does: a Service added or updated holding a ClusterIP that still has no
 // IPAddress object in the cache one second later (a Service a Legacy peer allocated, in the skew
-// window) brings the next pass forward to then.
+// window) brings the next pass forward to then, or to 10 seconds after the last pass began if
+// that is later, so that a burst of such Services costs one pass, not one each. A Service whose
+// address a pass has reported as one repair cannot fix (an out-of-range ClusterIP, say) brings
+// no pass forward while every pass since finds it so; the periodic passes judge it.
+//
+// Each cause of an Event (object, address and reason) is reported once, on the first pass or
+// retry that finds it, not again while every pass since finds it (see Options.Recorder).
 func (c *Controller) Run(ctx context.Context) error {
 	ctx = withControllerLogger(ctx)
 	logger := klog.FromContext(ctx)
@@ -213,6 +225,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, q.ShutDown)
 	defer stop()
 	pending := map[itemKey]finding{} // the retries of the last pass, by key
+	var lastPass time.Time           // when the last pass began
 	defer c.follow.follow(q)()
 	q.Add(passKey)
 	for {
@@ -223,18 +236,35 @@ func (c *Controller) Run(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 		case key == passKey:
+			lastPass = time.Now()
 			c.runPass(ctx, q, pending)
 		case key.class == followClass:
-			if c.follow.stillMissing(key.addr) {
-				logger.V(2).Info("A Service holds a ClusterIP without an IPAddress object; repairing now", "ip", key.addr)
-				q.Add(passKey)
-			}
+			c.followed(ctx, q, key.addr, lastPass)
 			q.Forget(key)
 		default:
 			c.runItem(ctx, q, pending, key)
 		}
 		q.Done(key)
 	}
+}
+
+// followed brings the next pass forward, to no sooner than followWindow after lastPass, if the
+// Service followed for ip still lacks its IPAddress object and no pass has reported ip as one
+// repair cannot fix. The queue keeps one passKey, at the earliest time it is asked for, so
+// every Service followed within a window shares one pass.
+func (c *Controller) followed(ctx context.Context, q workqueue.TypedRateLimitingInterface[itemKey], ip netip.Addr, lastPass time.Time) {
+	logger := klog.FromContext(ctx)
+	svc := c.follow.stillMissing(ip)
+	switch {
+	case svc == nil:
+		return
+	case c.reportedUnfixable(svc, ip):
+		logger.V(4).Info("A Service holds a ClusterIP without an IPAddress object that a pass reported; not repairing sooner", "ip", ip, "service", serviceKey(svc))
+		return
+	}
+	wait := followWindow - time.Since(lastPass)
+	logger.V(2).Info("A Service holds a ClusterIP without an IPAddress object; bringing the next pass forward", "ip", ip, "service", serviceKey(svc), "in", max(wait, 0))
+	q.AddAfter(passKey, wait) // now if wait ≤ 0
 }
 
 // runPass makes one of Run's passes and queues what it leaves to retry.

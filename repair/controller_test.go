@@ -3,6 +3,7 @@ package repair
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -202,7 +203,7 @@ func TestRepairLegacyRebuildsBitsAndFreesALeakAfterThreePassesAndTheGrace(t *tes
 	wantEvents := []string{
 		"Warning ClusterIPNotAllocated missing", // pass 1 sets 10.0.0.11
 		"Warning ClusterIPNotAllocated ok",      // and creates the IPv6 bitmap with fd00::a
-		"Warning ClusterIPOutOfRange far", "Warning ClusterIPOutOfRange far", "Warning ClusterIPOutOfRange far", "Warning ClusterIPOutOfRange far",
+		"Warning ClusterIPOutOfRange far",       // once: the three passes after it still find the cause
 	}
 	if diff := cmp.Diff(wantEvents, rec.Got()); diff != "" {
 		t.Errorf("Events (-want +got):\n%s", diff)
@@ -463,4 +464,74 @@ func TestRepairFixesLabelsInPlace(t *testing.T) {
 	if !after.Consistent {
 		t.Errorf("audit after the label fix: %+v, want consistent", after.Findings)
 	}
+}
+
+// TestRepairReportsEachCauseOnce: a finding repair cannot fix (an invalid, duplicate or
+// out-of-range ClusterIP) gets its Warning Event on the first pass that finds it, not again on
+// every pass while it stays; once a pass no longer finds it, its return is reported again, and a
+// new cause for the same Service (another address) is reported at once.
+func TestRepairReportsEachCauseOnce(t *testing.T) {
+	client := fake.NewClientset(
+		testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"),
+		svc("a/far", "10.9.0.1"),
+		svc("a/bad", "10.0.0.700"),
+		svc("a/dup1", "10.0.0.60"), svc("a/dup2", "10.0.0.60"), aged(ipAddr("10.0.0.60", "a/dup1"), time.Hour),
+	)
+	rec := &recorder{}
+	c, err := NewController(clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client},
+		Options{Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	pass := func(when string) {
+		t.Helper()
+		if _, err := c.RunOnce(ctx); err != nil {
+			t.Fatalf("RunOnce() %s: %v", when, err)
+		}
+	}
+	wantEvents := func(when string, want ...string) {
+		t.Helper()
+		slices.Sort(want)
+		if diff := cmp.Diff(want, rec.Got(), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("Events %s (-want +got):\n%s", when, diff)
+		}
+	}
+	first := []string{"Warning ClusterIPAlreadyAllocated dup1", "Warning ClusterIPNotValid bad", "Warning ClusterIPOutOfRange far"}
+	for i := range 3 {
+		pass(fmt.Sprintf("pass %d", i+1))
+	}
+	wantEvents("after three passes", first...)
+
+	// The cause cleared: a ServiceCIDR now holds 10.9.0.1, and a pass creates its IPAddress.
+	far := testenv.ServiceCIDR("far", "10.9.0.0/24")
+	if _, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, far, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pass("with 10.9.0.0/24 served")
+	pass("with 10.9.0.0/24 served, again")
+	notAllocated := "Warning ClusterIPNotAllocated far"
+	wantEvents("once 10.9.0.1 is served", append(slices.Clone(first), notAllocated)...)
+
+	// And back: the ServiceCIDR goes, and 10.9.0.1 is out of range again.
+	if err := client.NetworkingV1().ServiceCIDRs().Delete(ctx, "far", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pass("with 10.9.0.0/24 gone")
+	pass("with 10.9.0.0/24 gone, again")
+	wantEvents("once 10.9.0.1 is out of range again", append(slices.Clone(first), notAllocated, "Warning ClusterIPOutOfRange far")...)
+
+	// A new cause for the same Service: another out-of-range address.
+	s, err := client.CoreV1().Services("a").Get(ctx, "far", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.8.0.1", []string{"10.8.0.1"}
+	if _, err := client.CoreV1().Services("a").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pass("with far at 10.8.0.1")
+	pass("with far at 10.8.0.1, again")
+	wantEvents("once far holds 10.8.0.1", append(slices.Clone(first), notAllocated, "Warning ClusterIPOutOfRange far", "Warning ClusterIPOutOfRange far",
+		"Warning IPAddressWrongReference 10.9.0.1")...) // the object of 10.9.0.1, deleted
 }

@@ -25,7 +25,9 @@
 // workqueue; it never blocks its caller on a cluster that is down. Outside Legacy mode, given the
 // Config's informers, Run also follows Services as kube-apiserver's IPAddress repair loop does: a
 // Service that still holds a ClusterIP without an IPAddress object a second after it was seen
-// (a Legacy peer's, in the skew window) brings the next pass forward. [Controller.FirstPass] is
+// (a Legacy peer's, in the skew window) brings the next pass forward, at most one pass per 10 s
+// however many Services are followed, and none for an address a pass reported it cannot fix
+// (out of every ServiceCIDR, say). [Controller.FirstPass] is
 // closed by the first pass that succeeds, for a server that must not be ready before it.
 //
 // IPAddress objects that another controller manages (their managed-by label is not
@@ -52,7 +54,9 @@
 //     stale bit (no IPAddress, no Service) is cleared once seen so for the hold-off and a live Get
 //     finds no IPAddress, and the bit of a leaked IPAddress goes with it.
 //
-// Invalid, duplicate and out-of-range ClusterIPs only get an Event.
+// Invalid, duplicate and out-of-range ClusterIPs only get an Event. Each cause of an Event (the
+// object, the address and the reason) is reported once, while passes keep finding it, and again
+// if it comes back after a pass that did not find it (see [Options.Recorder]).
 //
 // # Metrics
 //

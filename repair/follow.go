@@ -19,12 +19,20 @@ import (
 // stored, so a lag shorter than this is the cache's, not a missing object.
 const followDelay = time.Second
 
+// followWindow is the least time from the start of one pass to that of a pass followed Services
+// bring forward: however many Services a Legacy peer creates, and however often they change,
+// following them costs at most one pass (a LIST of every ServiceCIDR, IPAddress and Service)
+// per window. A Service followed within a window of the last pass waits for the window's end.
+const followWindow = 10 * time.Second
+
 // follower notes, from the Service and IPAddress informers of a Config, the Services that hold a
 // ClusterIP without an IPAddress object, as kube-apiserver's IPAddress repair loop follows
 // Service events: a Service a Legacy peer (a kube-apiserver of the skew window) allocated gets
 // its IPAddress within seconds instead of at the next pass. It only schedules passes, and only
 // for a Service that still lacks the object followDelay later; the pass confirms with live reads
-// what the cache suggests. It is safe for concurrent use.
+// what the cache suggests. Run brings at most one pass forward per followWindow, and none for an
+// address a pass has reported as one it cannot fix (out of every ServiceCIDR, say). It is safe
+// for concurrent use.
 type follower struct {
 	services    cache.SharedIndexInformer
 	ipAddresses cache.SharedIndexInformer
@@ -80,22 +88,24 @@ func (f *follower) follow(q workqueue.TypedDelayingInterface[itemKey]) (stop fun
 	}
 }
 
-// stillMissing reports whether the Service last seen lacking the IPAddress object of ip still
-// holds ip and still lacks it, and forgets it.
-func (f *follower) stillMissing(ip netip.Addr) bool {
+// stillMissing returns the Service last seen lacking the IPAddress object of ip if it still
+// holds ip and still lacks it, else nil, and forgets it. The Service is the cache's: read only.
+func (f *follower) stillMissing(ip netip.Addr) *corev1.Service {
 	f.mu.Lock()
 	key, ok := f.pending[ip]
 	delete(f.pending, ip)
 	f.mu.Unlock()
 	if !ok {
-		return false
+		return nil
 	}
 	obj, exists, err := f.services.GetStore().GetByKey(key)
 	if err != nil || !exists {
-		return false
+		return nil
 	}
-	svc, ok := obj.(*corev1.Service)
-	return ok && slices.Contains(f.missing(svc), ip)
+	if svc, ok := obj.(*corev1.Service); ok && slices.Contains(f.missing(svc), ip) {
+		return svc
+	}
+	return nil
 }
 
 // missing returns the ClusterIPs of svc that have no IPAddress object in the cache. An invalid

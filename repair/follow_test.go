@@ -2,10 +2,12 @@ package repair
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -72,7 +74,7 @@ func TestRunFollowsServicesWithoutIPAddresses(t *testing.T) {
 				t.Fatalf("Run made %d passes after a Service came with its IPAddress, want none", got)
 			}
 
-			// Without: a pass about followDelay later creates it.
+			// Without: a pass creates it, once the window after the first pass is over.
 			if _, err := client.CoreV1().Services("default").Create(ctx, svc("default/peer", "10.0.0.5"), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -125,5 +127,78 @@ func TestLegacyControllerFollowsNothing(t *testing.T) {
 	defer f.Shutdown()
 	if got := f.WaitForCacheSync(t.Context().Done()); len(got) != 0 {
 		t.Errorf("a Legacy Controller registered informers %v, want none", got)
+	}
+}
+
+// TestRunCoalescesFollowedServicesIntoOnePass: a burst of Services a Legacy peer allocated
+// (the skew window of an upgrade), each without its IPAddress object, costs one pass, not one
+// per Service: followed Services bring a pass forward to no sooner than a window (10 s) after
+// the last pass began. Each still gets its object.
+func TestRunCoalescesFollowedServicesIntoOnePass(t *testing.T) {
+	t.Parallel()
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"))
+	passes := countServiceLists(client)
+	c := followedController(t, client, featuregate.IPAddressOnly)
+	stop := runUntilCancelled(t, c)
+	defer stop()
+	waitFirstPass(t, c)
+	base := passes.Load()
+
+	ctx := t.Context()
+	ips := []string{"10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8", "10.0.0.9"}
+	for i, ip := range ips {
+		if _, err := client.CoreV1().Services("default").Create(ctx, svc(fmt.Sprintf("default/peer-%d", i), ip), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(followDelay * 3 / 2) // each Service followed on its own
+	}
+	testenv.WaitFor(t, "the IPAddress objects of the peer's Services", func() bool {
+		for _, ip := range ips {
+			if _, err := client.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if got := passes.Load() - base; got != 1 {
+		t.Errorf("Run made %d passes for %d followed Services, want 1", got, len(ips))
+	}
+}
+
+// TestRunDoesNotFollowAServiceAPassReportedOutOfRange: a Service whose ClusterIP is in no
+// ServiceCIDR can never get an IPAddress object; once a pass has reported it, updates of that
+// Service bring no pass forward and emit no further Event (the next periodic pass judges it
+// again, silently while the cause stays).
+func TestRunDoesNotFollowAServiceAPassReportedOutOfRange(t *testing.T) {
+	t.Parallel()
+	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"), svc("default/far", "10.9.0.1"))
+	passes := countServiceLists(client)
+	rec := &recorder{}
+	c := followedController(t, client, featuregate.IPAddressOnly)
+	c.opts.Recorder = rec
+	start := time.Now()
+	stop := runUntilCancelled(t, c)
+	defer stop()
+	waitFirstPass(t, c)
+	base := passes.Load()
+
+	ctx := t.Context()
+	for i := range 4 {
+		s, err := client.CoreV1().Services("default").Get(ctx, "far", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Labels = map[string]string{"update": fmt.Sprint(i)}
+		if _, err := client.CoreV1().Services("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(followDelay / 2)
+	}
+	time.Sleep(12*time.Second - time.Since(start)) // past the 10 s window after the first pass
+	if got := passes.Load() - base; got != 0 {
+		t.Errorf("Run made %d passes for updates of an out-of-range Service it reported, want none", got)
+	}
+	if diff := cmp.Diff([]string{"Warning ClusterIPOutOfRange far"}, rec.Got()); diff != "" {
+		t.Errorf("Events (-want +got):\n%s", diff)
 	}
 }

@@ -45,7 +45,11 @@ type Options struct {
 
 	// Recorder receives Events with kube-apiserver's reasons (ClusterIPNotValid,
 	// ClusterIPOutOfRange, ClusterIPNotAllocated, ClusterIPAlreadyAllocated,
-	// IPAddressNotAllocated, IPAddressWrongReference). Defaults to none: no Events are emitted.
+	// IPAddressNotAllocated, IPAddressWrongReference). Each cause (the object, the address
+	// and the reason) gets one Event, from the first pass or retry that finds it: unlike
+	// kube-apiserver, a cause that stays (an out-of-range ClusterIP, say) is not reported again
+	// on every pass, nor a repair again on its retries. A cause that a pass no longer finds is
+	// forgotten, so its return is reported again. Defaults to none: no Events are emitted.
 	// Build one with client-go's events.NewBroadcaster.
 	Recorder events.EventRecorder
 

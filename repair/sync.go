@@ -10,8 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -35,11 +37,70 @@ const (
 	actionIPAddress = "IPAddressAllocation"
 )
 
-// event emits a Warning Event regarding obj, if there is a Recorder. obj must not be nil.
-func (c *Controller) event(obj runtime.Object, reason, action, note string, args ...any) {
-	if c.opts.Recorder != nil {
+// cause is one reason for an Event about one address of one object: what the Controller
+// reports once. A recreated object (another UID) is another cause.
+type cause struct {
+	namespace, name string
+	uid             types.UID
+	ip              string // Finding.IP: the canonical address, or an invalid ClusterIP as stored
+	reason          string
+}
+
+// causeOf returns the cause of an Event with reason regarding obj about ip (as Finding.IP).
+func causeOf(obj runtime.Object, ip, reason string) cause {
+	k := cause{ip: ip, reason: reason}
+	if m, err := meta.Accessor(obj); err == nil {
+		k.namespace, k.name, k.uid = m.GetNamespace(), m.GetName(), m.GetUID()
+	}
+	return k
+}
+
+// event emits a Warning Event regarding obj about ip (as Finding.IP), if there is a Recorder, unless the same
+// cause (object, address and reason) got one already and every pass since has still found it:
+// a finding repair cannot fix (an out-of-range ClusterIP, say) is reported once, not on every
+// pass, and a repair retried after a failure is not reported again. A cause a pass no longer
+// finds is forgotten, so its return is reported. obj must not be nil.
+func (c *Controller) event(obj runtime.Object, ip, reason, action, note string, args ...any) {
+	k := causeOf(obj, ip, reason)
+	c.mu.Lock()
+	if c.found != nil {
+		c.found[k] = struct{}{}
+	}
+	_, already := c.reported[k]
+	c.reported[k] = struct{}{}
+	c.mu.Unlock()
+	if !already && c.opts.Recorder != nil {
 		c.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, action, note, args...)
 	}
+}
+
+// reportedUnfixable reports whether a pass has reported the address ip of svc as one repair
+// cannot fix (invalid, held by another Service too, or out of range) and every pass since has
+// still found it so: following svc would bring a pass forward for nothing.
+func (c *Controller) reportedUnfixable(svc *corev1.Service, ip netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, reason := range []string{reasonOutOfRange, reasonNotValid, reasonAlreadyAllocated} {
+		if _, ok := c.reported[causeOf(svc, ip.String(), reason)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// startFindingCauses starts collecting the causes of the Events a pass emits, once its audit
+// has succeeded; endFindingCauses ends it, keeping in reported only the causes the pass found.
+func (c *Controller) startFindingCauses() {
+	c.mu.Lock()
+	c.found = map[cause]struct{}{}
+	c.mu.Unlock()
+}
+
+// endFindingCauses: see startFindingCauses.
+func (c *Controller) endFindingCauses() {
+	c.mu.Lock()
+	c.reported, c.found = c.found, nil
+	c.mu.Unlock()
 }
 
 // reportOnly emits the Event of a finding repair does not act on, counts it, and reports whether
@@ -60,11 +121,11 @@ func (c *Controller) reportOnly(f *finding) bool {
 	}
 	switch f.Class {
 	case Invalid:
-		c.event(f.svc, reasonNotValid, actionClusterIP, "Cluster IP %s is not a valid IP; please recreate Service", f.IP)
+		c.event(f.svc, f.IP, reasonNotValid, actionClusterIP, "Cluster IP %s is not a valid IP; please recreate Service", f.IP)
 	case DuplicateOwner:
-		c.event(f.svc, reasonAlreadyAllocated, actionClusterIP, "Cluster IP %s was assigned to multiple Services; please recreate Service", f.IP)
+		c.event(f.svc, f.IP, reasonAlreadyAllocated, actionClusterIP, "Cluster IP %s was assigned to multiple Services; please recreate Service", f.IP)
 	case OutOfRange:
-		c.event(f.svc, reasonOutOfRange, actionClusterIP, "Cluster IP %s is not within any configured Service CIDR; please recreate Service", f.IP)
+		c.event(f.svc, f.IP, reasonOutOfRange, actionClusterIP, "Cluster IP %s is not within any configured Service CIDR; please recreate Service", f.IP)
 	}
 	return true
 }
@@ -158,7 +219,7 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 	if err != nil || svc == nil {
 		return err
 	}
-	c.event(svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
+	c.event(svc, f.IP, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
 	c.metrics.IPErrors(metrics.RepairRepair, 1)
 	_, err = c.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(f.addr, allocator.ServiceOwner(svc), c.managedBy()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -204,7 +265,7 @@ func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (after time.D
 			return 0, false, fmt.Errorf("get parent %s: %w", serviceKey(parent), err)
 		}
 	}
-	c.event(f.ipa, reason, actionIPAddress, note, args...)
+	c.event(f.ipa, f.IP, reason, actionIPAddress, note, args...)
 	c.metrics.IPErrors(metrics.RepairLeak, 1)
 	err = c.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, f.ipa.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &f.ipa.UID, ResourceVersion: &f.ipa.ResourceVersion},
@@ -259,7 +320,7 @@ func (c *Controller) fixParent(ctx context.Context, f *finding) error {
 	if err != nil || svc == nil {
 		return err
 	}
-	c.event(f.ipa, reasonWrongReference, actionIPAddress, "IPAddress %s for Service %s has a wrong reference %s; cleaning up", f.IP, f.Service, parentString(f.ipa))
+	c.event(f.ipa, f.IP, reasonWrongReference, actionIPAddress, "IPAddress %s for Service %s has a wrong reference %s; cleaning up", f.IP, f.Service, parentString(f.ipa))
 	c.metrics.IPErrors(metrics.RepairRepair, 1)
 	err = c.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, f.ipa.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &f.ipa.UID, ResourceVersion: &f.ipa.ResourceVersion},
@@ -317,7 +378,7 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 			t.changed = true
 			switch {
 			case legacy && f.Class == Missing:
-				c.event(f.svc, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
+				c.event(f.svc, f.IP, reasonNotAllocated, actionClusterIP, "Cluster IP [%s]: %s is not allocated; repairing", allocator.FamilyOf(f.addr), f.IP)
 				c.metrics.IPErrors(metrics.RepairRepair, 1)
 			case f.Class == IPAddressOnly:
 				c.metrics.IPErrors(metrics.RepairRepair, 1)

@@ -94,18 +94,13 @@ func StartEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 		}
 		e.dir, e.removeDir = dir, true
 	}
+	// Build the binary before picking ports, so that they need not stay free through the build.
 	var err error
-	for range etcdStartAttempts {
-		ports, perr := freePorts(2)
-		if perr != nil {
-			err = perr
-			break
-		}
-		e.clientPort, e.peerPort = ports[0], ports[1]
-		err = e.start(ctx)
-		if err == nil || !isAddrInUse(err) {
-			break
-		}
+	if opts.Start == nil {
+		_, err = EtcdBinary(ctx)
+	}
+	if err == nil {
+		err = e.startOnFreePorts(ctx)
 	}
 	if err != nil {
 		if e.removeDir {
@@ -114,6 +109,23 @@ func StartEtcd(ctx context.Context, opts EtcdOptions) (*Etcd, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// startOnFreePorts starts the server on newly picked ports, picking others when another process
+// took one before the server could bind it, up to etcdStartAttempts times.
+func (e *Etcd) startOnFreePorts(ctx context.Context) error {
+	var err error
+	for range etcdStartAttempts {
+		ports, perr := freePorts(2)
+		if perr != nil {
+			return perr
+		}
+		e.clientPort, e.peerPort = ports[0], ports[1]
+		if err = e.start(ctx); err == nil || !isAddrInUse(err) {
+			return err
+		}
+	}
+	return err
 }
 
 func (e *Etcd) config() etcdConfig {
@@ -239,7 +251,10 @@ func (e *Etcd) Stop() {
 
 // Restart starts a stopped server again on the same ports and data
 // directory, and waits until it serves clients. It fails if e is running or
-// if another process took one of its ports meanwhile.
+// if another process took one of its ports meanwhile: unlike a member of an
+// [EtcdCluster], which its clients reach through the other members too, a lone
+// server moved to another client port would strand every client it has (a
+// kube-apiserver's --etcd-servers, say), so the test sees the error instead.
 func (e *Etcd) Restart(ctx context.Context) error {
 	return e.start(ctx)
 }

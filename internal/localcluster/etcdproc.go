@@ -192,6 +192,12 @@ func (p *etcdProcess) stop() {
 	<-p.exited
 }
 
+// kill kills p and waits until it has exited.
+func (p *etcdProcess) kill() {
+	p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // readyWriter takes the etcd server's stdout and closes ready at its "ready" line.
 type readyWriter struct {
 	ready chan struct{}

@@ -17,7 +17,11 @@ type filePatch struct {
 
 // hunk is one "@@ -a,b +c,d @@" section of a unified diff.
 type hunk struct {
-	oldStart int      // 1-based line of the first old line
+	// oldStart is the 1-based line of the first old line; when oldLen is 0 (a hunk that only
+	// adds lines, as "diff -U0" writes one) it is the line after which the new lines go, 0
+	// meaning before the first.
+	oldStart int
+	oldLen   int      // how many old lines the hunk covers (context and removed)
 	lines    []string // each with its ' ', '-' or '+' mark
 }
 
@@ -65,6 +69,9 @@ func parsePatch(data []byte) (*filePatch, error) {
 			var err error
 			if h.oldStart, oldLeft, newLeft, err = parseHunkHeader(line); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			if h.oldLen = oldLeft; h.oldLen > 0 && h.oldStart == 0 {
+				return nil, fmt.Errorf("line %d: hunk %q covers old lines from line 0", n, line)
 			}
 			p.hunks = append(p.hunks, h)
 			cur = &p.hunks[len(p.hunks)-1]
@@ -118,17 +125,23 @@ func parseHunkHeader(line string) (oldStart, oldLen, newLen int, err error) {
 
 // apply returns src with p applied. Every hunk must match src exactly at the line its header
 // names: no offset, no fuzz, so that a patch written for one release of a file fails loudly
-// against any other, naming the first line that differs.
+// against any other, naming the first line that differs. Hunks without context lines are
+// placed as "git apply --unidiff-zero" and patch(1) place them: "-l,0" inserts after old
+// line l. The result ends in a newline if it has lines and src did, or src was empty
+// ("\ No newline at end of file" markers are not honoured).
 func (p *filePatch) apply(src []byte) ([]byte, error) {
 	text := string(src)
-	trailingNewline := strings.HasSuffix(text, "\n")
-	old := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	trailingNewline := text == "" || strings.HasSuffix(text, "\n")
+	var old []string
+	if text != "" {
+		old = strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	}
 	var out []string
 	next := 0 // index in old of the first line not yet copied
 	for i, h := range p.hunks {
-		start := h.oldStart - 1
-		if h.oldStart == 0 {
-			start = 0 // a hunk that only adds lines to an empty file
+		start := h.oldStart - 1 // index in old of the hunk's first old line
+		if h.oldLen == 0 {
+			start = h.oldStart // an insertion goes after old line oldStart
 		}
 		if start < next {
 			return nil, fmt.Errorf("%s: hunk %d overlaps the one before", p.path, i+1)
@@ -160,7 +173,7 @@ func (p *filePatch) apply(src []byte) ([]byte, error) {
 	}
 	out = append(out, old[next:]...)
 	res := strings.Join(out, "\n")
-	if trailingNewline {
+	if trailingNewline && len(out) > 0 {
 		res += "\n"
 	}
 	return []byte(res), nil

@@ -28,8 +28,9 @@ import (
 // creates no IPAddress objects, while our DualWrite repair Controller runs beside it with passes
 // an hour apart. Each Service the legacy peer creates after the first pass gets its IPAddress
 // (named by the ClusterIP, parentRef the Service, managed by ipallocator.k8s.io) within seconds,
-// as kube-apiserver's own IPAddress repair loop gives it on the Service's event, and within
-// one pass per Service: a Service that already has its object brings no pass forward.
+// as kube-apiserver's own IPAddress repair loop gives it on the Service's event (at most 10 s,
+// the follow window after the last pass), and within one pass per Service: a Service that
+// already has its object brings no pass forward.
 func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
 	const flag = "10.96.0.0/24"
 	e := testenv.NewEtcd(t)
