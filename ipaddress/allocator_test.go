@@ -737,15 +737,17 @@ func takeAllBut(t testing.TB, client kubernetes.Interface, cidr netip.Prefix, fr
 // comes.
 func TestAllocateNextAfterReleaseWithOneAddressFree(t *testing.T) {
 	tests := []struct {
-		name   string
-		client func(t *testing.T) (c kubernetes.Interface, watching func())
+		name string
+		// client returns the clientset and a func that waits until an informer on it watches.
+		client func(t *testing.T) (c kubernetes.Interface, watching func(cache.SharedIndexInformer))
 	}{
-		{"client-go fake", func(t *testing.T) (kubernetes.Interface, func()) {
-			return localcluster.NewFakeClient(), func() {}
+		{"client-go fake", func(t *testing.T) (kubernetes.Interface, func(cache.SharedIndexInformer)) {
+			c := localcluster.NewFakeClient()
+			return c, func(inf cache.SharedIndexInformer) { fakeclient.WaitShowsNewIPAddresses(t, c, inf) }
 		}},
-		{"fake with UIDs and resourceVersions", func(t *testing.T) (kubernetes.Interface, func()) {
+		{"fake with UIDs and resourceVersions", func(t *testing.T) (kubernetes.Interface, func(cache.SharedIndexInformer)) {
 			c := fakeclient.New(fakeclient.Options{})
-			return c, func() { c.WaitWatching(t, "ipaddresses") }
+			return c, func(cache.SharedIndexInformer) { c.WaitWatching(t, "ipaddresses") }
 		}},
 	}
 	for _, tt := range tests {
@@ -755,7 +757,8 @@ func TestAllocateNextAfterReleaseWithOneAddressFree(t *testing.T) {
 			client, watching := tt.client(t)
 			takeAllBut(t, client, cidr, free)
 			factory := informers.NewSharedInformerFactory(client, 0)
-			a, err := New(cidr, client, factory.Networking().V1().IPAddresses())
+			inf := factory.Networking().V1().IPAddresses()
+			a, err := New(cidr, client, inf)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -769,7 +772,7 @@ func TestAllocateNextAfterReleaseWithOneAddressFree(t *testing.T) {
 			if !cache.WaitForCacheSync(stop, a.Ready) {
 				t.Fatal("allocator not ready")
 			}
-			watching()
+			watching(inf.Informer())
 			allocateReleaseWithOneFree(t, a, free, 2000)
 		})
 	}

@@ -6,8 +6,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -103,11 +106,20 @@ func releaseAndReuse(t *testing.T, f *fixture, p netip.Prefix, rounds int, check
 }
 
 // clientGoFakeBackend runs a scenario on client-go's own fake clientset, as the bench and the
-// demo do, which gives objects neither a UID nor a resourceVersion.
+// demo do, which gives objects neither a UID nor a resourceVersion. The fake loses what is
+// written between an informer's list and its watch: it holds cfg.objects from the start, and the
+// fixture is returned once the IPAddress informer watches.
 var clientGoFakeBackend = backend{"IPAddressClientGoFake", func(t *testing.T, cfg fixtureConfig) *fixture {
-	cfg.client = localcluster.NewFakeClient()
+	c := localcluster.NewFakeClient()
+	for _, obj := range cfg.objects {
+		if err := c.Tracker().Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.client = c
 	f := newFixture(t, cfg)
 	f.real = false // no shared server to clean up
+	fakeclient.WaitShowsNewIPAddresses(t, c, f.ipInf.Networking().V1().IPAddresses().Informer())
 	return f
 }}
 
@@ -117,18 +129,26 @@ var clientGoFakeBackend = backend{"IPAddressClientGoFake", func(t *testing.T, cf
 // answering ErrFull, and Has, Used and Free must follow each call.
 func TestAllocateNextAfterReleaseWithOneAddressFree(t *testing.T) {
 	runScenario(t, func(t *testing.T, b backend) {
-		f := b.fixture(t, fixtureConfig{})
 		p := netip.MustParsePrefix("192.168.125.0/24")
 		free := netip.MustParseAddr("192.168.125.200")
+		var taken []runtime.Object
 		for ip := p.Addr().Next(); p.Contains(ip); ip = ip.Next() {
-			if ip == free || !ipmath.Usable(p, ip) {
-				continue
-			}
-			if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, ipaddress.ObjectFor(ip, testOwner, ""), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+			if ip != free && ipmath.Usable(p, ip) {
+				taken = append(taken, ipaddress.ObjectFor(ip, testOwner, ""))
 			}
 		}
-		f.create(testenv.ServiceCIDR("a", p.String()))
+		// The fakes hold the objects and the ServiceCIDR from the start; on kube-apiserver another
+		// writer creates them.
+		sc := testenv.ServiceCIDR("a", p.String())
+		f := b.fixture(t, fixtureConfig{objects: append(taken, sc)})
+		if f.label != "" {
+			for _, obj := range taken {
+				if _, err := f.client.NetworkingV1().IPAddresses().Create(f.ctx, obj.(*networkingv1.IPAddress), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.create(sc)
+		}
 		f.waitReady(p.String())
 		a := f.alloc
 		testenv.WaitFor(t, "the informer to show the 253 addresses taken", func() bool { return a.Used() == 253 })
