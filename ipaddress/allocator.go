@@ -115,9 +115,9 @@ func New(cidr netip.Prefix, client kubernetes.Interface, informer networkingv1in
 	}
 	a.ready.Store(o.ready)
 	reg, err := a.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { a.onEvent(obj, true) },
-		UpdateFunc: func(_, obj any) { a.onEvent(obj, true) },
-		DeleteFunc: func(obj any) { a.onEvent(obj, false) },
+		AddFunc:    func(obj any) { a.onEvent(nil, obj, true) },
+		UpdateFunc: func(old, obj any) { a.onEvent(old, obj, true) },
+		DeleteFunc: func(obj any) { a.onEvent(nil, obj, false) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ipaddress: register informer handler: %w", err)
@@ -368,6 +368,8 @@ func (a *Allocator) Release(ctx context.Context, ip netip.Addr) error {
 // with its own writes that the informer has not shown yet. After the Allocator deleted ip's object,
 // informer events of that object are ignored as stale; an object the informer shows that is newer
 // (by resourceVersion) counts at once, and one it cannot tell from a stale one within a second.
+// Where objects have no UID or resourceVersion (client-go's fake clientset), the Allocator's own
+// write holds until the informer has shown as many adds and deletes of ip as it made.
 func (a *Allocator) Has(ip netip.Addr) bool {
 	off, err := a.offsetOf(ip)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -27,6 +28,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -682,4 +684,96 @@ func TestReleaseAndReuseOutrunTheInformer(t *testing.T) {
 	g.lag = func() time.Duration { return time.Duration(rand.Int64N(int64(200 * time.Microsecond))) }
 	f := newFixture(t, p, fixtureOptions{gate: g, simple: true})
 	releaseAndReuse(t, f.a, 25)
+}
+
+// allocateReleaseWithOneFree is issue 25 part 5's loop: with every address of a's range held but
+// free, AllocateNext and then Release, round after round, as fast as they return. AllocateNext
+// must take free (the only free address) every time and never answer ErrFull; after each call
+// Has and Used must follow the call, whatever the informer has shown of the earlier rounds.
+func allocateReleaseWithOneFree(t *testing.T, a *Allocator, free netip.Addr, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	held := a.Size() - 1
+	check := func(when string, has bool, used uint64) {
+		t.Helper()
+		if a.Has(free) != has || a.Used() != used || a.Free() != a.Size()-used {
+			t.Fatalf("%s: Has(%v) = %v, Used() = %d, Free() = %d; want %v, %d, %d", when, free, a.Has(free), a.Used(), a.Free(), has, used, a.Size()-used)
+		}
+	}
+	for i := range rounds {
+		got, err := a.AllocateNext(ctx, testOwner)
+		if err != nil || got != free {
+			t.Fatalf("round %d: AllocateNext() = %v, %v (Used %d, Free %d); want %v, nil", i, got, err, a.Used(), a.Free(), free)
+		}
+		check(fmt.Sprintf("round %d: after AllocateNext", i), true, held+1)
+		if err := a.Release(ctx, free); err != nil {
+			t.Fatalf("round %d: Release(%v) = %v", i, free, err)
+		}
+		check(fmt.Sprintf("round %d: after Release", i), false, held)
+	}
+	waitSettled(t, a)
+	check("once the informer caught up", false, held)
+}
+
+// takeAllBut creates, through client, the IPAddress objects of every usable address of cidr but
+// free, as another writer would.
+func takeAllBut(t testing.TB, client kubernetes.Interface, cidr netip.Prefix, free netip.Addr) {
+	t.Helper()
+	ctx := context.Background()
+	for ip := cidr.Addr().Next(); cidr.Contains(ip); ip = ip.Next() {
+		if ip == free || !ipmath.Usable(cidr, ip) {
+			continue
+		}
+		if _, err := client.NetworkingV1().IPAddresses().Create(ctx, ObjectFor(ip, testOwner, ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAllocateNextAfterReleaseWithOneAddressFree runs the loop of issue 25 part 5 on 10.0.0.0/24
+// with 253 addresses taken, through the public API over client-go's fake clientset (which gives
+// objects neither a UID nor a resourceVersion, as the bench's is) and over the module's
+// fakeclient (which gives both, as kube-apiserver does), each with a shared informer as it
+// comes.
+func TestAllocateNextAfterReleaseWithOneAddressFree(t *testing.T) {
+	tests := []struct {
+		name string
+		// client returns the clientset and a func that waits until an informer on it watches.
+		client func(t *testing.T) (c kubernetes.Interface, watching func(cache.SharedIndexInformer))
+	}{
+		{"client-go fake", func(t *testing.T) (kubernetes.Interface, func(cache.SharedIndexInformer)) {
+			c := localcluster.NewFakeClient()
+			return c, func(inf cache.SharedIndexInformer) { fakeclient.WaitShowsNewIPAddresses(t, c, inf) }
+		}},
+		{"fake with UIDs and resourceVersions", func(t *testing.T) (kubernetes.Interface, func(cache.SharedIndexInformer)) {
+			c := fakeclient.New(fakeclient.Options{})
+			return c, func(cache.SharedIndexInformer) { c.WaitWatching(t, "ipaddresses") }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cidr := netip.MustParsePrefix("10.0.0.0/24")
+			free := netip.MustParseAddr("10.0.0.200")
+			client, watching := tt.client(t)
+			takeAllBut(t, client, cidr, free)
+			factory := informers.NewSharedInformerFactory(client, 0)
+			inf := factory.Networking().V1().IPAddresses()
+			a, err := New(cidr, client, inf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			t.Cleanup(func() {
+				a.Close()
+				close(stop)
+				factory.Shutdown()
+			})
+			factory.Start(stop)
+			if !cache.WaitForCacheSync(stop, a.Ready) {
+				t.Fatal("allocator not ready")
+			}
+			watching(inf.Informer())
+			allocateReleaseWithOneFree(t, a, free, 2000)
+		})
+	}
 }

@@ -578,3 +578,16 @@ func TestAPIServerReleaseAndReuseOutrunALaggingInformer(t *testing.T) {
 	g.lag = func() time.Duration { return time.Duration(rand.Int64N(int64(2 * time.Millisecond))) }
 	releaseAndReuse(t, realGatedAllocator(t, s, p, g), 25)
 }
+
+// TestAPIServerAllocateNextAfterReleaseWithOneAddressFree runs issue 25 part 5's loop against
+// kube-apiserver: a /24 with 253 addresses taken by another writer, AllocateNext and Release in
+// turn with the informer as it comes.
+func TestAPIServerAllocateNextAfterReleaseWithOneAddressFree(t *testing.T) {
+	s := apiServer(t)
+	cidr := netip.MustParsePrefix("192.168.110.0/24")
+	free := netip.MustParseAddr("192.168.110.200")
+	a := realAllocator(t, s, cidr)
+	takeAllBut(t, newClient(t, s), cidr, free)
+	testenv.WaitFor(t, "the informer to show the 253 addresses taken", func() bool { return a.Used() == a.Size()-1 })
+	allocateReleaseWithOneFree(t, a, free, 200)
+}

@@ -20,6 +20,14 @@ import (
 //     that are older (an informer running behind; say the Delete of the object we released, arriving
 //     after we created the address again) are ignored. The object's UID tells ours from another, and
 //     resource versions, compared as numbers, tell newer from older.
+//   - Where the objects have neither (client-go's fake clientset gives none; nor does an
+//     AlreadyExists, or a Delete of an object the informer had not shown), the index counts: each
+//     write of ours that changed the address owes one transition (an Add or a Delete; an Update
+//     is none), one more where the server must have changed in between (a Create or a NotFound
+//     where we knew of an object, a Delete or an AlreadyExists where we knew of none), and the
+//     assumption holds until the handler has taken every transition owed. The handler takes an
+//     address's events in the server's order, so the last one owed is our write's; any earlier
+//     one, the stale Add or Delete of an earlier round of ours, is ignored.
 //   - A Delete that gets NotFound for an address of which neither the informer nor an earlier write
 //     showed an object changed nothing, and is assumed nothing: the index takes the informer's state.
 //     After an earlier write of ours that is still assumed (a second Release, faster than the
@@ -65,6 +73,15 @@ type pending struct {
 
 	// recheck reports whether the assumption is queued for a recheck after recheckDelay.
 	recheck bool
+
+	// Counting, for assumptions without a UID or resource version to tell events apart by (see
+	// anonymous): srv is the state of the address on the server after our last write, as far as
+	// we know; owed is the number of transitions (adds and deletes) the handler has still to
+	// take before it shows that state; early counts those it took while a write was in flight
+	// and nothing was owed, which the write's own transition may account for when it settles.
+	srv   bool
+	owed  uint32
+	early uint32
 }
 
 // recheckDelay bounds how long an assumed delete hides an object that an informer event shows and
@@ -76,21 +93,76 @@ type event struct {
 	present bool
 	uid     types.UID
 	rv      uint64
+	// update reports whether the event is an Update, which changes an object the informer holds
+	// and not whether it holds one; replaced, whether that Update's object has another UID than
+	// the one it replaces (an informer that lists again folds a delete and an add into one Update).
+	update, replaced bool
 }
 
-// caughtUp reports whether e shows the assumed write or something newer.
+// flips returns the number of transitions between absent and present that e stands for.
+func (e event) flips() uint32 {
+	switch {
+	case !e.update:
+		return 1
+	case e.replaced:
+		return 2
+	}
+	return 0
+}
+
+// anonymous reports whether the assumption has neither a UID nor a resource version to tell its
+// object's events from those of other objects at the same address: client-go's fake clientset
+// gives objects neither, and an AlreadyExists or a Delete of an object the informer had not shown
+// tells us neither. Such an assumption is settled by counting (see pending.owed): the handler
+// takes the events of an address in the order the server wrote them, so it has shown our last
+// write once it has taken as many transitions as we know the server made.
+func (p *pending) anonymous() bool { return p.uid == "" && p.rv == 0 }
+
+// caughtUp reports whether e, the last event the handler took, shows the assumed write or
+// something newer.
 func (p *pending) caughtUp(e event) bool {
+	if p.anonymous() {
+		// Any event of the address looks alike, the stale ones of an earlier round of ours
+		// included, so only the count tells.
+		return p.owed == 0
+	}
 	newer := p.rv != 0 && e.rv > p.rv && e.uid != p.uid
 	if p.present {
-		if p.uid == "" && p.rv == 0 {
-			return true // nothing to tell events apart by (the fake clientset): trust the informer
-		}
 		// Our object (added, updated or deleted since), or a newer one.
 		return (p.uid != "" && e.uid == p.uid) || newer
 	}
-	// The deletion of the object we deleted (of any object, if we did not know which), or a newer
-	// object. An add or update of the object we deleted is stale.
+	// The deletion of the object we deleted, or a newer object. An add or update of the object we
+	// deleted is stale.
 	return (!e.present && (p.uid == "" || e.uid == p.uid)) || newer
+}
+
+// wrote counts the transitions of a write that left the address present (or not) on the server:
+// one for a write that changed it, none for one that found it so already, and one more wherever
+// the server must have changed it in between without our knowing (an AlreadyExists or a Delete
+// where we knew of no object, a NotFound or a Create where we knew of one).
+func (p *pending) wrote(present, changed bool) {
+	var n uint32
+	if changed {
+		n++
+	}
+	if changed && p.srv == present || !changed && p.srv != present {
+		n++ // someone else changed it first
+	}
+	p.srv = present
+	p.owed += n
+	taken := min(p.early, p.owed)
+	p.owed -= taken
+	p.early = 0
+}
+
+// took counts the transitions of an event the handler took.
+func (p *pending) took(e event) {
+	n := e.flips()
+	taken := min(n, p.owed)
+	p.owed -= taken
+	if p.busy {
+		p.early += n - taken
+	}
 }
 
 // unordered reports whether e contradicts the assumed delete p without being provably stale: it
@@ -103,6 +175,12 @@ func (p *pending) unordered(e event) bool {
 	}
 	if p.uid != "" && e.uid == p.uid {
 		return false // the object we deleted: stale
+	}
+	if p.anonymous() && e.uid == "" && e.rv == 0 {
+		// Nothing tells objects apart (client-go's fake clientset): the count settles the
+		// assumption (see caughtUp), and an object created after our delete comes after the
+		// transitions we count.
+		return false
 	}
 	return p.rv == 0 || e.rv == 0
 }
@@ -138,14 +216,15 @@ func (a *Allocator) beginLocked(off uint64, create bool) <-chan struct{} {
 		return p.done
 	}
 	if p == nil {
-		p = &pending{}
+		// Counting starts from the index: with nothing pending it is the informer's state.
+		p = &pending{srv: a.index.Has(off)}
 		a.pending[off] = p
 	}
 	if !create {
 		p.delUID, p.delRV = a.deletingLocked(off, p)
 	}
 	p.prior = p.gen != 0
-	p.busy, p.done, p.seen, p.gen, p.recheck = true, make(chan struct{}), false, 0, false
+	p.busy, p.done, p.seen, p.gen, p.recheck, p.early = true, make(chan struct{}), false, 0, false, 0
 	if create {
 		a.index.Add(off)
 	}
@@ -191,6 +270,12 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 		return
 	}
 	switch r.kind {
+	case writeCreated, writeExists:
+		p.wrote(true, r.kind == writeCreated)
+	case writeDeleted, writeNotFound:
+		p.wrote(false, r.kind == writeDeleted)
+	}
+	switch r.kind {
 	case writeCreated:
 		p.present, p.uid, p.rv = true, r.uid, r.rv
 	case writeExists:
@@ -210,6 +295,12 @@ func (a *Allocator) settleLocked(off uint64, r writeResult) {
 			a.assumeLocked(off, p)
 			return
 		}
+		delete(a.pending, off)
+		a.setInformerLocked(off)
+		return
+	}
+	if p.anonymous() && p.owed == 0 {
+		// The handler has taken every transition we know of: the informer shows our write.
 		delete(a.pending, off)
 		a.setInformerLocked(off)
 		return
@@ -312,8 +403,9 @@ func (a *Allocator) cached(off uint64) (*networkingv1.IPAddress, bool) {
 	return ip, ok
 }
 
-// onEvent applies an informer event: an IPAddress added or updated (present) or deleted.
-func (a *Allocator) onEvent(obj any, present bool) {
+// onEvent applies an informer event: an IPAddress added or updated (present) or deleted. For an
+// update, old is the object it replaces; else nil.
+func (a *Allocator) onEvent(old, obj any, present bool) {
 	ipa, ok := informerutil.ObjectFrom[*networkingv1.IPAddress](obj)
 	if !ok || ipa == nil {
 		return
@@ -322,7 +414,10 @@ func (a *Allocator) onEvent(obj any, present bool) {
 	if !ok {
 		return
 	}
-	e := event{present: present, uid: ipa.UID, rv: parseRV(ipa.ResourceVersion)}
+	e := event{present: present, uid: ipa.UID, rv: parseRV(ipa.ResourceVersion), update: old != nil}
+	if prev, ok := old.(*networkingv1.IPAddress); ok && prev != nil && prev.UID != ipa.UID {
+		e.replaced = true
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.events++
@@ -338,6 +433,7 @@ func (a *Allocator) applyLocked(off uint64, e event) {
 		a.setInformerLocked(off)
 		return
 	}
+	p.took(e)
 	p.seen, p.last = true, e
 	if p.busy {
 		return

@@ -18,6 +18,7 @@ type step struct {
 	do      string    // "begin-create", "begin-delete", "settle", "event", "cache-add", "cache-del", "wait", "wait-settle"
 	present bool      // event: added/updated (true) or deleted
 	behind  bool      // event: the informer cache is already past it (else the event updates it first, as an informer does)
+	update  bool      // event: an Update rather than an Add
 	uid     types.UID // event, settle, cache-add
 	rv      uint64    // event, settle, cache-add
 	result  writeKind // settle
@@ -295,10 +296,55 @@ func TestAssumeCache(t *testing.T) {
 			},
 		},
 		{
-			name: "without UIDs and resource versions any event settles a create",
+			name: "without UIDs and resource versions the one event owed settles a create",
 			steps: []step{
 				{do: "begin-create", want: true},
 				{do: "settle", result: writeCreated, want: true},
+				{do: "event", present: false, want: false},
+			},
+		},
+		{
+			name: "without UIDs and resource versions a stale Delete of an earlier round does not free our create",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, want: true},
+				{do: "event", present: true, want: true},
+				{do: "event", present: false, want: true}, // the cache is absent: it must not count
+				{do: "event", present: true, want: true},
+			},
+		},
+		{
+			name: "without UIDs and resource versions a stale Add of an earlier round does not undo our delete",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "event", present: true, want: false},
+				{do: "event", present: false, want: false},
+				{do: "event", present: true, want: false}, // the cache is present: it must not count
+				{do: "wait-settle", want: false},
+				{do: "event", present: false, want: false},
+				{do: "event", present: true, want: true}, // someone else's object, after ours
+			},
+		},
+		{
+			name: "without UIDs and resource versions an Update is no transition",
+			steps: []step{
+				{do: "begin-create", want: true},
+				{do: "settle", result: writeCreated, want: true},
+				{do: "begin-delete", want: true},
+				{do: "settle", result: writeDeleted, want: false},
+				{do: "event", present: true, want: false},
+				{do: "event", present: true, update: true, want: false},
 				{do: "event", present: false, want: false},
 			},
 		},
@@ -330,7 +376,7 @@ func TestAssumeCache(t *testing.T) {
 							store.Delete(ipAddressObject(ip.String(), s.uid, s.rv))
 						}
 					}
-					a.applyLocked(off, event{present: s.present, uid: s.uid, rv: s.rv})
+					a.applyLocked(off, event{present: s.present, uid: s.uid, rv: s.rv, update: s.update})
 				case "cache-add":
 					store.Add(ipAddressObject(ip.String(), s.uid, s.rv))
 				case "cache-del":
@@ -387,12 +433,14 @@ func TestConcurrentWritesOnOneAddressWait(t *testing.T) {
 // gets AlreadyExists, a Delete that gets NotFound); the informer's cache takes the server's events
 // in order at random moments, and the handler follows the cache at random moments, never ahead of
 // it, as a shared informer does. Deletion events carry the object's last resourceVersion (as the
-// fake clientset's do) or a new one (as kube-apiserver's do).
+// module's fakeclient's do) or a new one (as kube-apiserver's do); or objects have neither a UID
+// nor a resourceVersion (as client-go's fake clientset's).
 func TestAssumeCacheFollowsItsOwnWrites(t *testing.T) {
 	cidr := netip.MustParsePrefix("10.9.0.0/24")
 	ip := netip.MustParseAddr("10.9.0.77")
 	off, _ := ipmath.Offset(cidr, ip)
-	for _, newDeleteRV := range []bool{false, true} {
+	for _, mode := range []string{"old delete rv", "new delete rv", "anonymous"} {
+		newDeleteRV, anonymous := mode == "new delete rv", mode == "anonymous"
 		for seed := range uint64(500) {
 			r := rand.New(rand.NewPCG(seed, 1))
 			f := newFixture(t, cidr, fixtureOptions{noStart: true})
@@ -443,13 +491,16 @@ func TestAssumeCacheFollowsItsOwnWrites(t *testing.T) {
 				case create:
 					rv++
 					server = event{present: true, uid: types.UID(fmt.Sprint("u", rv)), rv: rv}
+					if anonymous {
+						server = event{present: true}
+					}
 					events = append(events, server)
 					res = writeResult{kind: writeCreated, uid: server.uid, rv: server.rv}
 				case !server.present:
 					res.kind = writeNotFound
 				default:
 					server.present = false
-					if newDeleteRV {
+					if newDeleteRV && !anonymous {
 						rv++
 						server.rv = rv
 					}
@@ -463,7 +514,7 @@ func TestAssumeCacheFollowsItsOwnWrites(t *testing.T) {
 				trace = append(trace, fmt.Sprintf("write %d settles (create %v) %+v: Has %v", step, create, res, a.Has(ip)))
 				for range 3 {
 					if got := a.Has(ip); got != server.present {
-						t.Fatalf("newDeleteRV %v, seed %d: Has() = %v, the server holds %+v:\n%s", newDeleteRV, seed, got, server, strings.Join(trace, "\n"))
+						t.Fatalf("%s, seed %d: Has() = %v, the server holds %+v:\n%s", mode, seed, got, server, strings.Join(trace, "\n"))
 					}
 					lag()
 				}

@@ -167,3 +167,44 @@ func TestBenchCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
 	}
 }
+
+// TestBenchWithItsDefaultFlags runs README's bench command, `clusterip bench --png bench.png`,
+// with every other flag at its default: every allocator, range and fill level. Every row must
+// be measured (exit 0) but the kube-apiserver ones, which say why they are skipped when no
+// kube-apiserver binary is at hand. It takes about a minute on a loaded 2-core machine, most of
+// it filling the ranges; -short skips it.
+func TestBenchWithItsDefaultFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the default bench (about a minute) in -short mode")
+	}
+	png := filepath.Join(t.TempDir(), "bench.png")
+	r := clusterip(t, "bench", "--png", png)
+	if r.code != 0 {
+		t.Fatalf("clusterip bench --png %s: exit %d, stderr:\n%s", png, r.code, r.stderr)
+	}
+	// The rows of each allocator and range but the kube-apiserver ones: those are measured, or
+	// skipped with a reason, as TestBenchSaysWhyItSkipsTheKubeAPIServerRows checks.
+	rows := map[string]int{}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[0] != "bitmap" && f[0] != "bitmap+etcd" && f[0] != "ipaddress+fake" {
+			continue
+		}
+		if f[5] == "skipped" {
+			t.Errorf("row skipped: %s", line)
+		}
+		rows[f[0]+" "+f[1]]++
+	}
+	want := map[string]int{}
+	for _, s := range []string{
+		"bitmap 10.0.0.0/24", "bitmap 10.0.0.0/16", "bitmap 10.0.0.0/12", "bitmap fd00::/108", "bitmap fd00::/64",
+		"bitmap+etcd 10.0.0.0/24", "bitmap+etcd 10.0.0.0/16",
+		"ipaddress+fake 10.0.0.0/24", "ipaddress+fake 10.0.0.0/20",
+	} {
+		want[s] = 5 // fills 0, 50, 99, 99.9 and 100%
+	}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("rows per allocator and range (-want +got):\n%s\ntable:\n%s", diff, r.stdout)
+	}
+	checkChart(t, png, "\x89PNG")
+}

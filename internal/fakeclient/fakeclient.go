@@ -12,6 +12,7 @@
 package fakeclient
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,12 +22,15 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -147,4 +151,41 @@ func (c *Clientset) IsWatchListSemanticsUnSupported() bool { return false }
 func IsDryRun(action k8stesting.Action) bool {
 	ca, ok := action.(k8stesting.CreateActionImpl)
 	return ok && len(ca.CreateOptions.DryRun) > 0
+}
+
+// probeIP names the IPAddress WaitShowsNewIPAddresses creates: an address of TEST-NET-1 (RFC
+// 5737), in no range of the tests.
+const probeIP = "192.0.2.1"
+
+// WaitShowsNewIPAddresses waits until inf, an IPAddress informer on client, shows an IPAddress
+// created after the call, and then deletes it: for any fake clientset, such as client-go's own,
+// which loses what is written between an informer's list and its watch and whose watches
+// [Clientset.WaitWatching] cannot count. It creates the probe IPAddress 192.0.2.1 again until
+// inf shows it, failing t after testenv.WaitFor's bound.
+func WaitShowsNewIPAddresses(t testing.TB, client kubernetes.Interface, inf cache.SharedIndexInformer) {
+	t.Helper()
+	ctx := context.Background()
+	ips := client.NetworkingV1().IPAddresses()
+	probe := &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: probeIP},
+		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "probe"}},
+	}
+	testenv.WaitFor(t, "the IPAddress informer to show an object created now", func() bool {
+		if err := ips.Delete(ctx, probeIP, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete the probe IPAddress: %v", err)
+		}
+		if _, err := ips.Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create the probe IPAddress: %v", err)
+		}
+		for range 20 {
+			if _, ok, _ := inf.GetIndexer().GetByKey(probeIP); ok {
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return false
+	})
+	if err := ips.Delete(ctx, probeIP, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the probe IPAddress: %v", err)
+	}
 }
