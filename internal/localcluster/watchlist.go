@@ -34,7 +34,8 @@ import (
 // ResourceVersionMatch NotOlderThan, or ResourceVersionMatch without SendInitialEvents, is refused
 // with the Invalid error kube-apiserver returns. The resourceVersion asked for is not waited for
 // (the fake has no history), and label and field selectors are ignored, as the fake's own watch
-// ignores them. A watch without SendInitialEvents starts from now, as before: kube-apiserver's
+// ignores them. A watch without SendInitialEvents starts from now, with every client-go release
+// (v0.36's tracker would send what it holds when given the options): kube-apiserver's
 // defaulting of an unversioned watch to SendInitialEvents is not copied, because the fake's
 // lists carry no resourceVersion and informers would then get every object twice.
 func WatchTracker(tracker k8stesting.ObjectTracker, action k8stesting.Action, rv string) (tracked, relayed watch.Interface, err error) {
@@ -46,7 +47,9 @@ func WatchTracker(tracker k8stesting.ObjectTracker, action k8stesting.Action, rv
 		return nil, nil, err
 	}
 	gvr, ns := action.GetResource(), action.GetNamespace()
-	w, err := tracker.Watch(gvr, ns, opts)
+	// Without options: client-go v0.36's tracker, given options, also sends the objects it
+	// holds (from the resourceVersion asked for), which would send the initial events twice.
+	w, err := tracker.Watch(gvr, ns)
 	if err != nil {
 		return nil, nil, err
 	}
