@@ -154,14 +154,18 @@ func auditsAndAdmits(t *testing.T, gates string, sides []forkSide) {
 			createService(ctx, t, s, "audited", auditedIP)
 			deleteService(ctx, t, s, "audited")
 			// The audit log is written in blocking mode: before the server's own requests are
-			// answered, and so before the Service's.
+			// answered, and so before the Service's. The repair loop may add requests of its
+			// own (a create answered 409 when its cache still shows the Service, say): what
+			// matters is whether the allocator's create and delete are there.
 			got := ipAddressWrites(t, s, apiserverUser, auditedIP)
-			want := []answer{{201, "create"}, {200, "delete"}}
-			if side.name == "fork/registry" {
-				want = nil
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("audit log: %s's requests on IPAddress %s = %v, want %v", apiserverUser, auditedIP, got, want)
+			allocatorWrites := []answer{{201, "create"}, {200, "delete"}}
+			for _, w := range allocatorWrites {
+				switch logged := slices.Contains(got, w); {
+				case side.name == "fork/registry" && logged:
+					t.Errorf("audit log: %s's requests on IPAddress %s = %v; the registry path logs no %v", apiserverUser, auditedIP, got, w)
+				case side.name != "fork/registry" && !logged:
+					t.Errorf("audit log: %s's requests on IPAddress %s = %v, want %v among them", apiserverUser, auditedIP, got, w)
+				}
 			}
 		})
 	}
