@@ -170,8 +170,8 @@ func TestRepairFixesLabelsUnderAResourceVersionPreconditionOnARealAPIServer(t *t
 // TestRepairFollowsALegacyKubeAPIServerOnePassPerWindowAndReportsOnce is the skew window of an
 // upgrade against a real kube-apiserver v1.33 with MultiCIDRServiceAllocator=false (a Legacy
 // peer: bitmap only, no IPAddress objects), whose flag range 10.96.0.0/24 is wider than the one
-// ServiceCIDR, 10.96.0.0/25. Our DualWrite Controller, passes an hour apart, follows the
-// peer's Services. Three Services the peer creates in the ServiceCIDR a second and a half apart,
+// ServiceCIDR, 10.96.0.0/25. Our DualWrite Controller, passes an hour apart and a follow window
+// of 10 s, follows the peer's Services. Three Services the peer creates in the ServiceCIDR a second and a half apart,
 // and one it creates outside every ServiceCIDR, cost one pass between them, not one each; the
 // outside one gets one ClusterIPOutOfRange Event. Its later updates bring no pass forward and
 // no Event: a pass reported it, and nothing repair does can give it an IPAddress.
@@ -211,6 +211,7 @@ func TestRepairFollowsALegacyKubeAPIServerOnePassPerWindowAndReportsOnce(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.followWindow = 10 * time.Second
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer factory.Shutdown()
 	defer cancel()
@@ -256,7 +257,7 @@ func TestRepairFollowsALegacyKubeAPIServerOnePassPerWindowAndReportsOnce(t *test
 		}
 		time.Sleep(followDelay / 2)
 	}
-	time.Sleep(followWindow + 2*time.Second - time.Since(start))
+	time.Sleep(c.followWindow + 2*time.Second - time.Since(start))
 	if got := passes.Load() - base; got != 0 {
 		t.Errorf("the Controller made %d passes for updates of an out-of-range Service it reported, want none", got)
 	}

@@ -29,10 +29,13 @@ type Controller struct {
 	cfg       clusterip.Config
 	opts      Options
 	now       func() time.Time
-	retryBase time.Duration   // the first retry delay of Run; 1 s
-	metrics   *metrics.Repair // nil without Options.Registerer
-	families  []string        // the IP families of cfg.Ranges, for the drift gauges
-	follow    *follower       // nil in Legacy mode or without cfg.Informers
+	retryBase time.Duration // the first retry delay of Run; 1 s
+	// followWindow is the least time between the starts of a pass and of one that followed
+	// Services bring forward; defaultFollowWindow.
+	followWindow time.Duration
+	metrics      *metrics.Repair // nil without Options.Registerer
+	families     []string        // the IP families of cfg.Ranges, for the drift gauges
+	follow       *follower       // nil in Legacy mode or without cfg.Informers
 
 	firstPass     chan struct{} // closed once a pass has succeeded
 	firstPassOnce sync.Once
@@ -62,7 +65,7 @@ func NewController(cfg clusterip.Config, opts Options) (*Controller, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, leaks: map[netip.Addr]bitLeak{}, reported: map[cause]struct{}{}, firstPass: make(chan struct{})}
+	c := &Controller{cfg: cfg, opts: opts, now: time.Now, retryBase: time.Second, followWindow: defaultFollowWindow, leaks: map[netip.Addr]bitLeak{}, reported: map[cause]struct{}{}, firstPass: make(chan struct{})}
 	c.follow = newFollower(c)
 	for _, r := range cfg.Ranges {
 		c.families = append(c.families, string(allocator.FamilyOf(r.Addr())))
@@ -248,7 +251,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-// followed brings the next pass forward, to no sooner than followWindow after lastPass, if the
+// followed brings the next pass forward, to no sooner than c.followWindow after lastPass, if the
 // Service followed for ip still lacks its IPAddress object and no pass has reported ip as one
 // repair cannot fix. The queue keeps one passKey, at the earliest time it is asked for, so
 // every Service followed within a window shares one pass.
@@ -262,7 +265,7 @@ func (c *Controller) followed(ctx context.Context, q workqueue.TypedRateLimiting
 		logger.V(4).Info("A Service holds a ClusterIP without an IPAddress object that a pass reported; not repairing sooner", "ip", ip, "service", serviceKey(svc))
 		return
 	}
-	wait := followWindow - time.Since(lastPass)
+	wait := c.followWindow - time.Since(lastPass)
 	logger.V(2).Info("A Service holds a ClusterIP without an IPAddress object; bringing the next pass forward", "ip", ip, "service", serviceKey(svc), "in", max(wait, 0))
 	q.AddAfter(passKey, wait) // now if wait ≤ 0
 }

@@ -19,18 +19,21 @@ import (
 // stored, so a lag shorter than this is the cache's, not a missing object.
 const followDelay = time.Second
 
-// followWindow is the least time from the start of one pass to that of a pass followed Services
-// bring forward: however many Services a Legacy peer creates, and however often they change,
-// following them costs at most one pass (a LIST of every ServiceCIDR, IPAddress and Service)
-// per window. A Service followed within a window of the last pass waits for the window's end.
-const followWindow = 10 * time.Second
+// defaultFollowWindow is the least time from the start of one pass to that of a pass followed
+// Services bring forward: however many Services a Legacy peer creates, and however often they
+// change, following them costs at most one pass (a LIST of every ServiceCIDR, IPAddress and
+// Service) per window. A Service followed within a window of the last pass waits for the
+// window's end, so a burst of a peer's creates that straddles a pass gets its last IPAddress
+// objects one window later: kube-apiserver's own integration tests of a skew
+// (TestSkewAllocatorsRollout) give them 10 seconds in all.
+const defaultFollowWindow = 2 * time.Second
 
 // follower notes, from the Service and IPAddress informers of a Config, the Services that hold a
 // ClusterIP without an IPAddress object, as kube-apiserver's IPAddress repair loop follows
 // Service events: a Service a Legacy peer (a kube-apiserver of the skew window) allocated gets
 // its IPAddress within seconds instead of at the next pass. It only schedules passes, and only
 // for a Service that still lacks the object followDelay later; the pass confirms with live reads
-// what the cache suggests. Run brings at most one pass forward per followWindow, and none for an
+// what the cache suggests. Run brings at most one pass forward per follow window (defaultFollowWindow), and none for an
 // address a pass has reported as one it cannot fix (out of every ServiceCIDR, say). It is safe
 // for concurrent use.
 type follower struct {

@@ -132,13 +132,15 @@ func TestLegacyControllerFollowsNothing(t *testing.T) {
 
 // TestRunCoalescesFollowedServicesIntoOnePass: a burst of Services a Legacy peer allocated
 // (the skew window of an upgrade), each without its IPAddress object, costs one pass, not one
-// per Service: followed Services bring a pass forward to no sooner than a window (10 s) after
-// the last pass began. Each still gets its object.
+// per Service: followed Services bring a pass forward to no sooner than a window after the last
+// pass began (10 s here, so that Services a second and a half apart fall in one). Each still gets
+// its object.
 func TestRunCoalescesFollowedServicesIntoOnePass(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset(testenv.ServiceCIDR("kubernetes", "10.0.0.0/24"))
 	passes := countServiceLists(client)
 	c := followedController(t, client, featuregate.IPAddressOnly)
+	c.followWindow = 10 * time.Second
 	stop := runUntilCancelled(t, c)
 	defer stop()
 	waitFirstPass(t, c)
@@ -194,7 +196,7 @@ func TestRunDoesNotFollowAServiceAPassReportedOutOfRange(t *testing.T) {
 		}
 		time.Sleep(followDelay / 2)
 	}
-	time.Sleep(12*time.Second - time.Since(start)) // past the 10 s window after the first pass
+	time.Sleep(c.followWindow + 2*time.Second - time.Since(start)) // past the window after the first pass
 	if got := passes.Load() - base; got != 0 {
 		t.Errorf("Run made %d passes for updates of an out-of-range Service it reported, want none", got)
 	}

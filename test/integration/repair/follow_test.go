@@ -28,7 +28,7 @@ import (
 // creates no IPAddress objects, while our DualWrite repair Controller runs beside it with passes
 // an hour apart. Each Service the legacy peer creates after the first pass gets its IPAddress
 // (named by the ClusterIP, parentRef the Service, managed by ipallocator.k8s.io) within seconds,
-// as kube-apiserver's own IPAddress repair loop gives it on the Service's event (at most 10 s,
+// as kube-apiserver's own IPAddress repair loop gives it on the Service's event (a few seconds:
 // the follow window after the last pass), and within one pass per Service: a Service that
 // already has its object brings no pass forward.
 func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
