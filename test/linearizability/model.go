@@ -139,7 +139,9 @@ type Op struct {
 	// 60 s (repairip.go syncIPAddress) and never clears a bit, so from then on IPAddressOnly
 	// callers may take the address and callers that read the bitmap are refused it. The model
 	// sees a Repair from [RepairGrace] after the call to the end of the history that may turn
-	// such an owner into a bit that nobody holds. An acknowledged allocation is never repaired.
+	// such an owner into a bit that nobody holds. An acknowledged allocation is never repaired,
+	// and neither is one whose Service exists after the history: the harness records such a
+	// create as OK, since only its answer was lost.
 	// True for kube-apiserver's Service creates; our allocators' objects carry another
 	// managed-by label, which kube-apiserver's repair leaves alone.
 	RepairFrees bool `json:"repairFrees,omitempty"`
