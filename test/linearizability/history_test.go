@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -89,8 +90,9 @@ type historyStats struct {
 // kube-apiserver, and a process stopped with SIGSTOP for longer than its deadlines. Every history
 // must be linearizable (see Model); the test logs the addresses where it is so only because
 // a refusal left a bit set (see Op.RefusalLeavesBit).
-// Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must leave
-// the audit consistent.
+// Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must find no
+// address with two owners (a duplicate that lasts to the end, which the pass would otherwise
+// fix as a wrong parent) and must leave the audit consistent.
 //
 // The audit runs in DualWrite mode because that is where the cluster stands at the end of each
 // history: kube-apiserver runs dual write throughout, and DualWrite is the mode whose audit reads
@@ -729,7 +731,8 @@ func apiProxies(slots []*procSlot) []*Proxy {
 }
 
 // repairOnce runs one pass of the repair controller in DualWrite mode with no leak hold-off,
-// then audits: the audit must be consistent.
+// then audits, and fails the history on what [repairFailures] finds: two owners of an address
+// before the pass, or any finding after it.
 func (h *harness) repairOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -740,11 +743,19 @@ func (h *harness) repairOnce(ctx context.Context) {
 	defer ec.Close()
 	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{h.rg}, Etcd: ec,
 		Client: h.currentAPI().Client, ManagedBy: testManagedBy}
+	ipas, err := cfg.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatalf("list the IPAddresses before the repair pass: %v", err)
+	}
+	parents := make(map[string]string, len(ipas.Items))
+	for _, ipa := range ipas.Items {
+		parents[ipa.Name] = parentOf(&ipa)
+	}
 	ctrl, err := repair.NewController(cfg, repair.Options{LeakGrace: -1})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	before, err := ctrl.RunOnce(ctx)
+	pass, err := ctrl.RunOnce(ctx)
 	if err != nil {
 		h.t.Errorf("repair pass: %v", err)
 	}
@@ -752,14 +763,60 @@ func (h *harness) repairOnce(ctx context.Context) {
 	if err != nil {
 		h.t.Fatalf("audit after the repair pass: %v", err)
 	}
-	if before != nil {
-		h.t.Logf("%s: the repair pass found %v; the audit after it: consistent=%v %v", h.w.name, before.Counts, rep.Consistent, rep.Counts)
+	if pass != nil {
+		h.t.Logf("%s: the repair pass found %v; the audit after it: consistent=%v %v", h.w.name, pass.Counts, rep.Consistent, rep.Counts)
 	}
-	if !rep.Consistent {
-		for _, f := range rep.Findings {
-			h.t.Errorf("after one repair pass: %s %s %s: %s", f.IP, f.Class, f.Service, f.Detail)
+	for _, f := range repairFailures(pass, parents, rep) {
+		h.t.Error(f)
+	}
+}
+
+// parentOf returns an IPAddress object's parentRef as "resource/namespace/name", the
+// resource with its group after a dot when it has one.
+func parentOf(ipa *networkingv1.IPAddress) string {
+	p := ipa.Spec.ParentRef
+	if p == nil {
+		return "(no parent)"
+	}
+	res := p.Resource
+	if p.Group != "" {
+		res += "." + p.Group
+	}
+	return res + "/" + p.Namespace + "/" + p.Name
+}
+
+// repairFailures returns why a history fails on the repair pass that follows it: each finding
+// of the pass (nil if it could not read) that means two owners of one address, and each
+// finding of the audit after the pass. Two owners are two Services (DuplicateOwner), or a
+// Service and an IPAddress object naming another parent (WrongParent unless the object, as
+// parents had it before the pass, names the Service itself and only its labels are wrong):
+// the pass recreates such an object for the Service, so the audit after it never sees the
+// duplicate. parents holds the parentRef of each IPAddress object, by name, as [parentOf]
+// writes it; a WrongParent finding whose object is not in it counts as two owners.
+func repairFailures(pass *repair.Report, parents map[string]string, after *repair.Report) []string {
+	var out []string
+	if pass != nil {
+		for _, f := range pass.Findings {
+			switch f.Class {
+			case repair.DuplicateOwner:
+				out = append(out, fmt.Sprintf("two owners before the repair pass: %s %s %s (%s)", f.IP, f.Class, f.Service, f.Detail))
+			case repair.WrongParent:
+				p, ok := parents[f.IP]
+				switch {
+				case !ok:
+					out = append(out, fmt.Sprintf("two owners before the repair pass: %s %s %s (its IPAddress was not read before the pass: %s)", f.IP, f.Class, f.Service, f.Detail))
+				case p != "services/"+f.Service:
+					out = append(out, fmt.Sprintf("two owners before the repair pass: %s %s %s (its IPAddress names %s)", f.IP, f.Class, f.Service, p))
+				}
+			}
 		}
 	}
+	if after != nil && !after.Consistent {
+		for _, f := range after.Findings {
+			out = append(out, fmt.Sprintf("after one repair pass: %s %s %s: %s", f.IP, f.Class, f.Service, f.Detail))
+		}
+	}
+	return out
 }
 
 // explainAll writes [Explain] of each address of bad to prefix-ADDR.txt and returns the pattern
