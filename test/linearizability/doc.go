@@ -17,7 +17,11 @@
 // refused dual write held until it undid it (Op.TransientBit), and one a DualWrite release holds
 // between deleting the IPAddress object and clearing the bit (Op.ClearsBitLast). Such a bit only
 // makes callers that read the bitmap refuse the address; it never lets anyone take a held one,
-// and one that its caller clears is gone by the time the caller's operation returns.
+// and one that its caller clears is gone by the time the caller's operation returns. The model
+// knows who wrote each bit: a caller writes one only where it finds the bit clear, so a holder's
+// own bit goes with its release, and a refusal leaves a bit only while an IPAddressOnly caller
+// holds the address or while kube-apiserver's release, which clears the bit before it deletes the
+// object (Op.ClearsBitFirst), is between the two.
 //
 // Operations on different addresses commute, so a history is checked one address at a time
 // ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in

@@ -478,7 +478,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 	var held []svc
 	for seq := 0; time.Now().Before(h.deadline); seq++ {
 		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
-		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true}
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true}
 		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
 		r := rng.Float64()
 		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
@@ -871,10 +871,12 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 
 // withCallerFlags returns a history written by an earlier harness with the flags the harness
 // sets now: Op.ClearsBitLast and Op.RepairFrees from who called, when the history has neither
-// (with the Undos of the releases that gives), and Op.RefusalLeavesBit instead of
-// Op.TransientBit (and no Undo) for a DualWrite refusal that kept its bit.
+// (with the Undos of the releases that gives), Op.ClearsBitFirst for kube-apiserver's
+// operations when no operation has it (with the Deletes of its releases), and
+// Op.RefusalLeavesBit instead of Op.TransientBit (and no Undo) for a DualWrite refusal that
+// kept its bit.
 func withCallerFlags(history []Op) []Op {
-	old := true
+	old, noClearsBitFirst := true, true
 	type key struct {
 		client int
 		call   int64
@@ -883,6 +885,9 @@ func withCallerFlags(history []Op) []Op {
 	for _, op := range history {
 		if op.ClearsBitLast || op.RepairFrees {
 			old = false
+		}
+		if op.ClearsBitFirst {
+			noClearsBitFirst = false
 		}
 		if op.Kind == Allocate && op.TransientBit && strings.Contains(op.Err, keptBitRefusal) {
 			keptBit[key{op.Client, op.Call}] = true
@@ -906,11 +911,19 @@ func withCallerFlags(history []Op) []Op {
 				op.RepairFrees = true
 			}
 		}
+		if noClearsBitFirst && op.Process == "kube-apiserver" && op.Kind != Undo {
+			op.ClearsBitFirst = true
+		}
 		out = append(out, op)
 		if old && op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {
 			undo := op
 			undo.Kind = Undo
 			out = append(out, undo)
+		}
+		if noClearsBitFirst && op.Kind == Release && op.Outcome != Refused && op.ClearsBitFirst && op.Bitmap {
+			del := op
+			del.Kind, del.Err = Delete, ""
+			out = append(out, del)
 		}
 	}
 	return out

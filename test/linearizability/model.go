@@ -28,6 +28,11 @@ const (
 	// with Op.RepairFrees whose outcome is unknown, if that allocation took effect without its
 	// Service: the partition adds one for each such allocation ([Model]); nobody calls it.
 	Repair
+	// Delete is the second half of a Release with Op.ClearsBitFirst that is OK or unknown: the
+	// caller deleting the IPAddress object after it cleared the bit. The history gets one for
+	// each such Release, over the same interval and with the same outcome ([WithUndos]); nobody
+	// calls it.
+	Delete
 )
 
 func (k Kind) String() string {
@@ -42,6 +47,8 @@ func (k Kind) String() string {
 		return "Undo"
 	case Repair:
 		return "Repair"
+	case Delete:
+		return "Delete"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -108,9 +115,11 @@ type Op struct {
 	// address and then creates its IPAddress object, and when that create fails because the
 	// object exists it returns the error without clearing the bit (MetaAllocator's
 	// AllocateService and AllocateNextService in pkg/registry/core/service/ipallocator/
-	// cidrallocator.go). The object exists when an IPAddressOnly peer holds the address, or when
-	// a kube-apiserver release of it has cleared the bit and not yet deleted the object (its
-	// Release clears the bit first). Our DualWrite allocator clears the bit it set when the
+	// cidrallocator.go). It can only do so where it finds the bit clear and the object there:
+	// when an IPAddressOnly peer holds the address, or when a kube-apiserver release of it has
+	// cleared the bit and not yet deleted the object (Op.ClearsBitFirst). A holder that wrote
+	// the bit keeps it until its release clears it, and a refusal meanwhile writes nothing.
+	// Our DualWrite allocator clears the bit it set when the
 	// create is refused (Op.TransientBit), and releases in the other order; but when the create
 	// loses its answer and a read then finds the object held for another owner, it answers
 	// ErrAllocated and keeps the bit, since the create may still land (dualwrite.go settle),
@@ -128,9 +137,16 @@ type Op struct {
 	// address, while callers that read the bitmap are refused it. The model sees an OK Release
 	// free the address and leave the bit set, and an Undo of the same interval clear it, so the
 	// bit is gone by the time the Release returns. kube-apiserver v1.33 releases in the other
-	// order (MetaAllocator.Release clears the bit, then deletes the object), which needs no such
-	// step: see RefusalLeavesBit.
+	// order: see ClearsBitFirst.
 	ClearsBitLast bool `json:"clearsBitLast,omitempty"`
+	// ClearsBitFirst says that the caller's Release clears the address's bit and then deletes
+	// its IPAddress object, as kube-apiserver v1.33 does (MetaAllocator.Release): in between,
+	// the address is held with its bit clear, so a create that reads the bitmap sets the bit and
+	// is refused by the object, and kube-apiserver's leaves that bit for good (RefusalLeavesBit).
+	// The model sees a Release that is OK or unknown clear the holder's bit, and a Delete of the
+	// same interval free the address, so the address is free by the time the Release returns.
+	// True for kube-apiserver's Service deletes.
+	ClearsBitFirst bool `json:"clearsBitFirst,omitempty"`
 	// RepairFrees says that an allocation whose outcome is unknown may have taken effect
 	// without its owner: kube-apiserver v1.33 sets the bit and creates the IPAddress object
 	// before it stores the Service, so a Service create cut short (kube-apiserver killed, its
@@ -152,8 +168,10 @@ type Op struct {
 // has a resolution of one second, so 59 s after any instant before the object was created.
 const RepairGrace = 59 * time.Second
 
-// WithUndos returns history with an Undo after each refused Allocate with Op.TransientBit and
-// each OK Release with Op.ClearsBitLast, over the same interval.
+// WithUndos returns history with the second halves of operations that take two steps, each
+// over the same interval as its first: an Undo after each refused Allocate with
+// Op.TransientBit and each OK Release with Op.ClearsBitLast, and a Delete, with the Release's
+// outcome, after each Release with Op.ClearsBitFirst that is OK or unknown.
 func WithUndos(history []Op) []Op {
 	out := make([]Op, 0, len(history))
 	for _, op := range history {
@@ -162,6 +180,11 @@ func WithUndos(history []Op) []Op {
 			undo := op
 			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
 			out = append(out, undo)
+		}
+		if op.ClearsBitFirst && op.Bitmap && op.Kind == Release && op.Outcome != Refused {
+			del := op
+			del.Kind, del.Err = Delete, ""
+			out = append(out, del)
 		}
 	}
 	return out
@@ -174,7 +197,7 @@ func (op Op) String() string {
 		s += op.Addr.String() + ", " + op.Owner
 	case AllocateNext:
 		s += op.Owner
-	case Release, Undo:
+	case Release, Undo, Delete:
 		s += op.Addr.String()
 	case Repair:
 		s += op.Addr.String() + ", " + op.Owner
@@ -196,25 +219,61 @@ const free = "(free)"
 // is invisible to IPAddressOnly callers, which may take the address while it is set. It never
 // lets anyone take an address that is held.
 //
-// Bits set for nobody mark a possible holder h. "h" + leftBit: a bit left behind (Op.LeavesBit,
-// Op.RefusalLeavesBit) that a Release from a caller that reads the bitmap clears. "h" +
-// stuckBit: one that no Release clears, because kube-apiserver v1.33 set it while a release of
-// the address that had already cleared its bit was still deleting the IPAddress object, or its
-// repair loop deleted the object of a lost Service create and kept the bit (Op.RepairFrees).
-// "h" + pendingBit: one that a caller holds while its operation runs and clears before it
-// returns, in the Undo that follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing
-// else clears it, and an Undo that finds none does not fit, so the Undo cannot come before the
-// step that set the bit and the bit is gone when the operation returns.
+// A holder h carries a mark for the one bit of the address, saying who wrote it. "h" + ownBit:
+// the holder's own, written when it took the address (Op.Bitmap) and cleared by its release.
+// Bits set for nobody: "h" + leftBit: a bit left behind (Op.LeavesBit, Op.RefusalLeavesBit)
+// that a Release from a caller that reads the bitmap clears. "h" + stuckBit: one that no
+// Release clears, because kube-apiserver v1.33 set it while a release of the address that had
+// already cleared its bit was still deleting the IPAddress object, or its repair loop deleted
+// the object of a lost Service create and kept the bit (Op.RepairFrees). "h" + pendingBit: one
+// that a caller holds while its operation runs and clears before it returns, in the Undo that
+// follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing else clears it, and an
+// Undo that finds none does not fit, so the Undo cannot come before the step that set the bit
+// and the bit is gone when the operation returns. No mark: the bit is clear. A caller that reads
+// the bitmap writes a bit only where it finds it clear; where it is set, it is refused without
+// writing anything.
+//
+// A holder may also be marked releasing: its release (Op.ClearsBitFirst) has cleared its bit
+// and not yet deleted its IPAddress object, which the Delete that follows does.
 const (
+	ownBit     = "+own"
 	leftBit    = "+bit"
 	stuckBit   = "+stuck"
 	pendingBit = "+pending"
+	releasing  = "+releasing"
 )
 
+// holding is one state an address may be in, parsed.
+type holding struct {
+	holder    string // free, or an owner
+	bit       string // who wrote the bit: ownBit, leftBit, stuckBit, pendingBit; "" when it is clear
+	releasing bool   // the holder's Op.ClearsBitFirst release is between its two halves
+}
+
+func parseHolding(e string) holding {
+	var x holding
+	e, x.releasing = strings.CutSuffix(e, releasing)
+	for _, m := range []string{ownBit, stuckBit, leftBit, pendingBit} {
+		if rest, ok := strings.CutSuffix(e, m); ok {
+			e, x.bit = rest, m
+			break
+		}
+	}
+	x.holder = e
+	return x
+}
+
+func (x holding) String() string {
+	s := x.holder + x.bit
+	if x.releasing {
+		s += releasing
+	}
+	return s
+}
+
 // A state of the model is the set of the states one address may be in, given the outcomes that
-// are unknown: sorted, distinct, joined by newlines; each is a holder (free, or an owner) that
-// may carry one of the marks above. A string, so that porcupine compares and hashes states as
-// they are.
+// are unknown: sorted, distinct, joined by newlines; each is a [holding] as a string. A string,
+// so that porcupine compares and hashes states as they are.
 
 func stateOf(holders []string) string {
 	sort.Strings(holders)
@@ -226,29 +285,45 @@ func stateOf(holders []string) string {
 func step(state string, op Op, allowLeftBits bool) (bool, string) {
 	var next []string
 	for _, e := range strings.Split(state, "\n") {
-		h, mark := e, ""
-		for _, m := range []string{stuckBit, leftBit, pendingBit} {
-			if rest, ok := strings.CutSuffix(e, m); ok {
-				h, mark = rest, m
-				break
-			}
-		}
-		// seen is the mark as op's caller sees it; kept, the mark after op, when op does not
+		x := parseHolding(e)
+		h, mark := x.holder, x.bit
+		// seen is whether op's caller sees a bit; kept, the mark after op, when op does not
 		// set the bit itself.
 		seen := mark != "" && op.Bitmap
 		kept := mark
-		if op.Bitmap && mark == leftBit {
-			kept = "" // the caller's own write of the bit replaces the one left behind
+		switch {
+		case op.Bitmap && (mark == leftBit || mark == ownBit):
+			kept = "" // a release from a caller that reads the bitmap clears it
+		case mark == ownBit:
+			kept = leftBit // a release that does not write the bitmap leaves the holder's bit
 		}
 		held := h != free || seen
 		released := free + kept
 		taken := op.Owner + kept
+		if op.Bitmap {
+			taken = op.Owner + ownBit
+		}
+		// with returns the holding with the bit written by another than the holder.
+		with := func(bit string) string { return holding{h, bit, x.releasing}.String() }
+		// writes is whether op's caller, which reads the bitmap, finds the bit clear and sets
+		// it while the IPAddress object is there or not.
+		writes := op.Bitmap && mark == ""
 		leaves := op.LeavesBit && op.Bitmap
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
 		case op.Kind == Undo:
 			if mark == pendingBit {
-				next = append(next, h)
+				next = append(next, with(""))
+			}
+		case op.Kind == Delete:
+			switch {
+			case x.releasing:
+				next = append(next, free+mark) // a bit written meanwhile stays
+			case h == free:
+				next = append(next, e) // nothing to delete
+			}
+			if op.Outcome != OK {
+				next = append(next, e)
 			}
 		case op.Kind == Repair:
 			next = append(next, e)
@@ -257,10 +332,15 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			}
 		case op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap:
 			next = append(next, free+pendingBit) // the object deleted; the Undo clears the bit
+		case op.Kind == Release && op.Outcome == OK && op.ClearsBitFirst && op.Bitmap && h != free:
+			next = append(next, holding{h, kept, true}.String()) // the bit cleared; the Delete frees
 		case op.Kind == Release && op.Outcome == OK:
 			next = append(next, released)
 		case op.Kind == Release:
 			next = append(next, e, released)
+			if op.ClearsBitFirst && op.Bitmap && h != free {
+				next = append(next, holding{h, kept, true}.String())
+			}
 			if leaves && mark != stuckBit { // the IPAddress object deleted, the bit not cleared
 				next = append(next, free+leftBit)
 			}
@@ -271,11 +351,11 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		case op.Outcome == Refused: // Allocate of a held address
 			if held {
 				next = append(next, e)
-				if refusalLeaves {
-					next = append(next, h+stuckBit)
+				if refusalLeaves && writes && h != free {
+					next = append(next, with(stuckBit))
 				}
-				if op.TransientBit && mark == "" {
-					next = append(next, h+pendingBit)
+				if op.TransientBit && writes && h != free {
+					next = append(next, with(pendingBit))
 				}
 			}
 		default: // an allocation that may have happened
@@ -284,10 +364,11 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 				next = append(next, taken)
 			}
 			switch {
+			case !writes:
 			case refusalLeaves:
-				next = append(next, h+stuckBit)
-			case leaves && mark != stuckBit:
-				next = append(next, h+leftBit)
+				next = append(next, with(stuckBit))
+			case leaves:
+				next = append(next, with(leftBit))
 			}
 		}
 	}
@@ -375,7 +456,7 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 func repairOf(o porcupine.Operation, addr netip.Addr) (porcupine.Operation, bool) {
 	op := o.Input.(Op)
 	call := o.Call + int64(RepairGrace)
-	if !op.RepairFrees || op.Outcome != Unknown || op.Kind == Release || call > o.Return {
+	if !op.RepairFrees || op.Outcome != Unknown || (op.Kind != Allocate && op.Kind != AllocateNext) || call > o.Return {
 		return porcupine.Operation{}, false
 	}
 	r := Op{Client: op.Client, Process: "kube-apiserver's repair", Kind: Repair, Addr: addr, Owner: op.Owner,
