@@ -26,7 +26,10 @@
 // Operations on different addresses commute, so a history is checked one address at a time
 // ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in
 // every address's part as an allocation that may have happened; those of one kind of caller are
-// merged into one, since at most one of them can have taken a given address.
+// merged into one, since at most one of them can have taken a given address. An AllocateNext
+// refused as full is put in the part of every address of its range (Op.Range), each of which
+// must be held, as its caller sees it, at some instant of the call: one address at a time, the
+// instants may differ, so this checks less than one instant at which the range was full.
 //
 // The harness (the tests of this package) runs allocator processes in mixed modes beside a real
 // kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.

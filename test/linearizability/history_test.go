@@ -496,7 +496,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 			}
 		} else {
 			name := fmt.Sprintf("h-%d-%d", client, seq)
-			op.Kind, op.Owner = AllocateNext, metav1.NamespaceDefault+"/"+name
+			op.Kind, op.Owner, op.Range = AllocateNext, metav1.NamespaceDefault+"/"+name, h.rg
 			want := ""
 			if r < 0.7 {
 				op.Kind, op.Addr = Allocate, pickAddr(rng, h.rg)
@@ -872,7 +872,8 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 // withCallerFlags returns a history written by an earlier harness with the flags the harness
 // sets now: Op.ClearsBitLast and Op.RepairFrees from who called, when the history has neither
 // (with the Undos of the releases that gives), Op.ClearsBitFirst for kube-apiserver's
-// operations when no operation has it (with the Deletes of its releases), and
+// operations when no operation has it (with the Deletes of its releases), Op.Range for
+// AllocateNexts that have none, and
 // Op.RefusalLeavesBit instead of Op.TransientBit (and no Undo) for a DualWrite refusal that
 // kept its bit.
 func withCallerFlags(history []Op) []Op {
@@ -913,6 +914,9 @@ func withCallerFlags(history []Op) []Op {
 		}
 		if noClearsBitFirst && op.Process == "kube-apiserver" && op.Kind != Undo {
 			op.ClearsBitFirst = true
+		}
+		if op.Kind == AllocateNext && !op.Range.IsValid() {
+			op.Range = netip.MustParsePrefix(historyRange) // every history was recorded on it
 		}
 		out = append(out, op)
 		if old && op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {

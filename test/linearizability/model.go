@@ -62,7 +62,7 @@ const (
 	OK Outcome = iota
 	// Refused: the operation did not take effect, for a reason the model checks: Allocate of a
 	// held address (ErrAllocated, or kube-apiserver's 422 "already allocated"), or AllocateNext
-	// of a full range (ErrFull).
+	// of a full range (ErrFull, or kube-apiserver's "range is full"; see Op.Range).
 	Refused
 	// Unknown: the operation may or may not have taken effect (a timeout, a lost answer, any
 	// other error, or no answer at all).
@@ -92,6 +92,11 @@ type Op struct {
 	Kind    Kind       `json:"kind"`
 	Addr    netip.Addr `json:"addr"`  // the address asked for, released, or returned by an AllocateNext that is OK
 	Owner   string     `json:"owner"` // who the address is allocated for; empty for a Release
+	// Range is the range an AllocateNext allocates from: a refusal as full says that every
+	// usable address of it (all but the network address and, for IPv4, the broadcast address)
+	// was held at some instant of the call. Without it, only the addresses the history names
+	// are checked.
+	Range netip.Prefix `json:"range,omitzero"`
 	// Call and Return are when the operation was called and when its answer came back, in
 	// nanoseconds since the Unix epoch. An operation whose outcome is unknown, answered or not,
 	// returns at the end of the history: a request held back by a partition may still take
@@ -348,6 +353,10 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if !held {
 				next = append(next, taken)
 			}
+		case op.Outcome == Refused && op.Kind == AllocateNext: // a full range, this address in it
+			if held {
+				next = append(next, e) // it reserved nothing
+			}
 		case op.Outcome == Refused: // Allocate of a held address
 			if held {
 				next = append(next, e)
@@ -410,23 +419,36 @@ func newModel(allowLeftBits bool) porcupine.Model {
 	}
 }
 
-// partition splits a history by address. An AllocateNext refused as full names no address and
-// is left out; one whose outcome is unknown goes into every part, as an allocation of that
-// address that may have happened. Each allocation with Op.RepairFrees whose outcome is unknown
-// brings a Repair of its owner into the parts it is in.
+// partition splits a history by address. An AllocateNext whose outcome is unknown goes into
+// every part, as an allocation of that address that may have happened; one refused as full
+// goes into the part of every address of its Op.Range and every address the history names
+// when it has none, as a refusal that needs the address held. Each address is checked on its
+// own, so a refusal as full is legal when each address was held at some instant of the call,
+// not necessarily the same one for all. The addresses of a range that no operation names are
+// free throughout but for lost AllocateNexts, so one of them, the lowest, stands for all.
+// Each allocation with Op.RepairFrees whose outcome is unknown brings a Repair of its owner
+// into the parts it is in.
 func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byAddr := map[netip.Addr][]porcupine.Operation{}
-	var anywhere []porcupine.Operation
+	var anywhere, full []porcupine.Operation
 	for _, o := range history {
 		op := o.Input.(Op)
 		switch {
 		case op.Kind == AllocateNext && op.Outcome == Unknown:
 			anywhere = append(anywhere, o)
 		case op.Kind == AllocateNext && op.Outcome == Refused:
+			full = append(full, o)
 		default:
 			byAddr[op.Addr] = append(byAddr[op.Addr], o)
 			if r, ok := repairOf(o, op.Addr); ok {
 				byAddr[op.Addr] = append(byAddr[op.Addr], r)
+			}
+		}
+	}
+	for _, o := range full {
+		if rg := o.Input.(Op).Range; rg.IsValid() {
+			if a, ok := unnamed(rg, byAddr); ok {
+				byAddr[a] = nil
 			}
 		}
 	}
@@ -444,9 +466,43 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 				part = append(part, r)
 			}
 		}
+		for _, o := range full {
+			op := o.Input.(Op)
+			if !op.Range.IsValid() || usable(op.Range, a) {
+				op.Addr = a
+				o.Input, o.Output = op, op
+				part = append(part, o)
+			}
+		}
 		parts = append(parts, part)
 	}
 	return parts
+}
+
+// unnamed returns the lowest usable address of rg that has no part in byAddr; ok is false when
+// there is none. It looks at no more addresses than byAddr has, plus one.
+func unnamed(rg netip.Prefix, byAddr map[netip.Addr][]porcupine.Operation) (netip.Addr, bool) {
+	for a := rg.Masked().Addr().Next(); a.IsValid() && usable(rg, a); a = a.Next() {
+		if _, named := byAddr[a]; !named {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// usable reports whether a is an address of rg that can be allocated: in it, and neither its
+// network address nor, for IPv4, its broadcast address.
+func usable(rg netip.Prefix, a netip.Addr) bool {
+	if !rg.Contains(a) || a == rg.Masked().Addr() {
+		return false
+	}
+	if !a.Is4() {
+		return true
+	}
+	host := 32 - rg.Bits()
+	v := a.As4()
+	n := uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])
+	return host == 0 || n&(1<<host-1) != 1<<host-1
 }
 
 // repairOf returns the Repair of addr that o, an allocation, may bring: ok is false unless o

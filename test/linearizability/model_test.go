@@ -234,7 +234,7 @@ func TestCheckerVerdicts(t *testing.T) {
 			want:    porcupine.Ok,
 		},
 		{
-			name: "a full range names no address",
+			name: "a refusal as full with no range, in a history that names no address",
 			history: []Op{
 				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},
 			},
