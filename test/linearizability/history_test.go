@@ -296,9 +296,11 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := countUnknown(ops)
 	if ops, err = withStoredServices(ops, stored); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%s: %d creates whose answer was lost had stored their Service", w.name, lost-countUnknown(ops))
 
 	s := historyStats{ops: len(ops), outcomes: map[Outcome]int{}, faults: h.faults}
 	for _, op := range ops {
@@ -527,6 +529,17 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 		}
 		time.Sleep(pause)
 	}
+}
+
+// countUnknown returns how many operations of history have an unknown outcome.
+func countUnknown(history []Op) int {
+	n := 0
+	for _, op := range history {
+		if op.Outcome == Unknown {
+			n++
+		}
+	}
+	return n
 }
 
 // storedServices returns the address of each Service in the default namespace, by
