@@ -69,6 +69,15 @@ func TestRefusalsAsFullAreChecked(t *testing.T) {
 			want: porcupine.Illegal,
 		},
 		{
+			name: "two refusals as full, while one address no operation names is free",
+			history: []Op{
+				{Client: 0, Kind: Allocate, Addr: one, Owner: "a", Call: 0, Return: 10, Outcome: OK},
+				full(2, 40, 50, false),
+				full(3, 40, 50, true),
+			},
+			want: porcupine.Illegal,
+		},
+		{
 			name: "a range full with an AllocateNext whose answer was lost",
 			history: []Op{
 				{Client: 0, Kind: Allocate, Addr: one, Owner: "a", Call: 0, Return: 10, Outcome: OK},

@@ -445,8 +445,10 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 			}
 		}
 	}
+	standIns := map[netip.Prefix]bool{}
 	for _, o := range full {
-		if rg := o.Input.(Op).Range; rg.IsValid() {
+		if rg := o.Input.(Op).Range.Masked(); rg.IsValid() && !standIns[rg] {
+			standIns[rg] = true
 			if a, ok := unnamed(rg, byAddr); ok {
 				byAddr[a] = nil
 			}
