@@ -21,7 +21,10 @@
 // knows who wrote each bit: a caller writes one only where it finds the bit clear, so a holder's
 // own bit goes with its release, and a refusal leaves a bit only while an IPAddressOnly caller
 // holds the address or while kube-apiserver's release, which clears the bit before it deletes the
-// object (Op.ClearsBitFirst), is between the two.
+// object (Op.ClearsBitFirst), is between the two. kube-apiserver's AllocateNext, when the bitmap
+// fails it (full, or its storage failing), takes an address by its IPAddress object alone and
+// writes no bit (Op.FallsBackToObjects): the model lets it take an address nobody holds whatever
+// its bit, never a held one, though real kube-apiserver takes one a Legacy caller holds.
 //
 // Operations on different addresses commute, so a history is checked one address at a time
 // ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in

@@ -480,7 +480,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 	var held []svc
 	for seq := 0; time.Now().Before(h.deadline); seq++ {
 		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
-		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true}
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true}
 		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
 		r := rng.Float64()
 		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
@@ -885,12 +885,13 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 // withCallerFlags returns a history written by an earlier harness with the flags the harness
 // sets now: Op.ClearsBitLast and Op.RepairFrees from who called, when the history has neither
 // (with the Undos of the releases that gives), Op.ClearsBitFirst for kube-apiserver's
-// operations when no operation has it (with the Deletes of its releases), Op.Range for
+// operations when no operation has it (with the Deletes of its releases), Op.FallsBackToObjects
+// for kube-apiserver's operations when no operation has it, Op.Range for
 // AllocateNexts that have none, and
 // Op.RefusalLeavesBit instead of Op.TransientBit (and no Undo) for a DualWrite refusal that
 // kept its bit.
 func withCallerFlags(history []Op) []Op {
-	old, noClearsBitFirst := true, true
+	old, noClearsBitFirst, noFallback := true, true, true
 	type key struct {
 		client int
 		call   int64
@@ -902,6 +903,9 @@ func withCallerFlags(history []Op) []Op {
 		}
 		if op.ClearsBitFirst {
 			noClearsBitFirst = false
+		}
+		if op.FallsBackToObjects {
+			noFallback = false
 		}
 		if op.Kind == Allocate && op.TransientBit && strings.Contains(op.Err, keptBitRefusal) {
 			keptBit[key{op.Client, op.Call}] = true
@@ -927,6 +931,9 @@ func withCallerFlags(history []Op) []Op {
 		}
 		if noClearsBitFirst && op.Process == "kube-apiserver" && op.Kind != Undo {
 			op.ClearsBitFirst = true
+		}
+		if noFallback && op.Process == "kube-apiserver" {
+			op.FallsBackToObjects = true
 		}
 		if op.Kind == AllocateNext && !op.Range.IsValid() {
 			op.Range = netip.MustParsePrefix(historyRange) // every history was recorded on it

@@ -166,6 +166,18 @@ type Op struct {
 	// True for kube-apiserver's Service creates; our allocators' objects carry another
 	// managed-by label, which kube-apiserver's repair leaves alone.
 	RepairFrees bool `json:"repairFrees,omitempty"`
+	// FallsBackToObjects says that an AllocateNext whose bitmap allocation fails may take an
+	// address by its IPAddress object alone, whatever its bit, and write no bit: kube-apiserver
+	// v1.33 in dual write asks the bitmap first and, on any error from it (the bitmap full, its
+	// storage failing), logs "no IP address available on the old ClusterIP allocator" and takes
+	// an address that has no IPAddress object (MetaAllocator.AllocateNextService in
+	// pkg/registry/core/service/ipallocator/cidrallocator.go). Its Service delete clears the
+	// bit whoever set it (MetaAllocator.Release). The model lets such an AllocateNext take an
+	// address that nobody holds, with the bit it finds, set for nobody or clear, left as it is;
+	// an address somebody holds it never takes, though kube-apiserver does take one that a
+	// Legacy caller holds, since that holder has no IPAddress object: two owners, which a
+	// history must not show. True for kube-apiserver's Service creates.
+	FallsBackToObjects bool `json:"fallsBackToObjects,omitempty"`
 }
 
 // RepairGrace is the earliest, after an allocation's call, that kube-apiserver's repair loop can
@@ -310,6 +322,18 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		}
 		// with returns the holding with the bit written by another than the holder.
 		with := func(bit string) string { return holding{h, bit, x.releasing}.String() }
+		// fallback is op's holding when it takes the address by its IPAddress object alone
+		// (Op.FallsBackToObjects), which it can only do where nobody holds it: the bit stays
+		// as it was, and one that no other Release would clear is cleared by the holder's,
+		// since kube-apiserver's clears the bit whoever set it.
+		fallback := ""
+		if op.FallsBackToObjects && op.Kind == AllocateNext && h == free && !x.releasing {
+			fb := mark
+			if fb == stuckBit {
+				fb = leftBit
+			}
+			fallback = holding{op.Owner, fb, false}.String()
+		}
 		// writes is whether op's caller, which reads the bitmap, finds the bit clear and sets
 		// it while the IPAddress object is there or not.
 		writes := op.Bitmap && mark == ""
@@ -332,8 +356,12 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			}
 		case op.Kind == Repair:
 			next = append(next, e)
-			if h == op.Owner {
-				next = append(next, free+stuckBit)
+			switch {
+			case h != op.Owner:
+			case mark == ownBit:
+				next = append(next, free+stuckBit) // the object deleted, the owner's bit kept
+			default:
+				next = append(next, free+mark) // taken by its object alone: the bit as it was
 			}
 		case op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap:
 			next = append(next, free+pendingBit) // the object deleted; the Undo clears the bit
@@ -353,6 +381,9 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if !held {
 				next = append(next, taken)
 			}
+			if fallback != "" {
+				next = append(next, fallback)
+			}
 		case op.Outcome == Refused && op.Kind == AllocateNext: // a full range, this address in it
 			if held {
 				next = append(next, e) // it reserved nothing
@@ -371,6 +402,9 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			next = append(next, e)
 			if !held {
 				next = append(next, taken)
+			}
+			if fallback != "" {
+				next = append(next, fallback)
 			}
 			switch {
 			case !writes:
@@ -528,12 +562,12 @@ func repairOf(o porcupine.Operation, addr netip.Addr) (porcupine.Operation, bool
 // to release it, so one stands for all of them, with a wider interval; without the merge the
 // search tries every order of them, which is exponential in their number.
 func mergeLost(ops []porcupine.Operation) []porcupine.Operation {
-	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast, repairFrees bool }
+	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast, repairFrees, fallsBack bool }
 	merged := map[class]int{} // index in out
 	var out []porcupine.Operation
 	for _, o := range ops {
 		op := o.Input.(Op)
-		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast, op.RepairFrees}
+		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast, op.RepairFrees, op.FallsBackToObjects}
 		i, ok := merged[c]
 		if !ok {
 			// Each class its own owner, so that a Repair frees only its own class's.

@@ -14,7 +14,7 @@ import (
 func lostCreate(client int, name string, addr netip.Addr, call, end int64) Op {
 	op := Op{Client: client, Process: "kube-apiserver", Kind: Allocate, Addr: addr, Owner: "default/" + name,
 		Call: call, Return: end, Outcome: Unknown, Err: "context deadline exceeded",
-		Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true}
+		Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true}
 	if !addr.IsValid() {
 		op.Kind = AllocateNext
 	}
