@@ -55,11 +55,11 @@ const (
 	// informerLag bounds how far behind an informer's view of the IPAddress objects is when an
 	// allocator answers from it (Op.ViewLag): a fault cuts a process off from kube-apiserver, or
 	// kills kube-apiserver, for faultLength, and the view then is as old as the cut while the
-	// allocator still answers "full" from it without a request; another faultLength covers the
-	// reflector's backoff and re-list after the heal on a loaded machine. The 5-minute finish
-	// history needed up to about 2 s (DualWrite and IPAddressOnly refusals as full after an
-	// acknowledged delete of an address's object).
-	informerLag  = 2 * faultLength
+	// allocator still answers "full" from it without a request. The 5-minute finish history
+	// needed up to about 2 s (DualWrite and IPAddressOnly refusals as full after an
+	// acknowledged delete of an address's object). Each second of it makes the refusals as full
+	// overlap more, and the check's search grow with them.
+	informerLag  = faultLength
 	checkTimeout = 2 * time.Minute
 	// partTimeout bounds the check of one address when the history is searched for the addresses
 	// that fail; one that runs out counts as failing.
