@@ -33,10 +33,9 @@
 // refused as full is put in the part of every address of its range (Op.Range), each of which
 // must be held, as its caller sees it, at some instant of the call: one address at a time, the
 // instants may differ, so this checks less than one instant at which the range was full. A
-// caller that reads IPAddress objects through an informer may answer from a view that lags
-// (Op.ViewLag), so for it the instant may be that much before the call. A refusal that an
-// operation of the address within it already implies (an OK allocation, or a refused Allocate as
-// its caller sees it) is left out of that address's part, which changes no verdict.
+// refusal that an operation of the address within it already implies (an OK allocation, or a
+// refused Allocate as its caller sees it) is left out of that address's part, which changes no
+// verdict.
 //
 // The harness (the tests of this package) runs allocator processes in mixed modes beside a real
 // kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.

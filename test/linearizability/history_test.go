@@ -52,15 +52,7 @@ const (
 	serviceWorkers = 2
 	faultLength    = 3 * time.Second // how long a partition, a pause or a stopped etcd member lasts
 	faultGap       = 750 * time.Millisecond
-	// informerLag bounds how far behind an informer's view of the IPAddress objects is when an
-	// allocator answers from it (Op.ViewLag): a fault cuts a process off from kube-apiserver, or
-	// kills kube-apiserver, for faultLength, and the view then is as old as the cut while the
-	// allocator still answers "full" from it without a request. The 5-minute finish history
-	// needed up to about 2 s (DualWrite and IPAddressOnly refusals as full after an
-	// acknowledged delete of an address's object). Each second of it makes the refusals as full
-	// overlap more, and the check's search grow with them.
-	informerLag  = faultLength
-	checkTimeout = 2 * time.Minute
+	checkTimeout   = 2 * time.Minute
 	// partTimeout bounds the check of one address when the history is searched for the addresses
 	// that fail; one that runs out counts as failing.
 	partTimeout = 2 * time.Second
@@ -488,7 +480,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 	var held []svc
 	for seq := 0; time.Now().Before(h.deadline); seq++ {
 		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
-		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true, ViewLag: informerLag}
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true}
 		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
 		r := rng.Float64()
 		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
@@ -894,13 +886,12 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 // sets now: Op.ClearsBitLast and Op.RepairFrees from who called, when the history has neither
 // (with the Undos of the releases that gives), Op.ClearsBitFirst for kube-apiserver's
 // operations when no operation has it (with the Deletes of its releases), Op.FallsBackToObjects
-// for kube-apiserver's operations when no operation has it, Op.ViewLag for every caller but
-// Legacy ones when no operation has it, Op.Range for
+// for kube-apiserver's operations when no operation has it, Op.Range for
 // AllocateNexts that have none, and
 // Op.RefusalLeavesBit instead of Op.TransientBit (and no Undo) for a DualWrite refusal that
 // kept its bit.
 func withCallerFlags(history []Op) []Op {
-	old, noClearsBitFirst, noFallback, noViewLag := true, true, true, true
+	old, noClearsBitFirst, noFallback := true, true, true
 	type key struct {
 		client int
 		call   int64
@@ -915,9 +906,6 @@ func withCallerFlags(history []Op) []Op {
 		}
 		if op.FallsBackToObjects {
 			noFallback = false
-		}
-		if op.ViewLag != 0 {
-			noViewLag = false
 		}
 		if op.Kind == Allocate && op.TransientBit && strings.Contains(op.Err, keptBitRefusal) {
 			keptBit[key{op.Client, op.Call}] = true
@@ -946,9 +934,6 @@ func withCallerFlags(history []Op) []Op {
 		}
 		if noFallback && op.Process == "kube-apiserver" {
 			op.FallsBackToObjects = true
-		}
-		if noViewLag && !strings.HasPrefix(op.Process, "legacy-") && op.Process != "before" {
-			op.ViewLag = informerLag
 		}
 		if op.Kind == AllocateNext && !op.Range.IsValid() {
 			op.Range = netip.MustParsePrefix(historyRange) // every history was recorded on it

@@ -179,13 +179,6 @@ type Op struct {
 	// Legacy caller holds, since that holder has no IPAddress object: two owners, which a
 	// history must not show. True for kube-apiserver's Service creates.
 	FallsBackToObjects bool `json:"fallsBackToObjects,omitempty"`
-	// ViewLag is how far behind the caller's view of IPAddress objects may be when it refuses an
-	// AllocateNext as full: an allocator that reads them through an informer (our DualWrite
-	// primary and IPAddressOnly allocators, as kube-apiserver v1.33's through its lister) says
-	// full when its cache holds an object for every address, and the cache may not yet have seen
-	// a delete. A refusal as full then needs each address held at some instant from ViewLag
-	// before its call to its return. Zero for callers that read only the bitmap from etcd.
-	ViewLag time.Duration `json:"viewLag,omitempty"`
 }
 
 // RepairGrace is the earliest, after an allocation's call, that kube-apiserver's repair loop can
@@ -466,8 +459,7 @@ func newModel(allowLeftBits bool) porcupine.Model {
 // goes into the part of every address of its Op.Range and every address the history names
 // when it has none, as a refusal that needs the address held. Each address is checked on its
 // own, so a refusal as full is legal when each address was held at some instant of the call,
-// not necessarily the same one for all; for a caller whose view of the IPAddress objects may lag
-// (Op.ViewLag), that instant may be as much earlier than the call. The addresses of a range that no operation names are
+// not necessarily the same one for all. The addresses of a range that no operation names are
 // free throughout but for lost AllocateNexts, so one of them, the lowest, stands for all.
 // Each allocation with Op.RepairFrees whose outcome is unknown brings a Repair of its owner
 // into the parts it is in.
@@ -516,7 +508,6 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 			op := o.Input.(Op)
 			if !op.Range.IsValid() || usable(op.Range, a) {
 				op.Addr = a
-				o.Call -= int64(max(op.ViewLag, 0)) // a view of the objects as old as that
 				o.Input, o.Output = op, op
 				if !w.implies(o.Call, o.Return, op.Bitmap) {
 					part = append(part, o)
@@ -533,8 +524,8 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 // as its caller sees it). A refusal as full whose interval holds a witness's whole interval adds
 // nothing to the check, so the partition leaves it out: wherever the witness is placed, the
 // refusal can be placed right after it, where every state left holds the address. Refusals as
-// full are many when a range stays full, and with Op.ViewLag their intervals overlap, which
-// makes porcupine's search exponential in how many of them are open at once.
+// full are many when a range stays full (1,624 in the 5-minute finish history, each in every
+// address's part), and the fewer overlap, the less porcupine's search has to try.
 type witnesses struct {
 	// strict: after these nobody may take the address (held by an owner); all: also those
 	// after which a caller that reads the bitmap sees it taken (held, or its bit set). Each

@@ -189,9 +189,6 @@ func (w worker) run() {
 		id := w.client*1_000_000 + seq
 		op := Op{Client: w.client, Process: w.spec.Name, Bitmap: w.spec.Mode != featuregate.IPAddressOnly.String(),
 			LeavesBit: w.spec.Mode == featuregate.DualWrite.String(), ClearsBitLast: w.spec.Mode == featuregate.DualWrite.String()}
-		if w.spec.Mode != featuregate.Legacy.String() {
-			op.ViewLag = informerLag
-		}
 		r := w.rng.Float64()
 		switch {
 		case len(held) >= 3 || (len(held) > 0 && r < 0.35):
