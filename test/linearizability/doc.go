@@ -17,12 +17,25 @@
 // refused dual write held until it undid it (Op.TransientBit), and one a DualWrite release holds
 // between deleting the IPAddress object and clearing the bit (Op.ClearsBitLast). Such a bit only
 // makes callers that read the bitmap refuse the address; it never lets anyone take a held one,
-// and one that its caller clears is gone by the time the caller's operation returns.
+// and one that its caller clears is gone by the time the caller's operation returns. The model
+// knows who wrote each bit: a caller writes one only where it finds the bit clear, so a holder's
+// own bit goes with its release, and a refusal leaves a bit only while an IPAddressOnly caller
+// holds the address or while kube-apiserver's release, which clears the bit before it deletes the
+// object (Op.ClearsBitFirst), is between the two. kube-apiserver's AllocateNext, when the bitmap
+// fails it (full, or its storage failing), takes an address by its IPAddress object alone and
+// writes no bit (Op.FallsBackToObjects): the model lets it take an address nobody holds whatever
+// its bit, never a held one, though real kube-apiserver takes one a Legacy caller holds.
 //
 // Operations on different addresses commute, so a history is checked one address at a time
 // ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in
 // every address's part as an allocation that may have happened; those of one kind of caller are
-// merged into one, since at most one of them can have taken a given address.
+// merged into one, since at most one of them can have taken a given address. An AllocateNext
+// refused as full is put in the part of every address of its range (Op.Range), each of which
+// must be held, as its caller sees it, at some instant of the call: one address at a time, the
+// instants may differ, so this checks less than one instant at which the range was full. A
+// refusal that an operation of the address within it already implies (an OK allocation, or a
+// refused Allocate as its caller sees it) is left out of that address's part, which changes no
+// verdict.
 //
 // The harness (the tests of this package) runs allocator processes in mixed modes beside a real
 // kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.

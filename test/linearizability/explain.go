@@ -41,7 +41,8 @@ func Explain(w io.Writer, m porcupine.Model, history []Op, addr netip.Addr, time
 			on   bool
 			name string
 		}{{op.Bitmap, "bitmap"}, {op.LeavesBit, "leavesBit"}, {op.RefusalLeavesBit, "refusalLeavesBit"},
-			{op.TransientBit, "transientBit"}, {op.ClearsBitLast, "clearsBitLast"}, {op.RepairFrees, "repairFrees"}} {
+			{op.TransientBit, "transientBit"}, {op.ClearsBitLast, "clearsBitLast"}, {op.ClearsBitFirst, "clearsBitFirst"},
+			{op.RepairFrees, "repairFrees"}, {op.FallsBackToObjects, "fallsBackToObjects"}} {
 			if f.on {
 				flags = append(flags, f.name)
 			}

@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -89,8 +90,9 @@ type historyStats struct {
 // kube-apiserver, and a process stopped with SIGSTOP for longer than its deadlines. Every history
 // must be linearizable (see Model); the test logs the addresses where it is so only because
 // a refusal left a bit set (see Op.RefusalLeavesBit).
-// Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must leave
-// the audit consistent.
+// Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must find no
+// address with two owners (a duplicate that lasts to the end, which the pass would otherwise
+// fix as a wrong parent) and must leave the audit consistent.
 //
 // The audit runs in DualWrite mode because that is where the cluster stands at the end of each
 // history: kube-apiserver runs dual write throughout, and DualWrite is the mode whose audit reads
@@ -290,6 +292,15 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 	}
 	end := time.Now().UnixNano()
 	ops := h.rec.history(end)
+	stored, err := h.storedServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := countUnknown(ops)
+	if ops, err = withStoredServices(ops, stored); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d creates whose answer was lost had stored their Service", w.name, lost-countUnknown(ops))
 
 	s := historyStats{ops: len(ops), outcomes: map[Outcome]int{}, faults: h.faults}
 	for _, op := range ops {
@@ -469,7 +480,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 	var held []svc
 	for seq := 0; time.Now().Before(h.deadline); seq++ {
 		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
-		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true}
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true}
 		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
 		r := rng.Float64()
 		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
@@ -487,7 +498,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 			}
 		} else {
 			name := fmt.Sprintf("h-%d-%d", client, seq)
-			op.Kind, op.Owner = AllocateNext, metav1.NamespaceDefault+"/"+name
+			op.Kind, op.Owner, op.Range = AllocateNext, metav1.NamespaceDefault+"/"+name, h.rg
 			want := ""
 			if r < 0.7 {
 				op.Kind, op.Addr = Allocate, pickAddr(rng, h.rg)
@@ -518,6 +529,71 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 		}
 		time.Sleep(pause)
 	}
+}
+
+// countUnknown returns how many operations of history have an unknown outcome.
+func countUnknown(history []Op) int {
+	n := 0
+	for _, op := range history {
+		if op.Outcome == Unknown {
+			n++
+		}
+	}
+	return n
+}
+
+// storedServices returns the address of each Service in the default namespace, by
+// "namespace/name", read once the history has ended; it retries for a minute while
+// kube-apiserver does not answer.
+func (h *harness) storedServices() (map[string]netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var list *corev1.ServiceList
+	for {
+		l, err := h.currentAPI().Client.CoreV1().Services(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			list = l
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("list the Services after the history: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stored := make(map[string]netip.Addr, len(list.Items))
+	for _, svc := range list.Items {
+		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		if err != nil {
+			return nil, fmt.Errorf("Service %s/%s: ClusterIP %q: %w", svc.Namespace, svc.Name, svc.Spec.ClusterIP, err)
+		}
+		stored[svc.Namespace+"/"+svc.Name] = ip
+	}
+	return stored, nil
+}
+
+// withStoredServices returns history with each Service create through kube-apiserver whose
+// outcome is unknown and whose Service exists after the history (stored, by Op.Owner) recorded
+// as taken effect: OK, at the Service's address, at some instant before the end of the
+// history. Such a create stored its Service and only its answer was lost, so kube-apiserver's
+// repair loop never frees its address (Op.RepairFrees keeps applying only to creates whose
+// Service does not exist), and a lost AllocateNext that stored its Service is no longer merged
+// with the others ([mergeLost]). Nothing deletes a Service whose create was not acknowledged,
+// so a Service that does not exist was never stored. It fails if such a Service holds another
+// address than the one its create asked for.
+func withStoredServices(history []Op, stored map[string]netip.Addr) ([]Op, error) {
+	out := make([]Op, 0, len(history))
+	for _, op := range history {
+		addr, ok := stored[op.Owner]
+		if ok && op.Process == "kube-apiserver" && op.Outcome == Unknown && (op.Kind == Allocate || op.Kind == AllocateNext) {
+			if op.Kind == Allocate && addr != op.Addr {
+				return nil, fmt.Errorf("Service %s holds %v, but its create asked for %v", op.Owner, addr, op.Addr)
+			}
+			op.Addr, op.Outcome = addr, OK
+			op.Err += " (its Service exists after the history)"
+		}
+		out = append(out, op)
+	}
+	return out, nil
 }
 
 // serviceOutcome classifies kube-apiserver's answer to a Service create: refusals the model
@@ -668,7 +744,8 @@ func apiProxies(slots []*procSlot) []*Proxy {
 }
 
 // repairOnce runs one pass of the repair controller in DualWrite mode with no leak hold-off,
-// then audits: the audit must be consistent.
+// then audits, and fails the history on what [repairFailures] finds: two owners of an address
+// before the pass, or any finding after it.
 func (h *harness) repairOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -679,11 +756,19 @@ func (h *harness) repairOnce(ctx context.Context) {
 	defer ec.Close()
 	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{h.rg}, Etcd: ec,
 		Client: h.currentAPI().Client, ManagedBy: testManagedBy}
+	ipas, err := cfg.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatalf("list the IPAddresses before the repair pass: %v", err)
+	}
+	parents := make(map[string]string, len(ipas.Items))
+	for _, ipa := range ipas.Items {
+		parents[ipa.Name] = parentOf(&ipa)
+	}
 	ctrl, err := repair.NewController(cfg, repair.Options{LeakGrace: -1})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	before, err := ctrl.RunOnce(ctx)
+	pass, err := ctrl.RunOnce(ctx)
 	if err != nil {
 		h.t.Errorf("repair pass: %v", err)
 	}
@@ -691,14 +776,60 @@ func (h *harness) repairOnce(ctx context.Context) {
 	if err != nil {
 		h.t.Fatalf("audit after the repair pass: %v", err)
 	}
-	if before != nil {
-		h.t.Logf("%s: the repair pass found %v; the audit after it: consistent=%v %v", h.w.name, before.Counts, rep.Consistent, rep.Counts)
+	if pass != nil {
+		h.t.Logf("%s: the repair pass found %v; the audit after it: consistent=%v %v", h.w.name, pass.Counts, rep.Consistent, rep.Counts)
 	}
-	if !rep.Consistent {
-		for _, f := range rep.Findings {
-			h.t.Errorf("after one repair pass: %s %s %s: %s", f.IP, f.Class, f.Service, f.Detail)
+	for _, f := range repairFailures(pass, parents, rep) {
+		h.t.Error(f)
+	}
+}
+
+// parentOf returns an IPAddress object's parentRef as "resource/namespace/name", the
+// resource with its group after a dot when it has one.
+func parentOf(ipa *networkingv1.IPAddress) string {
+	p := ipa.Spec.ParentRef
+	if p == nil {
+		return "(no parent)"
+	}
+	res := p.Resource
+	if p.Group != "" {
+		res += "." + p.Group
+	}
+	return res + "/" + p.Namespace + "/" + p.Name
+}
+
+// repairFailures returns why a history fails on the repair pass that follows it: each finding
+// of the pass (nil if it could not read) that means two owners of one address, and each
+// finding of the audit after the pass. Two owners are two Services (DuplicateOwner), or a
+// Service and an IPAddress object naming another parent (WrongParent unless the object, as
+// parents had it before the pass, names the Service itself and only its labels are wrong):
+// the pass recreates such an object for the Service, so the audit after it never sees the
+// duplicate. parents holds the parentRef of each IPAddress object, by name, as [parentOf]
+// writes it; a WrongParent finding whose object is not in it counts as two owners.
+func repairFailures(pass *repair.Report, parents map[string]string, after *repair.Report) []string {
+	var out []string
+	if pass != nil {
+		for _, f := range pass.Findings {
+			switch f.Class {
+			case repair.DuplicateOwner:
+				out = append(out, fmt.Sprintf("two owners before the repair pass: %s %s %s (%s)", f.IP, f.Class, f.Service, f.Detail))
+			case repair.WrongParent:
+				p, ok := parents[f.IP]
+				switch {
+				case !ok:
+					out = append(out, fmt.Sprintf("two owners before the repair pass: %s %s %s (its IPAddress was not read before the pass: %s)", f.IP, f.Class, f.Service, f.Detail))
+				case p != "services/"+f.Service:
+					out = append(out, fmt.Sprintf("two owners before the repair pass: %s %s %s (its IPAddress names %s)", f.IP, f.Class, f.Service, p))
+				}
+			}
 		}
 	}
+	if after != nil && !after.Consistent {
+		for _, f := range after.Findings {
+			out = append(out, fmt.Sprintf("after one repair pass: %s %s %s: %s", f.IP, f.Class, f.Service, f.Detail))
+		}
+	}
+	return out
 }
 
 // explainAll writes [Explain] of each address of bad to prefix-ADDR.txt and returns the pattern
@@ -753,10 +884,14 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 
 // withCallerFlags returns a history written by an earlier harness with the flags the harness
 // sets now: Op.ClearsBitLast and Op.RepairFrees from who called, when the history has neither
-// (with the Undos of the releases that gives), and Op.RefusalLeavesBit instead of
-// Op.TransientBit (and no Undo) for a DualWrite refusal that kept its bit.
+// (with the Undos of the releases that gives), Op.ClearsBitFirst for kube-apiserver's
+// operations when no operation has it (with the Deletes of its releases), Op.FallsBackToObjects
+// for kube-apiserver's operations when no operation has it, Op.Range for
+// AllocateNexts that have none, and
+// Op.RefusalLeavesBit instead of Op.TransientBit (and no Undo) for a DualWrite refusal that
+// kept its bit.
 func withCallerFlags(history []Op) []Op {
-	old := true
+	old, noClearsBitFirst, noFallback := true, true, true
 	type key struct {
 		client int
 		call   int64
@@ -765,6 +900,12 @@ func withCallerFlags(history []Op) []Op {
 	for _, op := range history {
 		if op.ClearsBitLast || op.RepairFrees {
 			old = false
+		}
+		if op.ClearsBitFirst {
+			noClearsBitFirst = false
+		}
+		if op.FallsBackToObjects {
+			noFallback = false
 		}
 		if op.Kind == Allocate && op.TransientBit && strings.Contains(op.Err, keptBitRefusal) {
 			keptBit[key{op.Client, op.Call}] = true
@@ -788,11 +929,25 @@ func withCallerFlags(history []Op) []Op {
 				op.RepairFrees = true
 			}
 		}
+		if noClearsBitFirst && op.Process == "kube-apiserver" && op.Kind != Undo {
+			op.ClearsBitFirst = true
+		}
+		if noFallback && op.Process == "kube-apiserver" {
+			op.FallsBackToObjects = true
+		}
+		if op.Kind == AllocateNext && !op.Range.IsValid() {
+			op.Range = netip.MustParsePrefix(historyRange) // every history was recorded on it
+		}
 		out = append(out, op)
 		if old && op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {
 			undo := op
 			undo.Kind = Undo
 			out = append(out, undo)
+		}
+		if noClearsBitFirst && op.Kind == Release && op.Outcome != Refused && op.ClearsBitFirst && op.Bitmap {
+			del := op
+			del.Kind, del.Err = Delete, ""
+			out = append(out, del)
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package linearizability
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -28,6 +29,11 @@ const (
 	// with Op.RepairFrees whose outcome is unknown, if that allocation took effect without its
 	// Service: the partition adds one for each such allocation ([Model]); nobody calls it.
 	Repair
+	// Delete is the second half of a Release with Op.ClearsBitFirst that is OK or unknown: the
+	// caller deleting the IPAddress object after it cleared the bit. The history gets one for
+	// each such Release, over the same interval and with the same outcome ([WithUndos]); nobody
+	// calls it.
+	Delete
 )
 
 func (k Kind) String() string {
@@ -42,6 +48,8 @@ func (k Kind) String() string {
 		return "Undo"
 	case Repair:
 		return "Repair"
+	case Delete:
+		return "Delete"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -55,7 +63,7 @@ const (
 	OK Outcome = iota
 	// Refused: the operation did not take effect, for a reason the model checks: Allocate of a
 	// held address (ErrAllocated, or kube-apiserver's 422 "already allocated"), or AllocateNext
-	// of a full range (ErrFull).
+	// of a full range (ErrFull, or kube-apiserver's "range is full"; see Op.Range).
 	Refused
 	// Unknown: the operation may or may not have taken effect (a timeout, a lost answer, any
 	// other error, or no answer at all).
@@ -85,6 +93,11 @@ type Op struct {
 	Kind    Kind       `json:"kind"`
 	Addr    netip.Addr `json:"addr"`  // the address asked for, released, or returned by an AllocateNext that is OK
 	Owner   string     `json:"owner"` // who the address is allocated for; empty for a Release
+	// Range is the range an AllocateNext allocates from: a refusal as full says that every
+	// usable address of it (all but the network address and, for IPv4, the broadcast address)
+	// was held at some instant of the call. Without it, only the addresses the history names
+	// are checked.
+	Range netip.Prefix `json:"range,omitzero"`
 	// Call and Return are when the operation was called and when its answer came back, in
 	// nanoseconds since the Unix epoch. An operation whose outcome is unknown, answered or not,
 	// returns at the end of the history: a request held back by a partition may still take
@@ -108,9 +121,11 @@ type Op struct {
 	// address and then creates its IPAddress object, and when that create fails because the
 	// object exists it returns the error without clearing the bit (MetaAllocator's
 	// AllocateService and AllocateNextService in pkg/registry/core/service/ipallocator/
-	// cidrallocator.go). The object exists when an IPAddressOnly peer holds the address, or when
-	// a kube-apiserver release of it has cleared the bit and not yet deleted the object (its
-	// Release clears the bit first). Our DualWrite allocator clears the bit it set when the
+	// cidrallocator.go). It can only do so where it finds the bit clear and the object there:
+	// when an IPAddressOnly peer holds the address, or when a kube-apiserver release of it has
+	// cleared the bit and not yet deleted the object (Op.ClearsBitFirst). A holder that wrote
+	// the bit keeps it until its release clears it, and a refusal meanwhile writes nothing.
+	// Our DualWrite allocator clears the bit it set when the
 	// create is refused (Op.TransientBit), and releases in the other order; but when the create
 	// loses its answer and a read then finds the object held for another owner, it answers
 	// ErrAllocated and keeps the bit, since the create may still land (dualwrite.go settle),
@@ -128,9 +143,16 @@ type Op struct {
 	// address, while callers that read the bitmap are refused it. The model sees an OK Release
 	// free the address and leave the bit set, and an Undo of the same interval clear it, so the
 	// bit is gone by the time the Release returns. kube-apiserver v1.33 releases in the other
-	// order (MetaAllocator.Release clears the bit, then deletes the object), which needs no such
-	// step: see RefusalLeavesBit.
+	// order: see ClearsBitFirst.
 	ClearsBitLast bool `json:"clearsBitLast,omitempty"`
+	// ClearsBitFirst says that the caller's Release clears the address's bit and then deletes
+	// its IPAddress object, as kube-apiserver v1.33 does (MetaAllocator.Release): in between,
+	// the address is held with its bit clear, so a create that reads the bitmap sets the bit and
+	// is refused by the object, and kube-apiserver's leaves that bit for good (RefusalLeavesBit).
+	// The model sees a Release that is OK or unknown clear the holder's bit, and a Delete of the
+	// same interval free the address, so the address is free by the time the Release returns.
+	// True for kube-apiserver's Service deletes.
+	ClearsBitFirst bool `json:"clearsBitFirst,omitempty"`
 	// RepairFrees says that an allocation whose outcome is unknown may have taken effect
 	// without its owner: kube-apiserver v1.33 sets the bit and creates the IPAddress object
 	// before it stores the Service, so a Service create cut short (kube-apiserver killed, its
@@ -139,10 +161,24 @@ type Op struct {
 	// 60 s (repairip.go syncIPAddress) and never clears a bit, so from then on IPAddressOnly
 	// callers may take the address and callers that read the bitmap are refused it. The model
 	// sees a Repair from [RepairGrace] after the call to the end of the history that may turn
-	// such an owner into a bit that nobody holds. An acknowledged allocation is never repaired.
+	// such an owner into a bit that nobody holds. An acknowledged allocation is never repaired,
+	// and neither is one whose Service exists after the history: the harness records such a
+	// create as OK, since only its answer was lost.
 	// True for kube-apiserver's Service creates; our allocators' objects carry another
 	// managed-by label, which kube-apiserver's repair leaves alone.
 	RepairFrees bool `json:"repairFrees,omitempty"`
+	// FallsBackToObjects says that an AllocateNext whose bitmap allocation fails may take an
+	// address by its IPAddress object alone, whatever its bit, and write no bit: kube-apiserver
+	// v1.33 in dual write asks the bitmap first and, on any error from it (the bitmap full, its
+	// storage failing), logs "no IP address available on the old ClusterIP allocator" and takes
+	// an address that has no IPAddress object (MetaAllocator.AllocateNextService in
+	// pkg/registry/core/service/ipallocator/cidrallocator.go). Its Service delete clears the
+	// bit whoever set it (MetaAllocator.Release). The model lets such an AllocateNext take an
+	// address that nobody holds, with the bit it finds, set for nobody or clear, left as it is;
+	// an address somebody holds it never takes, though kube-apiserver does take one that a
+	// Legacy caller holds, since that holder has no IPAddress object: two owners, which a
+	// history must not show. True for kube-apiserver's Service creates.
+	FallsBackToObjects bool `json:"fallsBackToObjects,omitempty"`
 }
 
 // RepairGrace is the earliest, after an allocation's call, that kube-apiserver's repair loop can
@@ -150,8 +186,10 @@ type Op struct {
 // has a resolution of one second, so 59 s after any instant before the object was created.
 const RepairGrace = 59 * time.Second
 
-// WithUndos returns history with an Undo after each refused Allocate with Op.TransientBit and
-// each OK Release with Op.ClearsBitLast, over the same interval.
+// WithUndos returns history with the second halves of operations that take two steps, each
+// over the same interval as its first: an Undo after each refused Allocate with
+// Op.TransientBit and each OK Release with Op.ClearsBitLast, and a Delete, with the Release's
+// outcome, after each Release with Op.ClearsBitFirst that is OK or unknown.
 func WithUndos(history []Op) []Op {
 	out := make([]Op, 0, len(history))
 	for _, op := range history {
@@ -160,6 +198,11 @@ func WithUndos(history []Op) []Op {
 			undo := op
 			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
 			out = append(out, undo)
+		}
+		if op.ClearsBitFirst && op.Bitmap && op.Kind == Release && op.Outcome != Refused {
+			del := op
+			del.Kind, del.Err = Delete, ""
+			out = append(out, del)
 		}
 	}
 	return out
@@ -172,7 +215,7 @@ func (op Op) String() string {
 		s += op.Addr.String() + ", " + op.Owner
 	case AllocateNext:
 		s += op.Owner
-	case Release, Undo:
+	case Release, Undo, Delete:
 		s += op.Addr.String()
 	case Repair:
 		s += op.Addr.String() + ", " + op.Owner
@@ -194,25 +237,61 @@ const free = "(free)"
 // is invisible to IPAddressOnly callers, which may take the address while it is set. It never
 // lets anyone take an address that is held.
 //
-// Bits set for nobody mark a possible holder h. "h" + leftBit: a bit left behind (Op.LeavesBit,
-// Op.RefusalLeavesBit) that a Release from a caller that reads the bitmap clears. "h" +
-// stuckBit: one that no Release clears, because kube-apiserver v1.33 set it while a release of
-// the address that had already cleared its bit was still deleting the IPAddress object, or its
-// repair loop deleted the object of a lost Service create and kept the bit (Op.RepairFrees).
-// "h" + pendingBit: one that a caller holds while its operation runs and clears before it
-// returns, in the Undo that follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing
-// else clears it, and an Undo that finds none does not fit, so the Undo cannot come before the
-// step that set the bit and the bit is gone when the operation returns.
+// A holder h carries a mark for the one bit of the address, saying who wrote it. "h" + ownBit:
+// the holder's own, written when it took the address (Op.Bitmap) and cleared by its release.
+// Bits set for nobody: "h" + leftBit: a bit left behind (Op.LeavesBit, Op.RefusalLeavesBit)
+// that a Release from a caller that reads the bitmap clears. "h" + stuckBit: one that no
+// Release clears, because kube-apiserver v1.33 set it while a release of the address that had
+// already cleared its bit was still deleting the IPAddress object, or its repair loop deleted
+// the object of a lost Service create and kept the bit (Op.RepairFrees). "h" + pendingBit: one
+// that a caller holds while its operation runs and clears before it returns, in the Undo that
+// follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing else clears it, and an
+// Undo that finds none does not fit, so the Undo cannot come before the step that set the bit
+// and the bit is gone when the operation returns. No mark: the bit is clear. A caller that reads
+// the bitmap writes a bit only where it finds it clear; where it is set, it is refused without
+// writing anything.
+//
+// A holder may also be marked releasing: its release (Op.ClearsBitFirst) has cleared its bit
+// and not yet deleted its IPAddress object, which the Delete that follows does.
 const (
+	ownBit     = "+own"
 	leftBit    = "+bit"
 	stuckBit   = "+stuck"
 	pendingBit = "+pending"
+	releasing  = "+releasing"
 )
 
+// holding is one state an address may be in, parsed.
+type holding struct {
+	holder    string // free, or an owner
+	bit       string // who wrote the bit: ownBit, leftBit, stuckBit, pendingBit; "" when it is clear
+	releasing bool   // the holder's Op.ClearsBitFirst release is between its two halves
+}
+
+func parseHolding(e string) holding {
+	var x holding
+	e, x.releasing = strings.CutSuffix(e, releasing)
+	for _, m := range []string{ownBit, stuckBit, leftBit, pendingBit} {
+		if rest, ok := strings.CutSuffix(e, m); ok {
+			e, x.bit = rest, m
+			break
+		}
+	}
+	x.holder = e
+	return x
+}
+
+func (x holding) String() string {
+	s := x.holder + x.bit
+	if x.releasing {
+		s += releasing
+	}
+	return s
+}
+
 // A state of the model is the set of the states one address may be in, given the outcomes that
-// are unknown: sorted, distinct, joined by newlines; each is a holder (free, or an owner) that
-// may carry one of the marks above. A string, so that porcupine compares and hashes states as
-// they are.
+// are unknown: sorted, distinct, joined by newlines; each is a [holding] as a string. A string,
+// so that porcupine compares and hashes states as they are.
 
 func stateOf(holders []string) string {
 	sort.Strings(holders)
@@ -224,41 +303,78 @@ func stateOf(holders []string) string {
 func step(state string, op Op, allowLeftBits bool) (bool, string) {
 	var next []string
 	for _, e := range strings.Split(state, "\n") {
-		h, mark := e, ""
-		for _, m := range []string{stuckBit, leftBit, pendingBit} {
-			if rest, ok := strings.CutSuffix(e, m); ok {
-				h, mark = rest, m
-				break
-			}
-		}
-		// seen is the mark as op's caller sees it; kept, the mark after op, when op does not
+		x := parseHolding(e)
+		h, mark := x.holder, x.bit
+		// seen is whether op's caller sees a bit; kept, the mark after op, when op does not
 		// set the bit itself.
 		seen := mark != "" && op.Bitmap
 		kept := mark
-		if op.Bitmap && mark == leftBit {
-			kept = "" // the caller's own write of the bit replaces the one left behind
+		switch {
+		case op.Bitmap && (mark == leftBit || mark == ownBit):
+			kept = "" // a release from a caller that reads the bitmap clears it
+		case mark == ownBit:
+			kept = leftBit // a release that does not write the bitmap leaves the holder's bit
 		}
 		held := h != free || seen
 		released := free + kept
 		taken := op.Owner + kept
+		if op.Bitmap {
+			taken = op.Owner + ownBit
+		}
+		// with returns the holding with the bit written by another than the holder.
+		with := func(bit string) string { return holding{h, bit, x.releasing}.String() }
+		// fallback is op's holding when it takes the address by its IPAddress object alone
+		// (Op.FallsBackToObjects), which it can only do where nobody holds it: the bit stays
+		// as it was, and one that no other Release would clear is cleared by the holder's,
+		// since kube-apiserver's clears the bit whoever set it.
+		fallback := ""
+		if op.FallsBackToObjects && op.Kind == AllocateNext && h == free && !x.releasing {
+			fb := mark
+			if fb == stuckBit {
+				fb = leftBit
+			}
+			fallback = holding{op.Owner, fb, false}.String()
+		}
+		// writes is whether op's caller, which reads the bitmap, finds the bit clear and sets
+		// it while the IPAddress object is there or not.
+		writes := op.Bitmap && mark == ""
 		leaves := op.LeavesBit && op.Bitmap
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
 		case op.Kind == Undo:
 			if mark == pendingBit {
-				next = append(next, h)
+				next = append(next, with(""))
+			}
+		case op.Kind == Delete:
+			switch {
+			case x.releasing:
+				next = append(next, free+mark) // a bit written meanwhile stays
+			case h == free:
+				next = append(next, e) // nothing to delete
+			}
+			if op.Outcome != OK {
+				next = append(next, e)
 			}
 		case op.Kind == Repair:
 			next = append(next, e)
-			if h == op.Owner {
-				next = append(next, free+stuckBit)
+			switch {
+			case h != op.Owner:
+			case mark == ownBit:
+				next = append(next, free+stuckBit) // the object deleted, the owner's bit kept
+			default:
+				next = append(next, free+mark) // taken by its object alone: the bit as it was
 			}
 		case op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap:
 			next = append(next, free+pendingBit) // the object deleted; the Undo clears the bit
+		case op.Kind == Release && op.Outcome == OK && op.ClearsBitFirst && op.Bitmap && h != free:
+			next = append(next, holding{h, kept, true}.String()) // the bit cleared; the Delete frees
 		case op.Kind == Release && op.Outcome == OK:
 			next = append(next, released)
 		case op.Kind == Release:
 			next = append(next, e, released)
+			if op.ClearsBitFirst && op.Bitmap && h != free {
+				next = append(next, holding{h, kept, true}.String())
+			}
 			if leaves && mark != stuckBit { // the IPAddress object deleted, the bit not cleared
 				next = append(next, free+leftBit)
 			}
@@ -266,14 +382,21 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if !held {
 				next = append(next, taken)
 			}
+			if fallback != "" {
+				next = append(next, fallback)
+			}
+		case op.Outcome == Refused && op.Kind == AllocateNext: // a full range, this address in it
+			if held {
+				next = append(next, e) // it reserved nothing
+			}
 		case op.Outcome == Refused: // Allocate of a held address
 			if held {
 				next = append(next, e)
-				if refusalLeaves {
-					next = append(next, h+stuckBit)
+				if refusalLeaves && writes && h != free {
+					next = append(next, with(stuckBit))
 				}
-				if op.TransientBit && mark == "" {
-					next = append(next, h+pendingBit)
+				if op.TransientBit && writes && h != free {
+					next = append(next, with(pendingBit))
 				}
 			}
 		default: // an allocation that may have happened
@@ -281,11 +404,15 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if !held {
 				next = append(next, taken)
 			}
+			if fallback != "" {
+				next = append(next, fallback)
+			}
 			switch {
+			case !writes:
 			case refusalLeaves:
-				next = append(next, h+stuckBit)
-			case leaves && mark != stuckBit:
-				next = append(next, h+leftBit)
+				next = append(next, with(stuckBit))
+			case leaves:
+				next = append(next, with(leftBit))
 			}
 		}
 	}
@@ -327,23 +454,38 @@ func newModel(allowLeftBits bool) porcupine.Model {
 	}
 }
 
-// partition splits a history by address. An AllocateNext refused as full names no address and
-// is left out; one whose outcome is unknown goes into every part, as an allocation of that
-// address that may have happened. Each allocation with Op.RepairFrees whose outcome is unknown
-// brings a Repair of its owner into the parts it is in.
+// partition splits a history by address. An AllocateNext whose outcome is unknown goes into
+// every part, as an allocation of that address that may have happened; one refused as full
+// goes into the part of every address of its Op.Range and every address the history names
+// when it has none, as a refusal that needs the address held. Each address is checked on its
+// own, so a refusal as full is legal when each address was held at some instant of the call,
+// not necessarily the same one for all. The addresses of a range that no operation names are
+// free throughout but for lost AllocateNexts, so one of them, the lowest, stands for all.
+// Each allocation with Op.RepairFrees whose outcome is unknown brings a Repair of its owner
+// into the parts it is in.
 func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byAddr := map[netip.Addr][]porcupine.Operation{}
-	var anywhere []porcupine.Operation
+	var anywhere, full []porcupine.Operation
 	for _, o := range history {
 		op := o.Input.(Op)
 		switch {
 		case op.Kind == AllocateNext && op.Outcome == Unknown:
 			anywhere = append(anywhere, o)
 		case op.Kind == AllocateNext && op.Outcome == Refused:
+			full = append(full, o)
 		default:
 			byAddr[op.Addr] = append(byAddr[op.Addr], o)
 			if r, ok := repairOf(o, op.Addr); ok {
 				byAddr[op.Addr] = append(byAddr[op.Addr], r)
+			}
+		}
+	}
+	standIns := map[netip.Prefix]bool{}
+	for _, o := range full {
+		if rg := o.Input.(Op).Range.Masked(); rg.IsValid() && !standIns[rg] {
+			standIns[rg] = true
+			if a, ok := unnamed(rg, byAddr); ok {
+				byAddr[a] = nil
 			}
 		}
 	}
@@ -361,9 +503,105 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 				part = append(part, r)
 			}
 		}
+		w := witnessesOf(byAddr[a])
+		for _, o := range full {
+			op := o.Input.(Op)
+			if !op.Range.IsValid() || usable(op.Range, a) {
+				op.Addr = a
+				o.Input, o.Output = op, op
+				if !w.implies(o.Call, o.Return, op.Bitmap) {
+					part = append(part, o)
+				}
+			}
+		}
 		parts = append(parts, part)
 	}
 	return parts
+}
+
+// witnesses are the operations of one address's part after which the address is held, as a
+// refusal as full needs it: an OK allocation (held by its owner), or a refused Allocate (held,
+// as its caller sees it). A refusal as full whose interval holds a witness's whole interval adds
+// nothing to the check, so the partition leaves it out: wherever the witness is placed, the
+// refusal can be placed right after it, where every state left holds the address. Refusals as
+// full are many when a range stays full (1,624 in the 5-minute finish history, each in every
+// address's part), and the fewer overlap, the less porcupine's search has to try.
+type witnesses struct {
+	// strict: after these nobody may take the address (held by an owner); all: also those
+	// after which a caller that reads the bitmap sees it taken (held, or its bit set). Each
+	// sorted by call, with the least return from each index on.
+	strict, all witnessList
+}
+
+type witnessList struct{ calls, minReturn []int64 }
+
+func witnessesOf(ops []porcupine.Operation) witnesses {
+	var strict, all []porcupine.Operation
+	for _, o := range ops {
+		op := o.Input.(Op)
+		switch {
+		case (op.Kind == Allocate || op.Kind == AllocateNext) && op.Outcome == OK,
+			op.Kind == Allocate && op.Outcome == Refused && !op.Bitmap:
+			strict = append(strict, o)
+			all = append(all, o)
+		case op.Kind == Allocate && op.Outcome == Refused:
+			all = append(all, o)
+		}
+	}
+	return witnesses{newWitnessList(strict), newWitnessList(all)}
+}
+
+func newWitnessList(ops []porcupine.Operation) witnessList {
+	slices.SortFunc(ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	l := witnessList{calls: make([]int64, len(ops)), minReturn: make([]int64, len(ops))}
+	for i := len(ops) - 1; i >= 0; i-- {
+		l.calls[i], l.minReturn[i] = ops[i].Call, ops[i].Return
+		if i+1 < len(ops) {
+			l.minReturn[i] = min(l.minReturn[i], l.minReturn[i+1])
+		}
+	}
+	return l
+}
+
+// holds reports whether some witness's interval lies within [call, ret].
+func (l witnessList) holds(call, ret int64) bool {
+	i, _ := slices.BinarySearch(l.calls, call)
+	return i < len(l.calls) && l.minReturn[i] <= ret
+}
+
+// implies reports whether a refusal as full over [call, ret], from a caller that reads the
+// bitmap or not, is implied by a witness.
+func (w witnesses) implies(call, ret int64, bitmap bool) bool {
+	if bitmap {
+		return w.all.holds(call, ret)
+	}
+	return w.strict.holds(call, ret)
+}
+
+// unnamed returns the lowest usable address of rg that has no part in byAddr; ok is false when
+// there is none. It looks at no more addresses than byAddr has, plus one.
+func unnamed(rg netip.Prefix, byAddr map[netip.Addr][]porcupine.Operation) (netip.Addr, bool) {
+	for a := rg.Masked().Addr().Next(); a.IsValid() && usable(rg, a); a = a.Next() {
+		if _, named := byAddr[a]; !named {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// usable reports whether a is an address of rg that can be allocated: in it, and neither its
+// network address nor, for IPv4, its broadcast address.
+func usable(rg netip.Prefix, a netip.Addr) bool {
+	if !rg.Contains(a) || a == rg.Masked().Addr() {
+		return false
+	}
+	if !a.Is4() {
+		return true
+	}
+	host := 32 - rg.Bits()
+	v := a.As4()
+	n := uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])
+	return host == 0 || n&(1<<host-1) != 1<<host-1
 }
 
 // repairOf returns the Repair of addr that o, an allocation, may bring: ok is false unless o
@@ -373,7 +611,7 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 func repairOf(o porcupine.Operation, addr netip.Addr) (porcupine.Operation, bool) {
 	op := o.Input.(Op)
 	call := o.Call + int64(RepairGrace)
-	if !op.RepairFrees || op.Outcome != Unknown || op.Kind == Release || call > o.Return {
+	if !op.RepairFrees || op.Outcome != Unknown || (op.Kind != Allocate && op.Kind != AllocateNext) || call > o.Return {
 		return porcupine.Operation{}, false
 	}
 	r := Op{Client: op.Client, Process: "kube-apiserver's repair", Kind: Repair, Addr: addr, Owner: op.Owner,
@@ -387,12 +625,12 @@ func repairOf(o porcupine.Operation, addr netip.Addr) (porcupine.Operation, bool
 // to release it, so one stands for all of them, with a wider interval; without the merge the
 // search tries every order of them, which is exponential in their number.
 func mergeLost(ops []porcupine.Operation) []porcupine.Operation {
-	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast, repairFrees bool }
+	type class struct{ bitmap, leaves, refusalLeaves, clearsBitLast, repairFrees, fallsBack bool }
 	merged := map[class]int{} // index in out
 	var out []porcupine.Operation
 	for _, o := range ops {
 		op := o.Input.(Op)
-		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast, op.RepairFrees}
+		c := class{op.Bitmap, op.LeavesBit, op.RefusalLeavesBit, op.ClearsBitLast, op.RepairFrees, op.FallsBackToObjects}
 		i, ok := merged[c]
 		if !ok {
 			// Each class its own owner, so that a Repair frees only its own class's.

@@ -181,7 +181,60 @@ func TestCheckerVerdicts(t *testing.T) {
 			want:    porcupine.Ok,
 		},
 		{
-			name: "a full range names no address",
+			name:    "a kube-apiserver create refused while a Service holds the address leaves no bit behind the Service's release",
+			history: WithUndos(undoneReleaseHistory),
+			want:    porcupine.Illegal,
+		},
+		{
+			name: "a kube-apiserver create whose answer was lost may land after the Service's release and leave its bit",
+			history: func() []Op {
+				h := append([]Op(nil), undoneReleaseHistory...)
+				h[1].Outcome, h[1].Return, h[1].Err = Unknown, 200, "context deadline exceeded"
+				return WithUndos(h)
+			}(),
+			want: porcupine.Ok,
+		},
+		{
+			name: "a DualWrite create that kept its bit while a Service held the address leaves no bit behind the Service's release",
+			history: func() []Op {
+				h := append([]Op(nil), undoneReleaseHistory...)
+				h[1].Process, h[1].Owner = "dualwrite-0#0", "dualwrite-0-0-3-7"
+				h[1].RepairFrees, h[1].ClearsBitLast = false, true
+				h[1].Err = "clusterip: 10.96.0.20: its IPAddress belongs to another owner (after …): allocator: address already allocated"
+				return WithUndos(h)
+			}(),
+			want: porcupine.Illegal,
+		},
+		{
+			name:    "a kube-apiserver create refused while the Service holding the address is being deleted leaves its bit behind the release",
+			history: WithUndos(racingReleaseHistory),
+			want:    porcupine.Ok,
+		},
+		{
+			name: "a kube-apiserver create refused after the Service holding the address was deleted",
+			history: func() []Op {
+				h := append([]Op(nil), racingReleaseHistory...)
+				h[2].Call, h[2].Return = 41, 45 // after the release returned
+				return WithUndos(h)
+			}(),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a kube-apiserver release has deleted the IPAddress object by the time it returns",
+			history: WithUndos([]Op{
+				racingReleaseHistory[0],
+				racingReleaseHistory[1],
+				{Client: 3, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 50, Return: 60, Outcome: Refused},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
+			name:    "a kube-apiserver create refused while an IPAddressOnly process holds the address leaves its bit behind that release",
+			history: WithUndos(leftBitHistory),
+			want:    porcupine.Ok,
+		},
+		{
+			name: "a refusal as full with no range, in a history that names no address",
 			history: []Op{
 				{Client: 0, Kind: AllocateNext, Owner: "a", Call: 0, Return: 10, Outcome: Refused},
 			},
@@ -239,20 +292,34 @@ func TestCheckerRejectsTwoOwnersAndDrawsTheTimeline(t *testing.T) {
 // are refused the address and IPAddressOnly callers get it.
 var leftBitHistory = []Op{
 	{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "a", Call: 0, Return: 10, Outcome: OK},
-	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s", Call: 20, Return: 30, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s", Call: 20, Return: 30, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true},
 	{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 40, Return: 50, Outcome: OK},
 	{Client: 2, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 60, Return: 70, Outcome: Refused, Bitmap: true},
 	{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "b", Call: 80, Return: 90, Outcome: OK},
-	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 100, Return: 110, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 100, Return: 110, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true},
+}
+
+// undoneReleaseHistory is a Service holding an address while kube-apiserver refuses another
+// create of it, which finds the Service's bit set and writes nothing, then the Service's delete,
+// after which callers that read the bitmap are refused the address: the release was undone in
+// the bitmap, since no bit is left for anyone.
+var undoneReleaseHistory = []Op{
+	{Client: 0, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-0-1", Call: 0, Return: 10, Outcome: OK, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-1-1", Call: 20, Return: 30, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true,
+		Err: `Service "h-1-1" is invalid: spec.clusterIPs: Invalid value: []string{"10.96.0.20"}: failed to allocate IP 10.96.0.20: provided IP is already allocated`},
+	{Client: 0, Process: "kube-apiserver", Kind: Release, Addr: addrA, Call: 40, Return: 50, Outcome: OK, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
+	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "legacy-0-0-2-9", Call: 60, Return: 70, Outcome: Refused, Bitmap: true},
+	{Client: 3, Process: "dualwrite-1#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-1-0-3-4", Call: 80, Return: 90, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true,
+		Err: "clusterip: 10.96.0.20 is set in the bitmap of 10.96.0.0/25: allocator: address already allocated"},
 }
 
 // racingReleaseHistory is kube-apiserver creating a Service for an address while deleting the
 // Service that holds it: the create sets the bit the delete has just cleared, then fails on the
 // IPAddress object the delete has not removed yet, and leaves the bit for good.
 var racingReleaseHistory = []Op{
-	{Client: 0, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s1", Call: 0, Return: 10, Outcome: OK, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
-	{Client: 0, Process: "kube-apiserver", Kind: Release, Addr: addrA, Call: 20, Return: 40, Bitmap: true, Outcome: OK, LeavesBit: true, RefusalLeavesBit: true},
-	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 25, Return: 45, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true},
+	{Client: 0, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s1", Call: 0, Return: 10, Outcome: OK, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true},
+	{Client: 0, Process: "kube-apiserver", Kind: Release, Addr: addrA, Call: 20, Return: 40, Bitmap: true, Outcome: OK, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "s2", Call: 25, Return: 45, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true},
 	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l", Call: 50, Return: 60, Outcome: Refused, Bitmap: true},
 	{Client: 2, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l2", Call: 70, Return: 80, Outcome: Refused, Bitmap: true},
 }
@@ -267,9 +334,9 @@ var releaseObjectFirstHistory = []Op{
 	{Client: 4, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-0-4-157", Call: 3749, Return: 3757, Outcome: OK},
 	{Client: 3, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-0-3-163", Call: 3821, Return: 3823, Outcome: Refused},
 	{Client: 4, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 3931, Return: 3940, Outcome: OK},
-	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-90", Call: 4069, Return: 4071, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-90", Call: 4069, Return: 4071, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
 	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-165", Call: 4259, Return: 4260, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
-	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-86", Call: 4296, Return: 4301, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-86", Call: 4296, Return: 4301, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
 	{Client: 5, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-5-191", Call: 4803, Return: 4816, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
 	{Client: 5, Process: "dualwrite-2#0", Kind: Release, Addr: addrA, Call: 4828, Return: 4838, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
 }
@@ -287,7 +354,7 @@ var keptBitHistory = []Op{
 	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-63", Call: 9949, Return: 9953, Outcome: OK},
 	{Client: 10, Process: "ipaddressonly-1#1", Kind: Release, Addr: addrA, Call: 10152, Return: 10164, Outcome: OK},
 	{Client: 6, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-0-6-241", Call: 10604, Return: 10605, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
-	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-160", Call: 11025, Return: 11036, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-160", Call: 11025, Return: 11036, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
 	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-117", Call: 11242, Return: 11245, Outcome: OK},
 }
 
@@ -300,14 +367,14 @@ const ms = int64(time.Millisecond)
 // the address until kube-apiserver's repair loop deletes the object, 60 s after it was created;
 // then IPAddressOnly callers get it, and callers that read the bitmap are still refused.
 var repairedLostCreateHistory = []Op{
-	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-156", Call: 6_928 * ms, Return: 103_717 * ms, Outcome: Unknown, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 7, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-7-156", Call: 6_928 * ms, Return: 103_717 * ms, Outcome: Unknown, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
 	{Client: 11, Process: "dualwrite-2#1", Kind: Allocate, Addr: addrA, Owner: "dualwrite-2-1-11-681", Call: 52_084 * ms, Return: 52_085 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
 	{Client: 9, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-9-1783", Call: 52_092 * ms, Return: 52_096 * ms, Outcome: Refused},
-	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-1081", Call: 52_485 * ms, Return: 52_489 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-1081", Call: 52_485 * ms, Return: 52_489 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
 	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-2390", Call: 66_525 * ms, Return: 66_528 * ms, Outcome: OK},
 	{Client: 10, Process: "ipaddressonly-1#1", Kind: Release, Addr: addrA, Call: 66_633 * ms, Return: 66_636 * ms, Outcome: OK},
 	{Client: 14, Process: "dualwrite-0#1", Kind: Allocate, Addr: addrA, Owner: "dualwrite-0-1-14-125", Call: 66_642 * ms, Return: 66_644 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
-	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-1385", Call: 66_653 * ms, Return: 66_655 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, RepairFrees: true},
+	{Client: 8, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "default/h-8-1385", Call: 66_653 * ms, Return: 66_655 * ms, Outcome: Refused, Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true},
 	{Client: 10, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "ipaddressonly-1-1-10-2447", Call: 67_565 * ms, Return: 67_569 * ms, Outcome: OK},
 }
 
@@ -315,9 +382,10 @@ func TestStrictModelRejectsALeftBit(t *testing.T) {
 	if got := IllegalAddresses(StrictModel, leftBitHistory, 0); len(got) != 1 || got[0] != addrA {
 		t.Errorf("IllegalAddresses(StrictModel, leftBitHistory) = %v, want [%v]", got, addrA)
 	}
-	if !Linearizable(Model, racingReleaseHistory) || Linearizable(StrictModel, racingReleaseHistory) {
+	racing := WithUndos(racingReleaseHistory)
+	if !Linearizable(Model, racing) || Linearizable(StrictModel, racing) {
 		t.Errorf("racingReleaseHistory: linearizable under Model %v, under StrictModel %v; want true, false",
-			Linearizable(Model, racingReleaseHistory), Linearizable(StrictModel, racingReleaseHistory))
+			Linearizable(Model, racing), Linearizable(StrictModel, racing))
 	}
 	if !Linearizable(Model, leftBitHistory) {
 		t.Errorf("Linearizable(Model, leftBitHistory) = false, want true")

@@ -196,7 +196,7 @@ func (w worker) run() {
 			op.Kind, op.Addr = Release, held[i]
 			held = append(held[:i], held[i+1:]...)
 		case r < 0.7:
-			op.Kind = AllocateNext
+			op.Kind, op.Range = AllocateNext, w.rg
 		default:
 			op.Kind, op.Addr = Allocate, pickAddr(w.rng, w.rg)
 		}
