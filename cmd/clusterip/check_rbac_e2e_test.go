@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -407,17 +405,6 @@ func access(verb, group, resource, subresource string) string {
 // answers it (--audit-log-mode=blocking): once a command has exited, its requests are logged.
 type auditLog struct{ path string }
 
-// auditEvent is what the tests read of an audit.k8s.io/v1 Event.
-type auditEvent struct {
-	Verb string
-	User struct{ Username string }
-	// ObjectRef is nil for a request that is not for a resource, such as /version.
-	ObjectRef *struct {
-		Resource, APIGroup, Subresource string
-	}
-	ResponseStatus *struct{ Code int }
-}
-
 // mark returns the size of the log so far: where the requests of what follows begin.
 func (l *auditLog) mark(t *testing.T) int64 {
 	t.Helper()
@@ -434,22 +421,12 @@ func (l *auditLog) mark(t *testing.T) int64 {
 // store nothing.
 func (l *auditLog) requests(t *testing.T, from int64, user string) map[string][]int {
 	t.Helper()
-	f, err := os.Open(l.path)
+	events, err := testenv.AuditEventsFrom(l.path, from)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if _, err := f.Seek(from, 0); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var ev auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("audit log %s: %v", l.path, err)
-		}
+	for _, ev := range events {
 		if ev.User.Username != user || ev.ObjectRef == nil {
 			continue
 		}
@@ -462,9 +439,6 @@ func (l *auditLog) requests(t *testing.T, from int64, user string) map[string][]
 			code = ev.ResponseStatus.Code
 		}
 		out[a] = append(out[a], code)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

@@ -20,12 +20,19 @@ type AuditEvent struct {
 }
 
 // AuditEvents returns the events of the JSON audit log at path, in the order logged.
-func AuditEvents(path string) ([]AuditEvent, error) {
+func AuditEvents(path string) ([]AuditEvent, error) { return AuditEventsFrom(path, 0) }
+
+// AuditEventsFrom returns the events of the JSON audit log at path logged from byte offset on
+// (the log's size at some earlier moment, for the requests made since), in the order logged.
+func AuditEventsFrom(path string, offset int64) ([]AuditEvent, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: audit log: %w", err)
 	}
 	defer f.Close()
+	if _, err := f.Seek(offset, 0); err != nil {
+		return nil, fmt.Errorf("testenv: audit log %s: %w", path, err)
+	}
 	var out []AuditEvent
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
