@@ -12,19 +12,27 @@ import (
 	"go.uber.org/zap"
 )
 
-func TestEtcdClusterSurvivesItsLeaderStopping(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// startTestCluster starts a three-member cluster with UnsafeNoFsync and a client of it, both
+// closed when t finishes.
+func startTestCluster(ctx context.Context, t *testing.T) (*EtcdCluster, *clientv3.Client) {
+	t.Helper()
 	c, err := StartEtcdCluster(ctx, EtcdClusterOptions{UnsafeNoFsync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	cl, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
+	return c, cl
+}
+
+func TestEtcdClusterSurvivesItsLeaderStopping(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, cl := startTestCluster(ctx, t)
 	if _, err := cl.Put(ctx, "k", "before"); err != nil {
 		t.Fatalf("Put() = %v", err)
 	}
@@ -115,16 +123,7 @@ func TestEtcdClusterRestartsAMemberWhosePortsWereTaken(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			c, err := StartEtcdCluster(ctx, EtcdClusterOptions{UnsafeNoFsync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			cl, err := c.Client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			c, cl := startTestCluster(ctx, t)
 			if _, err := cl.Put(ctx, "k", "before"); err != nil {
 				t.Fatalf("Put() = %v", err)
 			}
