@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -57,18 +58,16 @@ func (f *fixture) markDeleting(name string) {
 		f.delete(name)
 		return
 	}
-	if initialised := func(sc *networkingv1.ServiceCIDR) bool {
-		return readyCondition(sc) != nil && slices.Contains(sc.Finalizers, Finalizer)
-	}; f.lifecycle != nil && !initialised(sc) {
-		// The controller gives a live ServiceCIDR its finalizer and then its Ready condition.
-		// The fake clientset's Update and UpdateStatus replace the whole object, so a deletion
-		// marked before those writes land would be erased by them: wait for them first.
-		testenv.WaitFor(f.t, name+" to get its finalizer and Ready condition", func() bool { return initialised(f.get(name)) })
-		sc = f.get(name)
-	}
+	// The controller may be writing the same object (its finalizer, its Ready condition): the
+	// fake answers a stale update with a Conflict, as the API server does, so read and try again.
 	now := metav1.Now()
-	sc.DeletionTimestamp = &now
-	if _, err := f.client.NetworkingV1().ServiceCIDRs().Update(f.ctx, sc, metav1.UpdateOptions{}); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc := f.get(name)
+		sc.DeletionTimestamp = &now
+		_, err := f.client.NetworkingV1().ServiceCIDRs().Update(f.ctx, sc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		f.t.Fatal(err)
 	}
 }

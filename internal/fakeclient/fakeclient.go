@@ -5,6 +5,11 @@
 // bookmark (a streaming list, as client-go's WatchListClient does), and a test can wait until an
 // informer watches.
 //
+// ServiceCIDRs get the API server's optimistic concurrency: a resourceVersion on every write, a
+// Conflict for an update that carries an older one, and a status update that changes the status
+// only. Without it a controller's update from a stale cache silently erases a newer write (such
+// as a deletionTimestamp), which a real API server refuses.
+//
 // The fake still validates nothing but a watch's options, keeps no resourceVersion on other
 // objects and ignores delete preconditions: what depends on those is tested against a real
 // kube-apiserver (see testenv).
@@ -13,6 +18,7 @@ package fakeclient
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -104,6 +110,34 @@ func New(o Options) *Clientset {
 		obj.UID = types.UID("uid-" + strconv.FormatUint(n, 10))
 		obj.ResourceVersion = strconv.FormatUint(n, 10)
 		return false, nil, nil
+	})
+	serviceCIDRs := networkingv1.SchemeGroupVersion.WithResource("servicecidrs")
+	c.PrependReactor("create", "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		obj := action.(k8stesting.CreateAction).GetObject().(*networkingv1.ServiceCIDR)
+		obj.ResourceVersion = strconv.FormatUint(rv.Add(1), 10)
+		return false, nil, nil
+	})
+	c.PrependReactor("update", "servicecidrs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		obj := action.(k8stesting.UpdateAction).GetObject().(*networkingv1.ServiceCIDR)
+		stored, err := tracker.Get(serviceCIDRs, "", obj.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		old := stored.(*networkingv1.ServiceCIDR)
+		if obj.ResourceVersion != "" && obj.ResourceVersion != old.ResourceVersion {
+			return true, nil, apierrors.NewConflict(serviceCIDRs.GroupResource(), obj.Name,
+				fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
+		}
+		updated := obj.DeepCopy()
+		if action.GetSubresource() == "status" {
+			updated = old.DeepCopy()
+			updated.Status = *obj.Status.DeepCopy()
+		}
+		updated.ResourceVersion = strconv.FormatUint(rv.Add(1), 10)
+		if err := tracker.Update(serviceCIDRs, updated, ""); err != nil {
+			return true, nil, err
+		}
+		return true, updated.DeepCopy(), nil
 	})
 	c.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		switch action.GetVerb() {

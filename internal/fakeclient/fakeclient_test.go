@@ -42,6 +42,49 @@ func TestCreatedIPAddressesGetUIDsAndRisingResourceVersions(t *testing.T) {
 	}
 }
 
+// TestStaleServiceCIDRUpdatesConflict is the race a controller's cache makes: a status update
+// from an older read must not erase a deletion marked since (the API server answers Conflict),
+// and a status update changes the status only.
+func TestStaleServiceCIDRUpdatesConflict(t *testing.T) {
+	c := fakeclient.New(fakeclient.Options{})
+	cidrs := c.NetworkingV1().ServiceCIDRs()
+	ctx := context.Background()
+	created, err := cidrs.Create(ctx, testenv.ServiceCIDR("a", "10.0.0.0/24"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.ResourceVersion == "" {
+		t.Fatal("Create() gave the ServiceCIDR no resourceVersion")
+	}
+	deleting := created.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	marked, err := cidrs.Update(ctx, deleting, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := created.DeepCopy()
+	stale.Status.Conditions = []metav1.Condition{{Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: now}}
+	if _, err := cidrs.UpdateStatus(ctx, stale, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("UpdateStatus() with resourceVersion %s after %s = %v, want Conflict", created.ResourceVersion, marked.ResourceVersion, err)
+	}
+	fresh := marked.DeepCopy()
+	fresh.Status = stale.Status
+	fresh.DeletionTimestamp = nil
+	fresh.Spec.CIDRs = []string{"10.9.0.0/24"}
+	got, err := cidrs.UpdateStatus(ctx, fresh, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DeletionTimestamp == nil || !slices.Equal(got.Spec.CIDRs, created.Spec.CIDRs) || len(got.Status.Conditions) != 1 {
+		t.Errorf("UpdateStatus() = deletionTimestamp %v, cidrs %v, %d conditions; want the deletion and the CIDRs kept and the condition set",
+			got.DeletionTimestamp, got.Spec.CIDRs, len(got.Status.Conditions))
+	}
+	if got.ResourceVersion == marked.ResourceVersion {
+		t.Errorf("UpdateStatus() kept resourceVersion %s", got.ResourceVersion)
+	}
+}
+
 func TestDryRunCreatePersistsNothing(t *testing.T) {
 	c := fakeclient.New(fakeclient.Options{})
 	ips := c.NetworkingV1().IPAddresses()
