@@ -64,6 +64,10 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	version, gate, err := cfg.gates()
+	if err != nil {
+		return nil, err
+	}
 	a := &Allocators{
 		mode:    cfg.Mode,
 		ranges:  map[corev1.IPFamily]netip.Prefix{},
@@ -87,7 +91,7 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			return nil, err
 		}
 	}
-	a.services = service.New(a.families[0], a.allocs)
+	a.services = service.NewWithOptions(a.families[0], a.allocs, service.Options{Version: version, FeatureGate: gate})
 	return a, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/compatibility"
 	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -56,6 +57,22 @@ type Config struct {
 	// is not a Service the API server serves. Package repair treats objects with either value as
 	// a Service IP allocator's.
 	ManagedBy string
+
+	// Version is the kube-apiserver whose behaviour the allocators have, as component-base's
+	// compatibility versions hold it: the binary version decides what its code does (the status
+	// codes and texts of the Service answers, how allocation moves between ranges, what repair
+	// does), the emulation version (--emulated-version) the defaults and locks of the feature
+	// gates. Build one with featuregate.KubeVersion. Nil means the newest supported release that
+	// runs Mode (featuregate.DefaultVersionFor): v1.37 for IPAddressOnly, v1.37 emulating 1.34 for
+	// DualWrite, v1.36 emulating 1.33 for Legacy. New refuses a Mode the version does not run,
+	// with the version's own message.
+	Version compatibility.EffectiveVersion
+
+	// FeatureGates are values of kube-apiserver's --feature-gates for the gates featuregate.NewGate
+	// knows, such as {"StrictIPCIDRValidation": false}; the others keep Version's defaults.
+	// MultiCIDRServiceAllocator and DisableAllocatorDualWrite follow Mode and may be left out; if
+	// given, they must select Mode.
+	FeatureGates map[string]bool
 
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
 	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets (one
@@ -206,6 +223,9 @@ func (c *Config) check() error {
 	}
 	if c.Mode != featuregate.IPAddressOnly && c.Etcd == nil {
 		return &ConfigError{Field: "Etcd", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps"}
+	}
+	if _, _, err := c.gates(); err != nil {
+		return err
 	}
 	if c.Mode != featuregate.Legacy {
 		if c.Client == nil {

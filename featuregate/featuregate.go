@@ -39,9 +39,16 @@ const (
 	// the legacy bitmaps. With MultiCIDRServiceAllocator off it changes nothing (Legacy). Alpha in
 	// 1.31 (off), beta in 1.33 (off), GA in 1.34 (on), locked on from 1.35.
 	DisableAllocatorDualWrite featuregate.Feature = "DisableAllocatorDualWrite"
+
+	// StrictIPCIDRValidation refuses new IP and CIDR values in ambiguous spellings: for
+	// ClusterIPs, IPv4 octets with leading zeros and IPv4-mapped IPv6 addresses (a Service keeps
+	// what it already has). Alpha in 1.33 (off), beta in 1.36 (on). NewGate registers it; Add,
+	// which registers into a caller's gate, does not.
+	StrictIPCIDRValidation featuregate.Feature = "StrictIPCIDRValidation"
 )
 
-// specs are the versioned specs kube-apiserver declares for the gates.
+// specs are the versioned specs the newest supported kube-apiserver declares for the two
+// allocator gates.
 func specs() map[featuregate.Feature]featuregate.VersionedSpecs {
 	return map[featuregate.Feature]featuregate.VersionedSpecs{
 		MultiCIDRServiceAllocator: {

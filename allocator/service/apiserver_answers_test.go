@@ -69,7 +69,7 @@ func newSharedCluster(t *testing.T, ranges string) *sharedCluster {
 		}
 		return true
 	})
-	sc.sa = service.New(primary, fams)
+	sc.sa = newV133(t, primary, fams)
 	return sc
 }
 
@@ -388,7 +388,7 @@ func TestServiceUpdateWithoutClusterIPsKubeAPIServer(t *testing.T) {
 		t.Logf("kube-apiserver v1.33 answers with no Status: %v", apiErr)
 	}
 
-	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}})
+	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}}, optionsOf(t, "1.33.13"))
 	_, err = mc.sa.Update(ctx, old, upgrade(old), false)
 	if st := statusOfErr(t, err); st.Code != 422 {
 		t.Errorf("service.Allocator.Update() status = %d %s, want 422", st.Code, st.Reason)

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,7 +16,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 )
 
-// The texts of kube-apiserver v1.33's ipallocator errors (pkg/registry/core/service/ipallocator),
+// The texts of kube-apiserver's ipallocator errors (the same in every supported release) (pkg/registry/core/service/ipallocator),
 // which its Service registry puts in the errors a client sees and which tools parse. Our
 // sentinels keep their own, package-prefixed, texts; Allocator maps them to these.
 const (
@@ -74,29 +75,53 @@ func nextErrorText(err error) string {
 	return err.Error()
 }
 
-// chosenError is kube-apiserver v1.33's answer to a chosen address it could not allocate: a 422
+// chosenError is kube-apiserver's answer to a chosen address it could not allocate: a 422
 // Invalid at spec.clusterIPs whose value is clusterIPs as requested (fresh addresses still "").
-func chosenError(name string, requested []string, ip string, err error) *apierrors.StatusError {
-	return newInvalid(name, field.ErrorList{field.Invalid(pathClusterIPs, requested,
+func (s *Allocator) chosenError(name string, requested []string, ip string, err error) *apierrors.StatusError {
+	return s.newInvalid(name, field.ErrorList{field.Invalid(pathClusterIPs, requested,
 		fmt.Sprintf("failed to allocate IP %s: %s", ip, chosenErrorText(err)))})
 }
 
-// nextError is kube-apiserver v1.33's answer to a family with no fresh address to give: a 500.
-func nextError(err error) *apierrors.StatusError {
-	return apierrors.NewInternalError(errors.New("failed to allocate a serviceIP: " + nextErrorText(err)))
+// nextError is kube-apiserver's answer to a family it could not give a fresh address, for the
+// Service named name whose clusterIPs were requested as requested. A full range (or, as in every
+// release, no ready ServiceCIDR) is a 500, "failed to allocate a serviceIP: range is full", which
+// names the Service from 1.36. Any other error is, from 1.35, a 422 Invalid at spec.clusterIPs,
+// "failed to allocate IP: <error>", where an API server's refusal of the IPAddress object keeps
+// the server's own text; before 1.35 kube-apiserver's IPAddress allocator went on to the next
+// address after such a refusal, so the answer was the full range's (clusterip stops at the first
+// refusal instead of trying every address, and answers the same).
+func (s *Allocator) nextError(name string, requested []string, err error) *apierrors.StatusError {
+	var status apierrors.APIStatus
+	refused := errors.As(err, &status)
+	full := errors.Is(err, allocator.ErrFull) || errors.Is(err, allocator.ErrNotReady)
+	if !full && s.sem.InvalidOnAllocateNextError() {
+		text := nextErrorText(err)
+		if refused {
+			text = status.Status().Message
+		}
+		return s.newInvalid(name, field.ErrorList{field.Invalid(pathClusterIPs, requested, "failed to allocate IP: "+text)})
+	}
+	text := nextErrorText(err)
+	if full || refused {
+		text = textFull
+	}
+	if s.sem.FullErrorNamesService() {
+		return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP for Service %q: %s", name, text))
+	}
+	return apierrors.NewInternalError(errors.New("failed to allocate a serviceIP: " + text))
 }
 
-// newInvalid returns the 422 Invalid error kube-apiserver v1.33 returns for the Service named
-// name and the errors el. It is apierrors.NewInvalid, except that each error's value is shown as
-// k8s.io/apimachinery v0.33 shows it (later releases show values as JSON), and as v1.33 shows
-// the internal API types its registry validates: a list of families reads
-// []core.IPFamily{"IPv4"}, not []v1.IPFamily{"IPv4"}.
-func newInvalid(name string, el field.ErrorList) *apierrors.StatusError {
+// newInvalid returns the 422 Invalid error kube-apiserver returns for the Service named name and
+// the errors el. It is apierrors.NewInvalid, except that each error's value is shown as the
+// k8s.io/apimachinery of the release shows it (Go syntax before v0.34, JSON from v0.34), and as
+// the release shows the internal API types its registry validates: before v0.34 a list of
+// families reads []core.IPFamily{"IPv4"}, not []v1.IPFamily{"IPv4"}.
+func (s *Allocator) newInvalid(name string, el field.ErrorList) *apierrors.StatusError {
 	causes := make([]metav1.StatusCause, 0, len(el))
 	var msgs []string
 	seen := map[string]bool{}
 	for _, e := range el {
-		body := errorBody(e)
+		body := s.errorBody(e)
 		causes = append(causes, metav1.StatusCause{Type: metav1.CauseType(e.Type), Message: body, Field: e.Field})
 		if msg := e.Field + ": " + body; !seen[msg] {
 			seen[msg] = true
@@ -120,19 +145,41 @@ func newInvalid(name string, el field.ErrorList) *apierrors.StatusError {
 	}}
 }
 
-// errorBody is field.Error.ErrorBody as k8s.io/apimachinery v0.33 writes it.
-func errorBody(e *field.Error) string {
-	var s string
+// errorBody is field.Error.ErrorBody as the release's k8s.io/apimachinery writes it.
+func (s *Allocator) errorBody(e *field.Error) string {
+	var body string
 	switch e.Type {
 	case field.ErrorTypeRequired, field.ErrorTypeForbidden, field.ErrorTypeTooLong, field.ErrorTypeInternal:
-		s = e.Type.String()
+		body = e.Type.String()
 	default:
-		s = e.Type.String() + ": " + v133Value(e.BadValue)
+		if s.sem.FieldValuesAsJSON() {
+			body = e.Type.String() + ": " + jsonValue(e.BadValue)
+		} else {
+			body = e.Type.String() + ": " + v133Value(e.BadValue)
+		}
 	}
 	if e.Detail != "" {
-		s += ": " + e.Detail
+		body += ": " + e.Detail
 	}
-	return s
+	return body
+}
+
+// jsonValue shows a bad value as k8s.io/apimachinery v0.34 and later show it: simple values as
+// they are, strings quoted, anything else as JSON.
+func jsonValue(v any) string {
+	switch t := v.(type) {
+	case int64, int32, float64, float32, bool:
+		return fmt.Sprintf("%v", t)
+	case string:
+		return fmt.Sprintf("%q", t)
+	}
+	if b, err := json.Marshal(v); err == nil {
+		return string(b)
+	}
+	if st, ok := v.(fmt.Stringer); ok {
+		return st.String()
+	}
+	return fmt.Sprintf("%#v", v)
 }
 
 // v133Value shows a bad value as kube-apiserver v1.33 shows the internal type that stands for

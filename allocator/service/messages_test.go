@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 )
 
@@ -254,7 +253,7 @@ func TestServiceAllocatorErrorsAreKubeAPIServers(t *testing.T) {
 			if tt.v4Err != nil {
 				a4 = refusing{Interface: v4, err: tt.v4Err}
 			}
-			sa := service.New(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
+			sa := newV133(t, corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
 				corev1.IPv4Protocol: a4, corev1.IPv6Protocol: mustBitmap(t, "fd00::/112")})
 			svc := matrixService("s", matrixSpec{})
 			svc.Spec.IPFamilyPolicy = tt.policy

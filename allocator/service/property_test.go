@@ -64,13 +64,13 @@ func checkHoldsExactlyLiveServices(t *testing.T, cl matrixCluster, inputs []matr
 	h := fnv.New64a()
 	h.Write([]byte(cl.Name))
 	rng := rand.New(rand.NewPCG(1, h.Sum64()))
-	mc := newMemCluster(t, cl)
+	mc := newMemCluster(t, cl, optionsOf(t, "1.33.13"))
 	if flaky {
 		fams := map[corev1.IPFamily]allocator.Interface{}
 		for f, a := range mc.families {
 			fams[f] = flakyAllocator{Interface: a, rng: rng}
 		}
-		mc.sa = service.New(familyOfPrefix(mc.ranges[0]), fams)
+		mc.sa = newV133(t, familyOfPrefix(mc.ranges[0]), fams)
 	}
 	live := map[string]*corev1.Service{}
 	var names []string

@@ -10,8 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/component-base/compatibility"
+	basefeaturegate "k8s.io/component-base/featuregate"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/internal/semantics"
 )
 
 // serviceKind is the GroupKind kube-apiserver names in a Service's Invalid errors.
@@ -35,13 +38,34 @@ var (
 type Allocator struct {
 	primary  corev1.IPFamily
 	families map[corev1.IPFamily]allocator.Interface
+	sem      semantics.Semantics
+}
+
+// Options adjusts an Allocator built by NewWithOptions. The zero Options gives the answers of the
+// newest supported kube-apiserver with its default feature gates.
+type Options struct {
+	// Version is the kube-apiserver whose answers the Allocator gives: its binary version decides
+	// status codes and texts, its emulation version the default of StrictIPCIDRValidation. Build
+	// one with featuregate.KubeVersion. Nil means featuregate.DefaultVersion().
+	Version compatibility.EffectiveVersion
+
+	// FeatureGate, if not nil and it knows StrictIPCIDRValidation (see featuregate.NewGate),
+	// decides that gate as the registry runs it; otherwise its default at Version applies.
+	FeatureGate basefeaturegate.FeatureGate
 }
 
 // New returns an Allocator for a cluster whose default family is primary (the family of the
-// first --service-cluster-ip-range) and which serves the families in families. Entries with a
-// nil allocator.Interface are ignored. The map is copied.
+// first --service-cluster-ip-range) and which serves the families in families, with the answers
+// of the newest supported kube-apiserver (see NewWithOptions). Entries with a nil
+// allocator.Interface are ignored. The map is copied.
 func New(primary corev1.IPFamily, families map[corev1.IPFamily]allocator.Interface) *Allocator {
-	s := &Allocator{primary: primary, families: make(map[corev1.IPFamily]allocator.Interface, len(families))}
+	return NewWithOptions(primary, families, Options{})
+}
+
+// NewWithOptions is New with the kube-apiserver release, and its feature gates, whose answers the
+// Allocator gives.
+func NewWithOptions(primary corev1.IPFamily, families map[corev1.IPFamily]allocator.Interface, opts Options) *Allocator {
+	s := &Allocator{primary: primary, families: make(map[corev1.IPFamily]allocator.Interface, len(families)), sem: semantics.Of(opts.Version, opts.FeatureGate)}
 	for f, a := range families {
 		if a != nil {
 			s.families[f] = a
@@ -156,9 +180,9 @@ func (s *Allocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bo
 	if err := s.allocClusterIPs(ctx, svc, txn); err != nil {
 		return nil, err
 	}
-	if el := validateCreate(svc); len(el) > 0 {
+	if el := validateCreate(svc, s.sem.StrictClusterIPs()); len(el) > 0 {
 		_ = txn.Revert(ctx)
-		return nil, newInvalid(svc.Name, el)
+		return nil, s.newInvalid(svc.Name, el)
 	}
 	return txn, nil
 }
@@ -183,9 +207,9 @@ func (s *Allocator) Update(ctx context.Context, old, svc *corev1.Service, dryRun
 		return nil, err
 	}
 	dropTypeDependentFields(svc, old)
-	if el := validateUpdate(svc, old); len(el) > 0 {
+	if el := validateUpdate(svc, old, s.sem.StrictClusterIPs()); len(el) > 0 {
 		_ = txn.Revert(ctx)
-		return nil, newInvalid(svc.Name, el)
+		return nil, s.newInvalid(svc.Name, el)
 	}
 	return txn, nil
 }
@@ -249,7 +273,7 @@ func (s *Allocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, 
 	family := svc.Spec.IPFamilies[i]
 	a := s.families[family]
 	if a == nil { // initIPFamilyFields has checked this; keep it from panicking anyway
-		return newInvalid(svc.Name, field.ErrorList{
+		return s.newInvalid(svc.Name, field.ErrorList{
 			field.Invalid(pathIPFamilies.Index(i), family, "not configured on this cluster")})
 	}
 	if txn.dryRun {
@@ -259,7 +283,7 @@ func (s *Allocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, 
 	if svc.Spec.ClusterIPs[i] == "" {
 		ip, err := a.AllocateNext(ctx, owner)
 		if err != nil {
-			return nextError(err)
+			return s.nextError(svc.Name, asRequested(requested), err)
 		}
 		svc.Spec.ClusterIPs[i] = ip.String()
 		if !txn.dryRun {
@@ -273,7 +297,7 @@ func (s *Allocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, 
 		err = a.Allocate(ctx, ip, owner)
 	}
 	if err != nil {
-		return chosenError(svc.Name, requested, written, err)
+		return s.chosenError(svc.Name, requested, written, err)
 	}
 	if !txn.dryRun {
 		txn.allocated = append(txn.allocated, ip)
@@ -304,7 +328,7 @@ func (s *Allocator) updateClusterIPs(ctx context.Context, svc, old *corev1.Servi
 			// A stored Service with a family but no address (kube-apiserver v1.33 indexes past
 			// the end of clusterIPs here and answers with a panic): it has no primary to add a
 			// secondary to.
-			return newInvalid(svc.Name, field.ErrorList{field.Invalid(pathClusterIPs.Index(0),
+			return s.newInvalid(svc.Name, field.ErrorList{field.Invalid(pathClusterIPs.Index(0),
 				svc.Spec.ClusterIPs, "primary clusterIP can not be unset")})
 		}
 		if len(svc.Spec.ClusterIPs) < 2 {
@@ -322,6 +346,19 @@ func (s *Allocator) updateClusterIPs(ctx context.Context, svc, old *corev1.Servi
 		}
 	}
 	return nil
+}
+
+// asRequested returns clusterIPs as a client sent them: requested without the "" entries that
+// stand for fresh addresses at its end, nil when nothing is left.
+func asRequested(requested []string) []string {
+	n := len(requested)
+	for n > 0 && requested[n-1] == "" {
+		n--
+	}
+	if n == 0 {
+		return nil
+	}
+	return requested[:n]
 }
 
 // parseAll returns the addresses among ips that parse, read with allocator.ParseClusterIP.
@@ -397,8 +434,8 @@ func (s *Allocator) initIPFamilyFields(svc, old *corev1.Service) error {
 	if svc.Spec.IPFamilies == nil {
 		svc.Spec.IPFamilies = []corev1.IPFamily{}
 	}
-	if el := validateClusterIPsRelatedFields(svc, old); len(el) > 0 {
-		return newInvalid(svc.Name, el)
+	if el := validateClusterIPsRelatedFields(svc, old, s.sem.StrictClusterIPs()); len(el) > 0 {
+		return s.newInvalid(svc.Name, el)
 	}
 
 	var el field.ErrorList
@@ -451,7 +488,7 @@ func (s *Allocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		}
 	}
 	if len(el) > 0 {
-		return newInvalid(svc.Name, el)
+		return s.newInvalid(svc.Name, el)
 	}
 
 	// Headless and selectorless: no addresses, so any family goes, even on a single-stack
@@ -476,7 +513,7 @@ func (s *Allocator) initIPFamilyFields(svc, old *corev1.Service) error {
 		}
 	}
 	if len(el) > 0 {
-		return newInvalid(svc.Name, el)
+		return s.newInvalid(svc.Name, el)
 	}
 	if len(svc.Spec.IPFamilies) == 0 {
 		svc.Spec.IPFamilies = []corev1.IPFamily{s.primary}

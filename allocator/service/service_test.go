@@ -26,7 +26,9 @@ type memCluster struct {
 	sa       *service.Allocator
 }
 
-func newMemCluster(t testing.TB, cl matrixCluster) *memCluster {
+// newMemCluster builds cl's ranges as in-memory bitmaps behind a service.Allocator with the
+// answers opts says.
+func newMemCluster(t testing.TB, cl matrixCluster, opts service.Options) *memCluster {
 	t.Helper()
 	mc := &memCluster{families: map[corev1.IPFamily]allocator.Interface{}, ranges: clusterRanges(t, cl)}
 	for _, p := range mc.ranges {
@@ -36,7 +38,7 @@ func newMemCluster(t testing.TB, cl matrixCluster) *memCluster {
 		}
 		mc.families[a.Family()] = a
 	}
-	mc.sa = service.New(familyOfPrefix(mc.ranges[0]), mc.families)
+	mc.sa = service.NewWithOptions(familyOfPrefix(mc.ranges[0]), mc.families, opts)
 	return mc
 }
 
@@ -108,7 +110,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 
 				// allocate builds a fresh cluster holding tc.Taken and allocates tc.Create in it.
 				allocate := func(dryRun bool) (*memCluster, []string, *corev1.Service, *service.Transaction, error) {
-					mc := newMemCluster(t, cl)
+					mc := newMemCluster(t, cl, optionsOf(t, "1.33.13"))
 					taken := mc.take(t, tc.Taken)
 					svc := matrixService(name, tc.Create)
 					txn, err := mc.sa.Allocate(ctx, svc, dryRun)
@@ -242,7 +244,7 @@ func TestServiceAllocatorFullRangeIsInternalError(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sa := service.New(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
+	sa := newV133(t, corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
 		corev1.IPv4Protocol: v4, corev1.IPv6Protocol: v6})
 	require := corev1.IPFamilyPolicyRequireDualStack
 	svc := matrixService("full", matrixSpec{})
@@ -290,7 +292,7 @@ func TestServiceAllocatorFailureInSecondFamilyReleasesFirst(t *testing.T) {
 			fams := map[corev1.IPFamily]allocator.Interface{corev1.IPv4Protocol: v4, corev1.IPv6Protocol: v6}
 			healthy := fams[otherFamilyOf(tt.failing)]
 			fams[tt.failing] = failingAllocator{Interface: fams[tt.failing], err: outage}
-			sa := service.New(tt.primary, fams)
+			sa := newV133(t, tt.primary, fams)
 			require := corev1.IPFamilyPolicyRequireDualStack
 			svc := matrixService("txn", matrixSpec{})
 			svc.Spec.IPFamilyPolicy = &require

@@ -29,7 +29,7 @@ func TestServiceAllocatorAcceptsClusterIPSpellingsOfV133(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}})
+			mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}}, optionsOf(t, "1.33.13"))
 			svc := matrixService("spelled", matrixSpec{ClusterIP: &tt.written, ClusterIPs: &[]string{tt.written}})
 			txn, err := mc.sa.Allocate(ctx, svc, false)
 			if err != nil {
@@ -90,7 +90,7 @@ func TestServiceAllocatorAcceptsClusterIPSpellingsOfV133(t *testing.T) {
 // it is downgraded to SingleStack.
 func TestServiceAllocatorDowngradeReleasesParsedSecondary(t *testing.T) {
 	ctx := context.Background()
-	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"fd00:10:96::/112", "10.96.0.0/16"}})
+	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"fd00:10:96::/112", "10.96.0.0/16"}}, optionsOf(t, "1.33.13"))
 	require := "RequireDualStack"
 	primary, secondary := "FD00:10:96::C", "10.96.0.012"
 	svc := matrixService("down", matrixSpec{IPFamilyPolicy: &require, ClusterIP: &primary, ClusterIPs: &[]string{primary, secondary}})

@@ -61,7 +61,7 @@ func TestServiceAllocatorUndoOutlivesCallersContext(t *testing.T) {
 		if stallV6 {
 			v6 = stalled{v6}
 		}
-		return v4, service.New(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
+		return v4, newV133(t, corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{
 			corev1.IPv4Protocol: v4, corev1.IPv6Protocol: v6})
 	}
 	dual := func() *corev1.Service {
@@ -176,7 +176,7 @@ func TestServiceAllocatorUpdateOfServiceWithoutClusterIPs(t *testing.T) {
 	ctx := context.Background()
 	single := corev1.IPFamilyPolicySingleStack
 	require := corev1.IPFamilyPolicyRequireDualStack
-	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}})
+	mc := newMemCluster(t, matrixCluster{Name: "dual", Ranges: []string{"10.96.0.0/16", "fd00:10:96::/112"}}, optionsOf(t, "1.33.13"))
 	old := matrixService("bare", matrixSpec{})
 	old.Spec.IPFamilyPolicy = &single
 	old.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}

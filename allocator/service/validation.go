@@ -2,6 +2,8 @@ package service
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -13,8 +15,9 @@ import (
 // ClusterIP fields; they give the same field paths and error types.
 
 // validateClusterIPsRelatedFields checks clusterIP, clusterIPs, ipFamilies and ipFamilyPolicy on
-// their own and against each other. old is nil on create.
-func validateClusterIPsRelatedFields(svc, old *corev1.Service) field.ErrorList {
+// their own and against each other. old is nil on create. With strict (StrictIPCIDRValidation),
+// a ClusterIP the Service did not have already must not be an ambiguous spelling.
+func validateClusterIPsRelatedFields(svc, old *corev1.Service, strict bool) field.ErrorList {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
@@ -58,9 +61,9 @@ func validateClusterIPsRelatedFields(svc, old *corev1.Service) field.ErrorList {
 			}
 			continue
 		}
-		if !validIPText(ip, old) {
+		if errs := validateClusterIPText(pathClusterIPs.Index(i), ip, old, strict); len(errs) > 0 {
 			badIPs = true
-			el = append(el, field.Invalid(pathClusterIPs.Index(i), ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+			el = append(el, errs...)
 		}
 	}
 	if len(ips) > 2 {
@@ -101,28 +104,37 @@ func holdsBothFamilies(ips []string) bool {
 	return v4 && v6
 }
 
-// validIPText reports whether s is an address kube-apiserver v1.33 accepts in clusterIPs (with its
-// StrictIPCIDRValidation gate off, the default): one that allocator.ParseClusterIP reads, or one
-// the Service already had.
-func validIPText(s string, old *corev1.Service) bool {
-	if _, err := allocator.ParseClusterIP(s); err == nil {
-		return true
+// validateClusterIPText checks s, the clusterIPs entry at path, as kube-apiserver does: an
+// address allocator.ParseClusterIP reads, or one the Service already had. With strict
+// (StrictIPCIDRValidation) a new one must also not have leading zeros in an IPv4 octet nor be an
+// IPv4-mapped IPv6 address.
+func validateClusterIPText(path *field.Path, s string, old *corev1.Service, strict bool) field.ErrorList {
+	if old != nil && s != "" && s != corev1.ClusterIPNone && slices.Contains(old.Spec.ClusterIPs, s) {
+		return nil
 	}
-	if old != nil {
-		for _, v := range old.Spec.ClusterIPs {
-			if v == s && v != "" && v != corev1.ClusterIPNone {
-				return true
-			}
-		}
+	if _, err := allocator.ParseClusterIP(s); err != nil {
+		return field.ErrorList{field.Invalid(path, s, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")}
 	}
-	return false
+	if !strict {
+		return nil
+	}
+	var el field.ErrorList
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		// ParseClusterIP reads it, netip does not: an IPv4 octet with leading zeros.
+		el = append(el, field.Invalid(path, s, "must not have leading 0s"))
+	}
+	if addr.Is4In6() {
+		el = append(el, field.Invalid(path, s, "must not be an IPv4-mapped IPv6 address"))
+	}
+	return el
 }
 
 // validateCreate checks the ClusterIP fields of a Service after its families are defaulted and
 // its addresses allocated, in kube-apiserver's order.
-func validateCreate(svc *corev1.Service) field.ErrorList {
+func validateCreate(svc *corev1.Service, strict bool) field.ErrorList {
 	el := validateTypeFields(svc)
-	return append(el, validateClusterIPsRelatedFields(svc, nil)...)
+	return append(el, validateClusterIPsRelatedFields(svc, nil, strict)...)
 }
 
 // validateTypeFields checks the ClusterIP fields against the Service's type.
@@ -150,11 +162,11 @@ func validateTypeFields(svc *corev1.Service) field.ErrorList {
 
 // validateUpdate checks the ClusterIP fields of an updated Service after allocation, in
 // kube-apiserver's order: set addresses and families may not change, then the checks of a create.
-func validateUpdate(svc, old *corev1.Service) field.ErrorList {
+func validateUpdate(svc, old *corev1.Service, strict bool) field.ErrorList {
 	el := validateClusterIPsChange(svc, old)
 	el = append(el, validateIPFamiliesChange(svc, old)...)
 	el = append(el, validateTypeFields(svc)...)
-	return append(el, validateClusterIPsRelatedFields(svc, old)...)
+	return append(el, validateClusterIPsRelatedFields(svc, old, strict)...)
 }
 
 // validateClusterIPsChange allows adding a secondary address and, with SingleStack, dropping it;

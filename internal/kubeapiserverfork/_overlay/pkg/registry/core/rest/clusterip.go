@@ -33,10 +33,12 @@ import (
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/events"
+	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/tracing"
 	"k8s.io/klog/v2"
@@ -158,7 +160,13 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 // creates and deletes go to the IPAddress registry in this process with clusterIPWritesRegistry),
 // and the server's shared informer factory. The caller closes the etcd client.
 func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
+	// The library behaves as this kube-apiserver: its binary version and --emulated-version, and
+	// the one gate of the library's validation that --feature-gates may set besides the mode's.
 	cfg := clusterip.Config{
+		Version: compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent),
+		FeatureGates: map[string]bool{
+			string(features.StrictIPCIDRValidation): utilfeature.DefaultFeatureGate.Enabled(features.StrictIPCIDRValidation),
+		},
 		Mode:       a.mode,
 		Ranges:     a.ranges,
 		EtcdPrefix: a.storage.Prefix,

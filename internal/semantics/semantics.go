@@ -1,0 +1,92 @@
+// Package semantics decides, for a kube-apiserver release, each behaviour of ClusterIP allocation
+// that changed between the supported releases: the answers a Service create or update gets, how
+// allocation moves between ranges, which ClusterIP spellings validation accepts, and what the
+// repair loops do. Every such fact lives here, named after what it decides; the packages that act
+// on them ask a Semantics.
+package semantics
+
+import (
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/component-base/compatibility"
+	basefeaturegate "k8s.io/component-base/featuregate"
+
+	"github.com/kube-ipam/clusterip/featuregate"
+)
+
+// Semantics is the behaviour of one kube-apiserver: its binary version decides what its code does,
+// its emulation version and feature gates what validation asks. The zero Semantics is not valid;
+// use Of.
+type Semantics struct {
+	binary   *version.Version
+	emulated *version.Version
+	strictIP bool
+}
+
+// Of returns the semantics of kube-apiserver v with the feature gates gate (from
+// featuregate.NewGate). A nil v is featuregate.DefaultVersion(); a nil gate, or one that does
+// not know StrictIPCIDRValidation, takes that gate's default at v's emulation version.
+func Of(v compatibility.EffectiveVersion, gate basefeaturegate.FeatureGate) Semantics {
+	if v == nil {
+		v = featuregate.DefaultVersion()
+	}
+	s := Semantics{binary: v.BinaryVersion(), emulated: v.EmulationVersion()}
+	if gate != nil {
+		if _, ok := gate.DeepCopy().GetAllVersioned()[featuregate.StrictIPCIDRValidation]; ok {
+			s.strictIP = gate.Enabled(featuregate.StrictIPCIDRValidation)
+			return s
+		}
+	}
+	if g, err := featuregate.NewGate(v, nil); err == nil {
+		s.strictIP = g.Enabled(featuregate.StrictIPCIDRValidation)
+	}
+	return s
+}
+
+// Default returns the semantics of the newest supported release, with its default gates.
+func Default() Semantics { return Of(nil, nil) }
+
+// String returns the release, such as "v1.37.2 emulating 1.37".
+func (s Semantics) String() string {
+	if s.binary == nil {
+		return "<unset>"
+	}
+	return "v" + s.binary.String() + " emulating " + s.emulated.String()
+}
+
+// binaryAtLeast reports whether the binary is of minor release 1.minor or later. The zero
+// Semantics counts as the newest release.
+func (s Semantics) binaryAtLeast(minor uint) bool {
+	return s.binary == nil || s.binary.AtLeast(version.MajorMinor(1, minor))
+}
+
+// InvalidOnAllocateNextError reports whether an error of dynamic allocation other than a full
+// range is a 422 Invalid at spec.clusterIPs, "failed to allocate IP: <error>" (from 1.35,
+// kubernetes#135499). Before, kube-apiserver's IPAddress allocator went on to the next address on
+// any error and so answered 500 "range is full".
+func (s Semantics) InvalidOnAllocateNextError() bool { return s.binaryAtLeast(35) }
+
+// FullErrorNamesService reports whether the 500 of a full range names the Service: "failed to
+// allocate a serviceIP for Service \"<name>\": range is full" (from 1.36).
+func (s Semantics) FullErrorNamesService() bool { return s.binaryAtLeast(36) }
+
+// FieldValuesAsJSON reports whether a field error shows its value as JSON (["10.96.0.1"]), as
+// k8s.io/apimachinery does from v0.34, rather than as Go syntax ([]string{"10.96.0.1"}).
+func (s Semantics) FieldValuesAsJSON() bool { return s.binaryAtLeast(34) }
+
+// StrictClusterIPs reports whether a new ClusterIP with leading zeros in an IPv4 octet or in
+// IPv4-mapped IPv6 form is refused (StrictIPCIDRValidation, on by default from 1.36).
+func (s Semantics) StrictClusterIPs() bool { return s.strictIP }
+
+// RepairRetriesForbidden reports whether the IPAddress repair loop retries its first pass on
+// Forbidden as well as on Conflict: in 1.33.13 and from 1.36, not in 1.34 and 1.35.
+func (s Semantics) RepairRetriesForbidden() bool {
+	if s.binary == nil {
+		return true
+	}
+	m := s.binary.Minor()
+	return m != 34 && m != 35
+}
+
+// RepairHoldsExternalName reports whether the IPAddress repair loop waits 60 s before it deals
+// with an IPAddress whose Service is still of type ExternalName (from 1.36, kubernetes#135503).
+func (s Semantics) RepairHoldsExternalName() bool { return s.binaryAtLeast(36) }
