@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,44 +19,103 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
-var updateMatrix = flag.Bool("update-matrix", false, "rewrite ../../testdata/services.yaml from what real kube-apiservers answer")
+var updateMatrix = flag.Bool("update-matrix", false, "rewrite ../../testdata/services-<release>.yaml from what real kube-apiservers of the release answer")
 
-// TestServiceMatrixKubeAPIServer runs every case of the Service matrix against a real
-// kube-apiserver v1.33.13 per cluster shape, one at a time, in its default mode and in Legacy
-// mode (MultiCIDRServiceAllocator off), and checks that it answers what the matrix expects:
-// results, status codes, reasons, field paths and texts. With -update-matrix it records the
-// answers into the matrix instead: the default mode's, and the Legacy mode's texts where they
-// differ (its results must not).
+// stockRun is one way TestServiceMatrixKubeAPIServer starts a stock kube-apiserver of a release.
+type stockRun struct {
+	name   string
+	legacy bool // Legacy mode: its texts may differ from the default mode's, its results not
+	gates  string
+	args   []string
+}
+
+// stockRuns returns the runs of release: its default mode; Legacy mode where the release reaches
+// it (MultiCIDRServiceAllocator is locked on from 1.34, so v1.35 and v1.36 reach it only emulating
+// 1.33, and v1.37 not at all); and for v1.37, DualWrite emulating 1.34, with
+// StrictIPCIDRValidation on as it is by default at 1.37, which must answer exactly as the
+// default mode.
+func stockRuns(release string) []stockRun {
+	runs := []stockRun{{name: "default"}}
+	switch release {
+	case "v1.33.13":
+		runs = append(runs, stockRun{name: "Legacy", legacy: true, gates: "MultiCIDRServiceAllocator=false"})
+	case "v1.35.4", "v1.36.3":
+		runs = append(runs, stockRun{name: "Legacy", legacy: true, gates: "MultiCIDRServiceAllocator=false", args: []string{"--emulated-version=1.33"}})
+	case "v1.37.2":
+		runs = append(runs, stockRun{name: "DualWrite", gates: "DisableAllocatorDualWrite=false,StrictIPCIDRValidation=true", args: []string{"--emulated-version=1.34"}})
+	}
+	return runs
+}
+
+// hasLegacyRun reports whether release runs Legacy mode, whose texts the matrix records.
+func hasLegacyRun(release string) bool {
+	return slices.ContainsFunc(stockRuns(release), func(r stockRun) bool { return r.legacy })
+}
+
+// stockBinary returns the stock kube-apiserver of release: the tests' own build for
+// testenv.KubeAPIServerVersion, otherwise the binary $CLUSTERIP_KUBE_APISERVER_<release> names
+// (dots as underscores: CLUSTERIP_KUBE_APISERVER_V1_37_2), or "" when it is not set.
+func stockBinary(t *testing.T, release string) (string, bool) {
+	t.Helper()
+	if release == testenv.KubeAPIServerVersion {
+		return "", true
+	}
+	env := "CLUSTERIP_KUBE_APISERVER_" + strings.ToUpper(strings.ReplaceAll(release, ".", "_"))
+	p := os.Getenv(env)
+	return p, p != ""
+}
+
+// TestServiceMatrixKubeAPIServer runs every case of each release's Service matrix against a real
+// stock kube-apiserver of that release per cluster shape, one at a time, in its default mode and
+// in Legacy mode where the release runs it (see stockRuns), and checks that it answers what the
+// matrix expects: results, status codes, reasons, field paths and texts. With -update-matrix it
+// records the answers into the release's matrix instead: the default mode's, and the Legacy
+// mode's texts where they differ (its results must not). A release other than
+// testenv.KubeAPIServerVersion runs where $CLUSTERIP_KUBE_APISERVER_<release> names its binary.
 func TestServiceMatrixKubeAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
+	for _, release := range matrixReleases {
+		t.Run(release, func(t *testing.T) {
+			binary, ok := stockBinary(t, release)
+			if !ok {
+				t.Skipf("no stock kube-apiserver %s: set $CLUSTERIP_KUBE_APISERVER_%s", release, strings.ToUpper(strings.ReplaceAll(release, ".", "_")))
+			}
+			testStockMatrix(t, release, binary)
+		})
+	}
+}
+
+func testStockMatrix(t *testing.T, release, binary string) {
 	m := &matrixFile{Clusters: matrixClusters, Cases: matrixInputs()}
 	if !*updateMatrix {
-		m = loadMatrix(t)
+		m = loadMatrix(t, release)
 	}
 	etcd := testenv.NewEtcd(t)
 	runs, agreed := 0, 0
 	for _, cl := range m.Clusters {
-		for _, legacy := range []bool{false, true} {
-			mode, gates := "default", ""
-			if legacy {
-				mode, gates = "Legacy", "MultiCIDRServiceAllocator=false"
-			}
+		for _, run := range stockRuns(release) {
+			mode := run.name
 			t.Run(cl.Name+"/"+mode, func(t *testing.T) {
 				ranges := clusterRanges(t, cl)
 				api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
+					Binary:                binary,
 					ServiceClusterIPRange: strings.Join(cl.Ranges, ","),
 					EtcdPrefix:            "/registry-" + cl.Name + "-" + strings.ToLower(mode),
-					FeatureGates:          gates,
+					FeatureGates:          run.gates,
+					ExtraArgs:             run.args,
 				})
 				ctx := context.Background()
 				waitForDefaultNamespace(t, ctx, api.Client)
+				if v, err := api.Client.Discovery().ServerVersion(); err != nil || v.GitVersion != release {
+					t.Fatalf("the kube-apiserver is %v (%v), want %s", v, err, release)
+				}
 				for i := range m.Cases {
 					tc := &m.Cases[i]
 					got := runCaseOnAPIServer(t, ctx, api.Client, ranges, fmt.Sprintf("m%d", i), *tc)
-					if *updateMatrix {
-						recordExpect(t, tc, cl.Name, legacy, got)
+					if *updateMatrix && (run.name == "default" || run.legacy) {
+						recordExpect(t, tc, cl.Name, run.legacy, got)
 						continue
 					}
 					runs++
@@ -63,7 +124,7 @@ func TestServiceMatrixKubeAPIServer(t *testing.T) {
 						t.Errorf("%s: no expectation for cluster %s", tc.Name, cl.Name)
 						continue
 					}
-					want = expectIn(want, legacy)
+					want = expectIn(want, run.legacy)
 					if diff := cmp.Diff(want, got); diff != "" {
 						t.Errorf("%s: kube-apiserver disagrees with the matrix (-want +got):\n%s", tc.Name, diff)
 						continue
@@ -74,14 +135,14 @@ func TestServiceMatrixKubeAPIServer(t *testing.T) {
 		}
 	}
 	if *updateMatrix {
-		if err := writeMatrix(m, "a real kube-apiserver "+testenv.KubeAPIServerVersion+" per cluster shape"); err != nil {
+		if err := writeMatrix(m, release, "a real kube-apiserver "+release+" per cluster shape"); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("wrote %s: %d cases × %d clusters", matrixPath, len(m.Cases), len(m.Clusters))
+		t.Logf("wrote %s: %d cases × %d clusters", matrixPathFor(release), len(m.Cases), len(m.Clusters))
 		return
 	}
-	t.Logf("%d of %d case runs (%d cases × %d clusters × 2 modes) agree with kube-apiserver %s",
-		agreed, runs, len(m.Cases), len(m.Clusters), testenv.KubeAPIServerVersion)
+	t.Logf("%d of %d case runs (%d cases × %d clusters × %d modes) agree with kube-apiserver %s",
+		agreed, runs, len(m.Cases), len(m.Clusters), len(stockRuns(release)), release)
 }
 
 // recordExpect records got, what a server of the mode answered to tc on cluster: the default

@@ -10,11 +10,17 @@ import (
 	"github.com/kube-ipam/clusterip/internal/servicematrix"
 )
 
-// The Service matrix lives in the module's testdata/services.yaml; testdata/README.md documents
-// its schema and internal/servicematrix loads it. These names keep this package's tests short.
+// The Service matrix lives in the module's testdata/services-<release>.yaml, one file per
+// kube-apiserver release; testdata/README.md documents its schema and internal/servicematrix
+// loads it. These names keep this package's tests short.
 
-// matrixPath is the matrix file, relative to this package.
-var matrixPath = filepath.Join("..", "..", "testdata", "services.yaml")
+// matrixReleases are the releases with a matrix.
+var matrixReleases = servicematrix.Releases
+
+// matrixPathFor is the matrix file of release, relative to this package.
+func matrixPathFor(release string) string {
+	return servicematrix.PathFor(filepath.Join("..", "..", "testdata"), release)
+}
 
 type (
 	matrixFile    = servicematrix.File
@@ -26,9 +32,9 @@ type (
 	matrixText    = servicematrix.Text
 )
 
-func loadMatrix(t testing.TB) *matrixFile {
+func loadMatrix(t testing.TB, release string) *matrixFile {
 	t.Helper()
-	m, err := servicematrix.Load(matrixPath)
+	m, err := servicematrix.Load(matrixPathFor(release))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +81,6 @@ func textOf(t testing.TB, tc matrixCase, ranges []netip.Prefix, created *corev1.
 	return txt
 }
 
-func writeMatrix(m *matrixFile, source string) error {
-	return servicematrix.Write(matrixPath, m, source)
+func writeMatrix(m *matrixFile, release, source string) error {
+	return servicematrix.Write(matrixPathFor(release), m, source)
 }

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// The inputs of testdata/services.yaml. TestServiceMatrixKubeAPIServer -update-matrix runs them
+// The inputs of testdata/services-<release>.yaml. TestServiceMatrixKubeAPIServer -update-matrix runs them
 // against real kube-apiservers and rewrites the file with what they answered; everything else
 // reads the file.
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -91,14 +92,24 @@ func (mc *memCluster) checkHeld(t *testing.T, when string, want []string) {
 	}
 }
 
-// TestServiceAllocatorMatrix runs every case of testdata/services.yaml against service.Allocator
-// over in-memory bitmaps, for every cluster shape, and checks the results, the error texts (those
-// of Legacy mode, whose allocators are bitmaps), and that the allocators hold exactly what the
-// Services hold, after Commit, Revert and Release.
+// TestServiceAllocatorMatrix runs every case of each release's Service matrix against
+// service.Allocator configured as that release, over in-memory bitmaps, for every cluster shape,
+// and checks the results, the error texts of Legacy mode (whose allocators are bitmaps) where the
+// release runs it, and that the allocators hold exactly what the Services hold, after Commit,
+// Revert and Release. The texts of v1.37, which runs no Legacy mode, are checked through the
+// IPAddressOnly allocators by test/integration/gates.
 func TestServiceAllocatorMatrix(t *testing.T) {
+	for _, release := range matrixReleases {
+		t.Run(release, func(t *testing.T) { testAllocatorMatrix(t, release) })
+	}
+}
+
+func testAllocatorMatrix(t *testing.T, release string) {
 	const legacy = true
-	m := loadMatrix(t)
+	m := loadMatrix(t, release)
+	hasLegacy := hasLegacyRun(release)
 	ctx := context.Background()
+	opts := optionsOf(t, strings.TrimPrefix(release, "v"))
 	for _, cl := range m.Clusters {
 		for i, tc := range m.Cases {
 			want, ok := tc.Expect[cl.Name]
@@ -110,7 +121,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 
 				// allocate builds a fresh cluster holding tc.Taken and allocates tc.Create in it.
 				allocate := func(dryRun bool) (*memCluster, []string, *corev1.Service, *service.Transaction, error) {
-					mc := newMemCluster(t, cl, optionsOf(t, "1.33.13"))
+					mc := newMemCluster(t, cl, opts)
 					taken := mc.take(t, tc.Taken)
 					svc := matrixService(name, tc.Create)
 					txn, err := mc.sa.Allocate(ctx, svc, dryRun)
@@ -122,7 +133,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if got := resultOf(t, tc, mc.ranges, svc, nil, err); !cmp.Equal(want.Create, got) {
 					t.Fatalf("Allocate: result (-want +got):\n%s", cmp.Diff(want.Create, got))
 				}
-				if got := textOf(t, tc, mc.ranges, nil, err); !cmp.Equal(want.CreateText.In(legacy), got) {
+				if got := textOf(t, tc, mc.ranges, nil, err); hasLegacy && !cmp.Equal(want.CreateText.In(legacy), got) {
 					t.Fatalf("Allocate: error text (-want +got):\n%s", cmp.Diff(want.CreateText.In(legacy), got))
 				}
 				if err != nil {
@@ -145,7 +156,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 					if got := resultOf(t, tc, mc.ranges, upd, created, err); !cmp.Equal(*want.Update, got) {
 						t.Fatalf("Update: result (-want +got):\n%s", cmp.Diff(*want.Update, got))
 					}
-					if got := textOf(t, tc, mc.ranges, created, err); !cmp.Equal(want.UpdateText.In(legacy), got) {
+					if got := textOf(t, tc, mc.ranges, created, err); hasLegacy && !cmp.Equal(want.UpdateText.In(legacy), got) {
 						t.Fatalf("Update: error text (-want +got):\n%s", cmp.Diff(want.UpdateText.In(legacy), got))
 					}
 					if err != nil {
@@ -195,7 +206,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if got := resultOf(t, tc, mc.ranges, svc, nil, err); !cmp.Equal(want.Create, got) {
 					t.Errorf("dry-run Allocate: result (-want +got):\n%s", cmp.Diff(want.Create, got))
 				}
-				if got := textOf(t, tc, mc.ranges, nil, err); !cmp.Equal(want.CreateText.In(legacy), got) {
+				if got := textOf(t, tc, mc.ranges, nil, err); hasLegacy && !cmp.Equal(want.CreateText.In(legacy), got) {
 					t.Errorf("dry-run Allocate: error text (-want +got):\n%s", cmp.Diff(want.CreateText.In(legacy), got))
 				}
 				if err := txn.Commit(ctx); err != nil {
@@ -220,7 +231,7 @@ func TestServiceAllocatorMatrix(t *testing.T) {
 				if got := resultOf(t, tc, mc.ranges, upd, created, err); !cmp.Equal(*want.Update, got) {
 					t.Errorf("dry-run Update: result (-want +got):\n%s", cmp.Diff(*want.Update, got))
 				}
-				if got := textOf(t, tc, mc.ranges, created, err); !cmp.Equal(want.UpdateText.In(legacy), got) {
+				if got := textOf(t, tc, mc.ranges, created, err); hasLegacy && !cmp.Equal(want.UpdateText.In(legacy), got) {
 					t.Errorf("dry-run Update: error text (-want +got):\n%s", cmp.Diff(want.UpdateText.In(legacy), got))
 				}
 				if err := utxn.Commit(ctx); err != nil {

@@ -1,7 +1,8 @@
 // Package servicematrix loads, builds the Services of, and writes the Service ClusterIP matrix,
-// testdata/services.yaml at the module's root (testdata/README.md documents its schema). The
-// tests of package allocator/service and the gate × Service matrix of test/integration/gates
-// share it, so that one file drives both.
+// one file per kube-apiserver release, testdata/services-<release>.yaml at the module's root
+// (testdata/README.md documents its schema). The tests of package allocator/service and the gate
+// × Service matrix of test/integration/gates share them, so that one file per release drives
+// both.
 package servicematrix
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -22,6 +24,16 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 )
+
+// Releases are the kube-apiserver releases a matrix is recorded for, oldest first: each has the
+// file PathFor names.
+var Releases = []string{"v1.33.13", "v1.35.4", "v1.37.2"}
+
+// PathFor returns the matrix file of release (such as "v1.37.2") in testdata, the module's
+// testdata folder.
+func PathFor(testdata, release string) string {
+	return filepath.Join(testdata, "services-"+release+".yaml")
+}
 
 // File is the whole matrix. The zero File has no clusters and no cases.
 type File struct {
@@ -369,7 +381,7 @@ func Write(path string, m *File, source string) error {
 	}
 	b.WriteString("# The Service ClusterIP matrix: see README.md in this folder for the schema.\n")
 	b.WriteString("# Expectations recorded from " + source + ".\n")
-	b.WriteString("# Regenerate: go test ./allocator/service -run TestServiceMatrixKubeAPIServer -update-matrix\n")
+	b.WriteString("# Regenerate: go test ./allocator/service -run TestServiceMatrixKubeAPIServer/<release> -update-matrix\n")
 	b.WriteString("clusters:\n")
 	for _, c := range m.Clusters {
 		fmt.Fprintf(&b, "  - %s\n", line(c))

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-var matrixPath = filepath.Join("..", "..", "testdata", "services.yaml")
+var matrixPath = filepath.Join("..", "..", "testdata", "services-v1.33.13.yaml")
 
 // The module's matrix loads, and writing it back and loading again gives the same File.
 func TestWriteThenLoadRoundTrips(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/compatibility"
 	basefeaturegate "k8s.io/component-base/featuregate"
 
 	"github.com/kube-ipam/clusterip"
@@ -80,42 +80,66 @@ type matrixRun struct {
 	baseObjs sets.Set[netip.Addr]   // the IPAddress objects before the first case
 }
 
-// matrixPath is the Service matrix, in the library module's testdata.
-var matrixPath = filepath.Join("..", "..", "..", "testdata", "services.yaml")
+// testdata is the library module's testdata folder, which holds the Service matrices.
+var testdata = filepath.Join("..", "..", "..", "testdata")
 
-// TestGateServiceMatrix runs every case of testdata/services.yaml under each of the four
-// combinations of the two feature gates, through service.Allocator over the Allocators
-// that New builds for the gates' Mode, against a real etcd and a real kube-apiserver v1.33 per
-// cluster shape (which creates the kubernetes ServiceCIDR of the shape's ranges). After each
+// releaseRun is one way a release runs: a Mode at an emulation version ("" for the binary's own).
+type releaseRun struct {
+	mode     featuregate.Mode
+	emulated string
+	gates    map[string]bool // Config.FeatureGates
+}
+
+// releaseRuns are the modes the library replays each release's matrix in: every mode for
+// v1.33.13 (the four gate combinations select three), and for the later releases their default
+// IPAddressOnly and the older mode each still reaches: Legacy for v1.35 and v1.36 emulating 1.33,
+// DualWrite for v1.37 emulating 1.34 (with StrictIPCIDRValidation on, as the matrix recorded it).
+var releaseRuns = map[string][]releaseRun{
+	"v1.33.13": {{mode: featuregate.Legacy}, {mode: featuregate.DualWrite}, {mode: featuregate.IPAddressOnly}},
+	"v1.35.4":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.Legacy, emulated: "1.33"}},
+	"v1.36.3":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.Legacy, emulated: "1.33"}},
+	"v1.37.2":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.DualWrite, emulated: "1.34", gates: map[string]bool{"StrictIPCIDRValidation": true}}},
+}
+
+// TestGateServiceMatrix runs every case of each release's Service matrix
+// (testdata/services-<release>.yaml, recorded from stock kube-apiservers of that release) through
+// service.Allocator over the Allocators that New builds with Config.Version set to the release,
+// in the modes releaseRuns lists, against a real etcd and a real kube-apiserver v1.33 per
+// cluster shape (which serves the ServiceCIDR and IPAddress API and creates the kubernetes
+// ServiceCIDR of the shape's ranges). Each answer must be the release's: results, codes, field
+// paths and texts (Legacy mode's where the release answered differently in it). After each
 // create, update and release it checks that the bitmaps read from etcd and the IPAddress objects
 // listed from the API server hold exactly the addresses the case's Services hold, besides those
 // held before the first case: Legacy sets bits only, DualWrite sets bits (of each family's own
 // range, at the key its flag position chooses: kubernetes#127588) and creates IPAddress objects,
-// IPAddressOnly creates IPAddress objects only. The off/on combination selects Legacy, as
-// kube-apiserver 1.31 to 1.34 run it (no dependency between the gates; upstream's own integration
-// tests start servers so), and its Mode runs once.
+// IPAddressOnly creates IPAddress objects only. Of v1.33's four gate combinations the off/on one
+// selects Legacy, as kube-apiserver 1.31 to 1.34 run it (no dependency between the gates;
+// upstream's own integration tests start servers so), and its Mode runs once.
 func TestGateServiceMatrix(t *testing.T) {
-	m, err := servicematrix.Load(matrixPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var modes []featuregate.Mode
 	for _, g := range gateCombinations {
 		mode, err := modeOfGates(t, g)
 		if err != nil || mode != g.want {
 			t.Fatalf("ModeOf(%v) = %v, %v; want %v", g, mode, err, g.want)
 		}
-		if !slices.Contains(modes, mode) {
-			modes = append(modes, mode)
+	}
+	files := map[string]*servicematrix.File{}
+	for _, release := range servicematrix.Releases {
+		m, err := servicematrix.Load(servicematrix.PathFor(testdata, release))
+		if err != nil {
+			t.Fatal(err)
 		}
+		if first := files[servicematrix.Releases[0]]; first != nil && !cmp.Equal(m.Clusters, first.Clusters) {
+			t.Fatalf("%s: the matrix's cluster shapes differ from %s's", release, servicematrix.Releases[0])
+		}
+		files[release] = m
 	}
 	if testing.Short() {
 		t.Skip("skipping the kube-apiserver part in -short mode")
 	}
 	etcd := testenv.NewEtcd(t)
 	ec := etcd.TestClient(t)
-	counts := map[featuregate.Mode]int{}
-	for _, shape := range m.Clusters {
+	counts := map[string]int{}
+	for _, shape := range files[servicematrix.Releases[0]].Clusters {
 		t.Run(shape.Name, func(t *testing.T) {
 			ranges, err := shape.Prefixes()
 			if err != nil {
@@ -127,37 +151,49 @@ func TestGateServiceMatrix(t *testing.T) {
 			})
 			clustertest.WaitForKubernetesService(t, api.Client)
 			cl := matrixCluster{name: shape.Name, ranges: ranges, etcd: ec, api: api.Client}
-			for _, mode := range modes {
-				t.Run(mode.String(), func(t *testing.T) {
-					r := newMatrixRun(t, cl, mode)
-					for i, tc := range m.Cases {
-						want, ok := tc.Expect[shape.Name]
-						if !ok {
-							t.Fatalf("%s: no expectation for cluster %s", tc.Name, shape.Name)
-						}
-						r.runCase(t, fmt.Sprintf("m%d", i), tc, want)
-						counts[mode]++
-						if t.Failed() {
-							t.Fatalf("stopping after the first failed case")
-						}
+			for _, release := range servicematrix.Releases {
+				m := files[release]
+				for _, run := range releaseRuns[release] {
+					name := release + "/" + run.mode.String()
+					if run.emulated != "" {
+						name += "@" + run.emulated
 					}
-				})
+					t.Run(name, func(t *testing.T) {
+						v, err := featuregate.KubeVersion(release, run.emulated)
+						if err != nil {
+							t.Fatal(err)
+						}
+						r := newMatrixRun(t, cl, run.mode, v, run.gates)
+						for i, tc := range m.Cases {
+							want, ok := tc.Expect[shape.Name]
+							if !ok {
+								t.Fatalf("%s: no expectation for cluster %s", tc.Name, shape.Name)
+							}
+							r.runCase(t, fmt.Sprintf("m%d", i), tc, want)
+							counts[name]++
+							if t.Failed() {
+								t.Fatalf("stopping after the first failed case")
+							}
+						}
+					})
+				}
 			}
 		})
 	}
-	t.Logf("case runs checked: Legacy %d, DualWrite %d, IPAddressOnly %d (%d cases × %d cluster shapes each)",
-		counts[featuregate.Legacy], counts[featuregate.DualWrite], counts[featuregate.IPAddressOnly], len(m.Cases), len(m.Clusters))
+	t.Logf("case runs checked per release and mode: %v", counts)
 }
 
-func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrixRun {
+// newMatrixRun starts the Allocators of mode behaving as kube-apiserver v (nil: the default
+// release of the mode) with the feature gates gates on cl, with their bitmaps under a prefix of their own.
+func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode, v compatibility.EffectiveVersion, gates map[string]bool) *matrixRun {
 	t.Helper()
-	r := &matrixRun{cl: cl, mode: mode, prefix: "/clusterip-" + cl.name + "-" + strings.ToLower(mode.String())}
-	r.allocs = clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
-	families := map[corev1.IPFamily]allocator.Interface{}
-	for _, f := range r.allocs.Families() {
-		families[f] = r.allocs.For(f)
+	prefix := "/clusterip-" + cl.name + "-" + strings.ToLower(mode.String())
+	if v != nil {
+		prefix += "-" + v.BinaryVersion().String() + "-" + v.EmulationVersion().String()
 	}
-	r.sa = service.New(r.allocs.Families()[0], families)
+	r := &matrixRun{cl: cl, mode: mode, prefix: prefix}
+	r.allocs = clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Version: v, FeatureGates: gates, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
+	r.sa = r.allocs.Services()
 	r.baseObjs = clustertest.APIIPAddresses(t, cl.api)
 	for i, key := range clustertest.BitmapKeys(r.prefix, cl.ranges) {
 		bits, ok := clustertest.EtcdBits(t, cl.etcd, key, cl.ranges[i])
@@ -206,6 +242,9 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 	if got := r.result(t, tc, svc, nil, err); !cmp.Equal(want.Create, got) {
 		t.Fatalf("%s: Allocate: result (-want +got):\n%s", tc.Name, cmp.Diff(want.Create, got))
 	}
+	if got, wantText := r.text(t, tc, nil, err), want.CreateText.In(r.mode == featuregate.Legacy); !cmp.Equal(wantText, got) {
+		t.Fatalf("%s: Allocate: error text (-want +got):\n%s", tc.Name, cmp.Diff(wantText, got))
+	}
 	current := svc
 	if err != nil {
 		r.check(t, tc.Name+": after a failed Allocate", taken)
@@ -223,6 +262,9 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 			utxn, err := r.sa.Update(ctx, svc, upd, false)
 			if got := r.result(t, tc, upd, svc, err); !cmp.Equal(*want.Update, got) {
 				t.Fatalf("%s: Update: result (-want +got):\n%s", tc.Name, cmp.Diff(*want.Update, got))
+			}
+			if got, wantText := r.text(t, tc, svc, err), want.UpdateText.In(r.mode == featuregate.Legacy); !cmp.Equal(wantText, got) {
+				t.Fatalf("%s: Update: error text (-want +got):\n%s", tc.Name, cmp.Diff(wantText, got))
 			}
 			if err != nil {
 				r.check(t, tc.Name+": after a failed Update", append(servicematrix.Addrs(svc), taken...))
@@ -249,6 +291,16 @@ func (r *matrixRun) runCase(t *testing.T, name string, tc servicematrix.Case, wa
 func (r *matrixRun) result(t *testing.T, tc servicematrix.Case, svc, created *corev1.Service, callErr error) servicematrix.Result {
 	t.Helper()
 	got, err := servicematrix.ResultOf(tc, r.cl.ranges, svc, created, callErr)
+	if err != nil {
+		t.Fatalf("%s: %v", tc.Name, err)
+	}
+	return got
+}
+
+// text is servicematrix.TextOf, failing t on an error that is not a StatusError.
+func (r *matrixRun) text(t *testing.T, tc servicematrix.Case, created *corev1.Service, callErr error) *servicematrix.Text {
+	t.Helper()
+	got, err := servicematrix.TextOf(tc, r.cl.ranges, created, callErr)
 	if err != nil {
 		t.Fatalf("%s: %v", tc.Name, err)
 	}
@@ -300,7 +352,7 @@ func TestDualWriteSecondaryIPv6WiderThanBitmap(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: strings.Join(flags, ",")})
 	clustertest.WaitForKubernetesService(t, api.Client)
 	cl := matrixCluster{name: "wide", ranges: []netip.Prefix{netip.MustParsePrefix(flags[0]), netip.MustParsePrefix(flags[1])}, etcd: ec, api: api.Client}
-	r := newMatrixRun(t, cl, featuregate.DualWrite)
+	r := newMatrixRun(t, cl, featuregate.DualWrite, nil, nil)
 	ctx := context.Background()
 
 	require := corev1.IPFamilyPolicyRequireDualStack
