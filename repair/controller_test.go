@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -354,13 +355,15 @@ func TestRunRetriesAFailedPassAndStopsWithTheContext(t *testing.T) {
 // fixed it (kubernetes#132906): a leaked IPAddress whose parent Service exists, does not hold it
 // and is older than it is the IPAddress of a create of an existing Service, which kube-apiserver
 // deletes itself; repair leaves it for 5 s from its creation even with no LeakGrace, and past
-// that deletes it as a wrong reference.
+// that deletes it as a wrong reference. One whose parent is still of type ExternalName, whose
+// update to a type with a ClusterIP may be in flight, is held for 60 s (kubernetes#135503).
 func TestRepairHoldsOffAnIPAddressNewerThanItsParent(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	at := func(obj metav1.Object, age time.Duration) { obj.SetCreationTimestamp(metav1.NewTime(now.Add(-age))) }
 	tests := []struct {
 		name              string
 		parentAge, ipaAge time.Duration // no parent if parentAge is 0
+		externalName      bool          // the parent is of type ExternalName
 		leakGrace         time.Duration
 		wantHeld          int
 		wantDelete        bool
@@ -380,6 +383,12 @@ func TestRepairHoldsOffAnIPAddressNewerThanItsParent(t *testing.T) {
 			wantDelete: true, wantEvent: "Warning IPAddressNotAllocated 10.0.0.30"},
 		{name: "newer than its parent, the default LeakGrace is longer", parentAge: time.Hour, ipaAge: 6 * time.Second,
 			wantHeld: 1},
+		{name: "an ExternalName parent, within 60 s: held off", parentAge: time.Hour, ipaAge: 59 * time.Second, externalName: true, leakGrace: -1,
+			wantHeld: 1},
+		{name: "an ExternalName parent, older than the IPAddress, within 60 s: held off", parentAge: time.Second, ipaAge: 30 * time.Second, externalName: true, leakGrace: time.Second,
+			wantHeld: 1},
+		{name: "an ExternalName parent, past 60 s: a wrong reference", parentAge: time.Hour, ipaAge: 61 * time.Second, externalName: true, leakGrace: -1,
+			wantDelete: true, wantEvent: "Warning IPAddressWrongReference 10.0.0.30"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -389,7 +398,12 @@ func TestRepairHoldsOffAnIPAddressNewerThanItsParent(t *testing.T) {
 			if tt.parentAge > 0 {
 				parent := svc("a/web", "10.0.0.10")
 				at(parent, tt.parentAge)
-				objects = append(objects, parent, aged(ipAddr("10.0.0.10", "a/web"), time.Hour))
+				objects = append(objects, parent)
+				if tt.externalName {
+					parent.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}
+				} else {
+					objects = append(objects, aged(ipAddr("10.0.0.10", "a/web"), time.Hour))
+				}
 			}
 			client := fake.NewClientset(objects...)
 			rec := &recorder{}

@@ -20,6 +20,13 @@ const (
 	// (a POST of an existing Service) it deletes the IPAddress again; repair must not race that
 	// undo (kubernetes#132321, fixed upstream by kubernetes#132906 with the same 5 s).
 	newerThanParentGrace = 5 * time.Second
+	// externalNameParentGrace is the least hold-off of a leaked IPAddress whose parentRef names
+	// a Service that is still of type ExternalName: kube-apiserver creates the IPAddress of an
+	// update from ExternalName to a type with a ClusterIP before it stores the Service, and
+	// repair must not free it while the update is in flight. kube-apiserver's repair holds such
+	// an object for its 60 s request timeout from v1.36 (kubernetes#135503); clusterip does in
+	// every release, as the race is the same.
+	externalNameParentGrace = 60 * time.Second
 	// legacyLeakPasses is how many passes a bit must be seen leaked on before Legacy repair frees
 	// it, as kube-apiserver does (numRepairsBeforeLeakCleanup).
 	legacyLeakPasses = 3
@@ -36,7 +43,9 @@ type Options struct {
 	// hold the IP and that was created before the IPAddress is held off for at least 5 seconds
 	// from its creation, as kube-apiserver does since kubernetes#132906 (kubernetes#132321):
 	// that is the IPAddress of a create of an existing Service, which kube-apiserver deletes
-	// again itself.
+	// again itself. One whose parentRef names a Service that is still of type ExternalName is
+	// held off for at least 60 seconds (the update that gives that Service a ClusterIP may be in
+	// flight), as kube-apiserver does from v1.36 (kubernetes#135503).
 	LeakGrace time.Duration
 
 	// Interval is how often Run audits and repairs. Defaults to 3 minutes (DefaultInterval);

@@ -238,7 +238,8 @@ func (c *Controller) createMissing(ctx context.Context, f *finding) error {
 //
 // An IPAddress whose parent exists, does not hold it and is older than it is held off for at
 // least newerThanParentGrace from its creation (kubernetes#132321): kube-apiserver deletes that
-// one itself once the create of the existing Service fails. Past that, it is deleted with
+// one itself once the create of the existing Service fails. One whose parent is still of type
+// ExternalName is held off for at least externalNameParentGrace (kubernetes#135503). Past that, it is deleted with
 // kube-apiserver's IPAddressWrongReference Event; one whose parent is gone, with
 // IPAddressNotAllocated.
 func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (after time.Duration, deleted bool, err error) {
@@ -259,6 +260,8 @@ func (c *Controller) deleteLeaked(ctx context.Context, f *finding) (after time.D
 			return 0, false, nil // its parent holds it now
 		case err == nil && live.CreationTimestamp.Before(&f.ipa.CreationTimestamp) && age < newerThanParentGrace:
 			return newerThanParentGrace - age, false, nil // a create of an existing Service, being undone
+		case err == nil && live.Spec.Type == corev1.ServiceTypeExternalName && age < externalNameParentGrace:
+			return externalNameParentGrace - age, false, nil // an update from ExternalName, in flight
 		case err == nil:
 			reason, note, args = reasonWrongReference, "IPAddress %s for Service %s has a wrong reference; cleaning up", []any{f.IP, serviceKey(parent)}
 		case !apierrors.IsNotFound(err):
