@@ -39,7 +39,7 @@ The etcd flags are kube-apiserver's (--etcd-servers, --etcd-cafile, --etcd-certf
 The Service CIDRs are found in the cluster: the ranges of the bitmaps' RangeAllocation objects
 under --etcd-prefix, or without etcd the "kubernetes" ServiceCIDR. --mode auto judges by the mode
 kube-apiserver runs in by default at its version (Legacy up to 1.32, DualWrite in 1.33,
-IPAddressOnly from 1.34); give --mode if its feature gates differ.
+IPAddressOnly from 1.34); give --mode if its feature gates differ (in any case: ipaddressonly is IPAddressOnly).
 
 -o json and -o yaml print the report alone; -o table adds the repair plan: what "clusterip repair"
 does about each finding, with the hold-off of --leak-grace.
@@ -65,7 +65,10 @@ const checkExample = `  # Audit the cluster of the current kubeconfig context; t
 
   # Audit another context, the bitmaps too, as JSON, with kube-apiserver's etcd flags
   clusterip check --context prod --etcd-servers https://10.0.0.2:2379 \
-      --etcd-cafile ca.crt --etcd-certfile client.crt --etcd-keyfile client.key -o json`
+      --etcd-cafile ca.crt --etcd-certfile client.crt --etcd-keyfile client.key -o json
+
+  # Judge by IPAddressOnly, for a cluster whose feature gates make it so (any case will do)
+  clusterip check --mode ipaddressonly`
 
 // checkOptions are the flags of "clusterip check" and "clusterip repair", and which of the two
 // runs.
@@ -125,7 +128,7 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.etcdCertFile, "etcd-certfile", "", "client certificate for etcd (with --etcd-keyfile), as kube-apiserver's --etcd-certfile")
 	f.StringVar(&o.etcdKeyFile, "etcd-keyfile", "", "client key for etcd (with --etcd-certfile), as kube-apiserver's --etcd-keyfile")
 	f.StringVar(&o.etcdPrefix, "etcd-prefix", o.etcdPrefix, "etcd key prefix, as kube-apiserver's --etcd-prefix")
-	f.StringVar(&o.mode, "mode", o.mode, "allocation mode: auto (kube-apiserver's default for its version), "+strings.Join(checkModes[1:], ", "))
+	f.StringVar(&o.mode, "mode", o.mode, "allocation mode, in any case: auto (kube-apiserver's default for its version), "+strings.Join(checkModes[1:], ", "))
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: "+strings.Join(checkOutputs, ", "))
 	f.DurationVar(&o.leakGrace, "leak-grace", o.leakGrace, "how long a leaked IP must stay leaked before repair frees it; 0 frees at once, which can free the record of an allocation still in flight")
 	f.DurationVar(&o.requestTimeout, "request-timeout", o.requestTimeout, "how long each call to the API server or etcd may take before the command gives up (exit 2)")
@@ -146,11 +149,13 @@ var renamedEtcdFlags = []struct{ old, current string }{
 	{"etcd-key", "etcd-keyfile"},
 }
 
-// validate checks the flags on their own, before anything is contacted.
+// validate checks the flags on their own, before anything is contacted, and puts --mode in its
+// canonical spelling.
 func (o *checkOptions) validate() error {
+	mode, modeOK := modeFlag(o.mode)
 	switch {
-	case !slices.Contains(checkModes, o.mode):
-		return fmt.Errorf("--mode %q: want one of %s", o.mode, strings.Join(checkModes, ", "))
+	case !modeOK:
+		return fmt.Errorf("--mode %q: want one of %s, in any case", o.mode, strings.Join(checkModes, ", "))
 	case !slices.Contains(checkOutputs, o.output):
 		return fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(checkOutputs, ", "))
 	case o.leakGrace < 0:
@@ -166,7 +171,20 @@ func (o *checkOptions) validate() error {
 	case !strings.HasPrefix(o.etcdPrefix, "/"):
 		return fmt.Errorf("--etcd-prefix %q: want an absolute key prefix such as /registry", o.etcdPrefix)
 	}
+	o.mode = mode
 	return nil
+}
+
+// modeFlag returns the --mode value s names, whatever its case, in its canonical spelling (auto,
+// or a featuregate.Mode's String), and whether it names one. featuregate.ParseMode, the
+// library's, stays exact: the folding is the command line's convenience.
+func modeFlag(s string) (string, bool) {
+	for _, m := range checkModes {
+		if strings.EqualFold(s, m) {
+			return m, true
+		}
+	}
+	return "", false
 }
 
 // verb names what the command does, for messages: "clusterip check", "clusterip repair" or

@@ -111,13 +111,13 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 		}
 	})
 	t.Run("no etcd: the IPAddress objects only", func(t *testing.T) {
-		rep := checkJSON(t, exitProblem, "check", "--kubeconfig", kubeconfig, "-o", "json")
+		rep := checkJSON(t, exitProblem, "check", "--kubeconfig", kubeconfig, "--mode", "dualwrite", "-o", "json")
 		want := []repair.Finding{seeded[0], seeded[1]} // the stale bit is not seen
 		if diff := cmp.Diff(want, rep.Findings, cmpopts.IgnoreFields(repair.Finding{}, "Detail")); diff != "" {
 			t.Errorf("check -o json without --etcd-servers: findings (-want +got):\n%s", diff)
 		}
 		if rep.Mode != featuregate.IPAddressOnly.String() {
-			t.Errorf("check without --etcd-servers: mode %s, want IPAddressOnly", rep.Mode)
+			t.Errorf("check --mode dualwrite without --etcd-servers: mode %s, want IPAddressOnly", rep.Mode)
 		}
 	})
 
@@ -218,6 +218,8 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 			{"wrong prefix", []string{"check", "--kubeconfig", kubeconfig, "--etcd-servers", e.Endpoints()[0], "--etcd-prefix", "/elsewhere"},
 				"has no RangeAllocation at /elsewhere/ranges/serviceips: is --etcd-prefix /elsewhere kube-apiserver's?"},
 			{"Legacy without etcd", []string{"check", "--kubeconfig", kubeconfig, "--mode", "Legacy"}, "give --etcd-servers"},
+			{"--mode in another case", []string{"check", "--kubeconfig", kubeconfig, "--mode", "lEGACY"},
+				"in Legacy mode (kube-apiserver v1.33.13, --mode Legacy) the allocations are only in the bitmaps: give --etcd-servers"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })

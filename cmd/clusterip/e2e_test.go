@@ -160,7 +160,7 @@ func TestCheckAndRepairCouldNotRunExitTwoWithOneLine(t *testing.T) {
 		args []string // after the verb
 		want string
 	}{
-		{"bad mode", []string{"--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly`},
+		{"bad mode", []string{"--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly, in any case`},
 		{"bad output", []string{"-o", "xml"}, `-o "xml": want one of table, json, yaml`},
 		{"negative leak grace", []string{"--leak-grace", "-1s"}, "--leak-grace -1s: want 0 or more"},
 		{"no request timeout", []string{"--request-timeout", "0"}, "--request-timeout 0s: want more than 0"},
