@@ -129,7 +129,7 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		want string
 	}{
 		{"no command", nil, "no command"},
-		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate" for "clusterip" (see 'clusterip --help')`},
 		{"unknown flag", []string{"demo", "--frobnicate"}, "unknown flag: --frobnicate"},
 		{"bad flag value", []string{"demo", "-n", "many"}, `invalid argument "many"`},
 		{"IPv4-mapped range", []string{"demo", "--cidr", "::ffff:10.0.0.0/120"}, "IPv4-mapped"},
@@ -142,6 +142,38 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
+	}
+}
+
+// TestMistypedVerbGetsASuggestion: a verb the command does not know exits 2 with one line, and
+// names the verbs it is likely a typo of (Levenshtein distance 2 or less, ignoring case, or a
+// prefix), as cobra and kubectl do.
+func TestMistypedVerbGetsASuggestion(t *testing.T) {
+	tests := []struct {
+		typed string
+		want  string // after `unknown command "<typed>" for "clusterip"`
+	}{
+		{"chek", "; Did you mean this? check"},          // a letter left out
+		{"chekc", "; Did you mean this? check"},         // two letters swapped: distance 2
+		{"CHECK", "; Did you mean this? check"},         // case
+		{"repiar", "; Did you mean this? repair"},       // two letters swapped
+		{"rep", "; Did you mean this? repair"},          // a prefix
+		{"demoo", "; Did you mean this? demo"},          // a letter too many
+		{"versoin", "; Did you mean this? version"},     // two letters swapped
+		{"c", "; Did you mean this? check, completion"}, // a prefix of two
+		{"audit", ""}, // too far from any verb
+		{"frobnicate", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typed, func(t *testing.T) {
+			want := fmt.Sprintf("unknown command %q for \"clusterip\"%s (see 'clusterip --help')", tt.typed, tt.want)
+			checkCouldNotRun(t, []string{tt.typed}, want)
+			if tt.want == "" {
+				if r := clusterip(t, tt.typed); strings.Contains(r.stderr, "Did you mean") {
+					t.Errorf("clusterip %s: stderr %q suggests a verb, want none", tt.typed, r.stderr)
+				}
+			}
+		})
 	}
 }
 

@@ -109,6 +109,21 @@ const rootExample = `  # Walk a cluster through the allocator upgrade (Legacy, D
   # Enable bash completion in the current shell
   source <(clusterip completion bash)`
 
+// unknownCommand refuses any argument of a command that takes none (the root command: args[0]
+// is a verb it does not know) and suggests the verbs it may be a typo of, as cobra and kubectl
+// do: those within Levenshtein distance 2, ignoring case, or that begin with it. Cobra's own
+// suggestions are not offered once the root command validates its arguments, and span lines.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; Did you mean this? " + strings.Join(s, ", ")
+	}
+	return fmt.Errorf("%s (see '%s --help')", msg, cmd.CommandPath())
+}
+
 // newRootCommand builds the command tree writing to stdout and stderr. It keeps no global
 // state: klog's flags are bound to a flag set of this command.
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -117,9 +132,11 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Allocate Kubernetes Service ClusterIPs as kube-apiserver does",
 		Long:          rootLong,
 		Example:       rootExample,
-		Args:          cobra.NoArgs,
+		Args:          unknownCommand,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// cobra's default, which SuggestionsFor applies only if it is set
+		SuggestionsMinimumDistance: 2,
 		RunE: func(*cobra.Command, []string) error {
 			return errors.New("no command given; see 'clusterip --help'")
 		},
