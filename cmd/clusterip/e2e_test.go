@@ -137,7 +137,7 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		{"host bits", []string{"demo", "--cidr", "10.96.0.1/24"}, "host bits set"},
 		{"two IPv4 ranges", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,10.97.0.0/24"}, "same IP family"},
 		{"a bad second range", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,fd00::/200"}, "fd00::/200"},
-		{"unreachable etcd", []string{"demo", "--etcd", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"}, "127.0.0.1:1"},
+		{"unreachable etcd", []string{"demo", "--etcd-servers", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"}, "127.0.0.1:1"},
 		{"version takes no arguments", []string{"version", "now"}, `unknown command "now"`},
 	}
 	for _, tt := range tests {
@@ -236,6 +236,8 @@ func TestPreviousSpellingsWarnAndStillWork(t *testing.T) {
 			[]string{warning("--etcd-cert", "--etcd-certfile"), warning("--etcd-endpoints", "--etcd-servers"), "clusterip: --etcd-certfile and --etcd-keyfile go together"}},
 		{"--etcd-key needs --etcd-cert", []string{"check", "--etcd-cacert", "ca.crt", "--etcd-key", "c.key"},
 			[]string{warning("--etcd-cacert", "--etcd-cafile"), warning("--etcd-key", "--etcd-keyfile"), "clusterip: --etcd-certfile and --etcd-keyfile go together"}},
+		{"demo --etcd reaches etcd", []string{"demo", "--etcd", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"},
+			[]string{warning("--etcd", "--etcd-servers"), "clusterip: demo: etcd at [http://127.0.0.1:1] unreachable"}},
 		{"check --repair repairs", []string{"check", "--repair", "--kubeconfig", unreachable},
 			[]string{warning(`"check --repair"`, `"clusterip repair", which takes the same flags`), "clusterip: API server at https://127.0.0.1:1"}},
 	}
@@ -270,6 +272,7 @@ func TestHelpNamesThisReleasesSpellings(t *testing.T) {
 		{[]string{"--help"}, []string{"check       Audit a live cluster's Service IP allocation; read-only", "repair      Repair a live cluster's"}, nil},
 		{[]string{"check", "--help"}, slices.Concat(etcdFlags, []string{"--leak-grace", `run "clusterip repair" with the same flags`}), slices.Concat(oldFlags, []string{"--dry-run", "--repair-timeout"})},
 		{[]string{"repair", "--help"}, slices.Concat(etcdFlags, []string{"--dry-run", "--leak-grace", "--repair-timeout"}), oldFlags},
+		{[]string{"demo", "--help"}, []string{"--etcd-servers", "--etcd-prefix"}, []string{"--etcd "}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
