@@ -28,61 +28,60 @@ import (
 	"github.com/kube-ipam/clusterip/repair"
 )
 
-const checkLong = `Audit a live cluster's Service IP allocation, read-only unless --repair: Services, ServiceCIDRs,
-IPAddress objects and, with --etcd-endpoints, the legacy bitmaps kube-apiserver keeps in etcd.
-Without --etcd-endpoints the bitmaps are not read, and the output says so.
+const checkLong = `Audit a live cluster's Service IP allocation. check only reads, ever: Services, ServiceCIDRs,
+IPAddress objects and, with --etcd-servers, the legacy bitmaps kube-apiserver keeps in etcd.
+Without --etcd-servers the bitmaps are not read, and the output says so. To repair what check
+finds, run "clusterip repair" with the same flags.
+
+The etcd flags are kube-apiserver's (--etcd-servers, --etcd-cafile, --etcd-certfile,
+--etcd-keyfile, --etcd-prefix): copy their values from its command line.
 
 The Service CIDRs are found in the cluster: the ranges of the bitmaps' RangeAllocation objects
 under --etcd-prefix, or without etcd the "kubernetes" ServiceCIDR. --mode auto judges by the mode
 kube-apiserver runs in by default at its version (Legacy up to 1.32, DualWrite in 1.33,
-IPAddressOnly from 1.34); give --mode if its feature gates differ.
+IPAddressOnly from 1.34); give --mode if its feature gates differ (in any case: ipaddressonly is IPAddressOnly).
 
--o json and -o yaml print the report alone; -o table adds the repair plan: what --repair does
-about each finding. --repair repairs with compare-and-swap writes and preconditioned deletes,
-passing again (a progress line on stderr) until no leak is held off by --leak-grace, then audits
-again; that audit is printed and decides the exit code.
+-o json and -o yaml print the report alone; -o table adds the repair plan: what "clusterip repair"
+does about each finding, with the hold-off of --leak-grace.
 
 Every call to the API server and to etcd is bounded by --request-timeout (10s): an API server or
 etcd that accepts the connection and stops answering makes check exit 2, never wait forever.
---repair as a whole, its passes and its waits for --leak-grace, is bounded by --repair-timeout
-(10m), which should be longer than --leak-grace.
 
---leak-grace 0 frees a leak as soon as a pass sees it. An allocation in flight looks like a leak
-for a moment: kube-apiserver and this library write the IPAddress object (and the bit) before
-the Service, so between the two an IPAddress is held by no Service. With no hold-off --repair may
-delete that record while its Service is being created, and the Service then holds an address
-that another Service can be given. Use 0 only on a cluster where nothing allocates meanwhile
-(kube-apiserver's own repair waits 60s); the default 1m covers an allocation in flight.
-
-Permissions: check reads Services, ServiceCIDRs and IPAddress objects (get, list); --repair also
-creates, updates and deletes IPAddress objects. The ClusterRoles clusterip-check and
-clusterip-check-repair in deploy/rbac of the clusterip repository grant exactly that. Before it
-reads anything, check asks the API server whether it has them (SelfSubjectAccessReview) and names
-any it lacks.
+Permissions: check reads Services, ServiceCIDRs and IPAddress objects (get, list), which the
+ClusterRole clusterip-check in deploy/rbac of the clusterip repository grants. Before it reads
+anything, check asks the API server whether it has them (SelfSubjectAccessReview) and names any
+it lacks.
 
 Exit codes: 0 consistent; 1 inconsistencies found; 2 could not run (bad flags, no kubeconfig,
 an unreachable or silent API server or etcd, no RangeAllocation under --etcd-prefix, missing RBAC
-permissions, --repair past --repair-timeout), with one line on stderr saying why.`
+permissions), with one line on stderr saying why.
+
+Deprecated, working until the next release with a warning on stderr: --repair (use "clusterip
+repair"), and --etcd-endpoints, --etcd-cacert, --etcd-cert and --etcd-key (use --etcd-servers,
+--etcd-cafile, --etcd-certfile and --etcd-keyfile).`
 
 const checkExample = `  # Audit the cluster of the current kubeconfig context; the bitmaps are not read
   clusterip check
 
-  # Audit another context, the bitmaps too, as JSON
-  clusterip check --context prod --etcd-endpoints https://10.0.0.2:2379 \
-      --etcd-cacert ca.crt --etcd-cert client.crt --etcd-key client.key -o json
+  # Audit another context, the bitmaps too, as JSON, with kube-apiserver's etcd flags
+  clusterip check --context prod --etcd-servers https://10.0.0.2:2379 \
+      --etcd-cafile ca.crt --etcd-certfile client.crt --etcd-keyfile client.key -o json
 
-  # Repair what the audit finds, freeing leaks held for 5 minutes or more
-  clusterip check --repair --leak-grace 5m`
+  # Judge by IPAddressOnly, for a cluster whose feature gates make it so (any case will do)
+  clusterip check --mode ipaddressonly`
 
-// checkOptions are the flags of "clusterip check".
+// checkOptions are the flags of "clusterip check" and "clusterip repair", and which of the two
+// runs.
 type checkOptions struct {
-	kubeconfig, context           string
-	etcdEndpoints                 []string
-	etcdCACert, etcdCert, etcdKey string
-	etcdPrefix, mode, output      string
-	repair                        bool
-	leakGrace                     time.Duration
-	requestTimeout, repairTimeout time.Duration
+	kubeconfig, context                   string
+	etcdServers                           []string
+	etcdCAFile, etcdCertFile, etcdKeyFile string
+	etcdPrefix, mode, output              string
+	leakGrace                             time.Duration
+	requestTimeout, repairTimeout         time.Duration
+
+	repair bool // repair, then audit again ("clusterip repair", or the deprecated "check --repair")
+	dryRun bool // with repair, audit and print the plan but change nothing
 }
 
 var (
@@ -90,43 +89,73 @@ var (
 	checkOutputs = []string{"table", "json", "yaml"}
 )
 
-func newCheckCommand() *cobra.Command {
-	o := checkOptions{etcdPrefix: etcdstore.DefaultPrefix, mode: "auto", output: "table", leakGrace: time.Minute,
+// newCheckOptions returns the flags' defaults.
+func newCheckOptions() *checkOptions {
+	return &checkOptions{etcdPrefix: etcdstore.DefaultPrefix, mode: "auto", output: "table", leakGrace: time.Minute,
 		requestTimeout: defaultRequestTimeout, repairTimeout: defaultRepairTimeout}
+}
+
+func newCheckCommand() *cobra.Command {
+	o := newCheckOptions()
 	cmd := &cobra.Command{
 		Use:     "check",
-		Short:   "Audit a live cluster's Service IP allocation (read-only unless --repair)",
+		Short:   "Audit a live cluster's Service IP allocation; read-only",
 		Long:    checkLong,
 		Example: checkExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if o.repair {
+				deprecated(cmd.ErrOrStderr(), `"check --repair"`, `"clusterip repair", which takes the same flags`)
+			}
+			return o.run(cmd, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
+	o.addFlags(cmd)
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: kubectl's loading rules, $KUBECONFIG then ~/.kube/config)")
-	f.StringVar(&o.context, "context", "", "the kubeconfig context to use (default: its current context)")
-	f.StringSliceVar(&o.etcdEndpoints, "etcd-endpoints", nil, "etcd endpoints (URL[,URL]) to read the legacy bitmaps from; without them the bitmaps are not read")
-	f.StringVar(&o.etcdCACert, "etcd-cacert", "", "CA bundle to verify the etcd server's certificate with")
-	f.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate for etcd (with --etcd-key)")
-	f.StringVar(&o.etcdKey, "etcd-key", "", "client key for etcd (with --etcd-cert)")
-	f.StringVar(&o.etcdPrefix, "etcd-prefix", o.etcdPrefix, "etcd key prefix, as kube-apiserver's --etcd-prefix")
-	f.StringVar(&o.mode, "mode", o.mode, "allocation mode: auto (kube-apiserver's default for its version), "+strings.Join(checkModes[1:], ", "))
-	f.StringVarP(&o.output, "output", "o", o.output, "output format: "+strings.Join(checkOutputs, ", "))
-	f.BoolVar(&o.repair, "repair", false, "repair what the audit finds, then audit again")
-	f.DurationVar(&o.leakGrace, "leak-grace", o.leakGrace, "with --repair, how long a leaked IP must stay leaked before it is freed; 0 frees at once, which can free the record of an allocation still in flight")
-	f.DurationVar(&o.requestTimeout, "request-timeout", o.requestTimeout, "how long each call to the API server or etcd may take before check gives up (exit 2)")
-	f.DurationVar(&o.repairTimeout, "repair-timeout", o.repairTimeout, "with --repair, how long the repair passes and their waits may take in all before check gives up (exit 2)")
-	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions(checkModes, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(checkOutputs, cobra.ShellCompDirectiveNoFileComp))
+	f.BoolVar(&o.repair, "repair", false, `deprecated: use "clusterip repair"`)
+	_ = f.MarkHidden("repair")
+	_ = f.MarkHidden("repair-timeout") // repair's; check --repair takes it until the next release
 	return cmd
 }
 
-// validate checks the flags on their own, before anything is contacted.
+// addFlags registers the flags check and repair share on cmd.
+func (o *checkOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: kubectl's loading rules, $KUBECONFIG then ~/.kube/config)")
+	f.StringVar(&o.context, "context", "", "the kubeconfig context to use (default: its current context)")
+	f.StringSliceVar(&o.etcdServers, "etcd-servers", nil, "etcd servers (scheme://ip:port, comma-separated) holding the legacy bitmaps, as kube-apiserver's --etcd-servers; without them the bitmaps are not read")
+	f.StringVar(&o.etcdCAFile, "etcd-cafile", "", "CA bundle to verify etcd's serving certificate with, as kube-apiserver's --etcd-cafile")
+	f.StringVar(&o.etcdCertFile, "etcd-certfile", "", "client certificate for etcd (with --etcd-keyfile), as kube-apiserver's --etcd-certfile")
+	f.StringVar(&o.etcdKeyFile, "etcd-keyfile", "", "client key for etcd (with --etcd-certfile), as kube-apiserver's --etcd-keyfile")
+	f.StringVar(&o.etcdPrefix, "etcd-prefix", o.etcdPrefix, "etcd key prefix, as kube-apiserver's --etcd-prefix")
+	f.StringVar(&o.mode, "mode", o.mode, "allocation mode, in any case: auto (kube-apiserver's default for its version), "+strings.Join(checkModes[1:], ", "))
+	f.StringVarP(&o.output, "output", "o", o.output, "output format: "+strings.Join(checkOutputs, ", "))
+	f.DurationVar(&o.leakGrace, "leak-grace", o.leakGrace, "how long a leaked IP must stay leaked before repair frees it; 0 frees at once, which can free the record of an allocation still in flight")
+	f.DurationVar(&o.requestTimeout, "request-timeout", o.requestTimeout, "how long each call to the API server or etcd may take before the command gives up (exit 2)")
+	f.DurationVar(&o.repairTimeout, "repair-timeout", o.repairTimeout, "how long repair's passes and their waits may take in all before it gives up (exit 2)")
+	for _, r := range renamedEtcdFlags {
+		addOldSpelling(cmd, r.old, r.current)
+	}
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions(checkModes, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(checkOutputs, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// renamedEtcdFlags are the etcd flags of check and repair before they took kube-apiserver's
+// names.
+var renamedEtcdFlags = []struct{ old, current string }{
+	{"etcd-endpoints", "etcd-servers"},
+	{"etcd-cacert", "etcd-cafile"},
+	{"etcd-cert", "etcd-certfile"},
+	{"etcd-key", "etcd-keyfile"},
+}
+
+// validate checks the flags on their own, before anything is contacted, and puts --mode in its
+// canonical spelling.
 func (o *checkOptions) validate() error {
+	mode, modeOK := modeFlag(o.mode)
 	switch {
-	case !slices.Contains(checkModes, o.mode):
-		return fmt.Errorf("--mode %q: want one of %s", o.mode, strings.Join(checkModes, ", "))
+	case !modeOK:
+		return fmt.Errorf("--mode %q: want one of %s, in any case", o.mode, strings.Join(checkModes, ", "))
 	case !slices.Contains(checkOutputs, o.output):
 		return fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(checkOutputs, ", "))
 	case o.leakGrace < 0:
@@ -135,29 +164,59 @@ func (o *checkOptions) validate() error {
 		return fmt.Errorf("--request-timeout %v: want more than 0", o.requestTimeout)
 	case o.repairTimeout <= 0:
 		return fmt.Errorf("--repair-timeout %v: want more than 0", o.repairTimeout)
-	case (o.etcdCert == "") != (o.etcdKey == ""):
-		return errors.New("--etcd-cert and --etcd-key go together: give both or neither")
-	case len(o.etcdEndpoints) == 0 && (o.etcdCACert != "" || o.etcdCert != ""):
-		return errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")
+	case (o.etcdCertFile == "") != (o.etcdKeyFile == ""):
+		return errors.New("--etcd-certfile and --etcd-keyfile go together: give both or neither")
+	case len(o.etcdServers) == 0 && (o.etcdCAFile != "" || o.etcdCertFile != ""):
+		return errors.New("--etcd-cafile, --etcd-certfile and --etcd-keyfile need --etcd-servers")
 	case !strings.HasPrefix(o.etcdPrefix, "/"):
 		return fmt.Errorf("--etcd-prefix %q: want an absolute key prefix such as /registry", o.etcdPrefix)
 	}
+	o.mode = mode
 	return nil
 }
 
-// run audits the cluster, repairs it first with --repair, prints the report to stdout and
-// returns nil if it is consistent, an *exitError with exitProblem if not, and any other error
-// (exitCouldNotRun) if the audit could not run. Progress and notes go to stderr.
-func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+// modeFlag returns the --mode value s names, whatever its case, in its canonical spelling (auto,
+// or a featuregate.Mode's String), and whether it names one. featuregate.ParseMode, the
+// library's, stays exact: the folding is the command line's convenience.
+func modeFlag(s string) (string, bool) {
+	for _, m := range checkModes {
+		if strings.EqualFold(s, m) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+// verb names what the command does, for messages: "clusterip check", "clusterip repair" or
+// "clusterip repair --dry-run".
+func (o *checkOptions) verb() string {
+	switch {
+	case o.repair && o.dryRun:
+		return "clusterip repair --dry-run"
+	case o.repair:
+		return "clusterip repair"
+	}
+	return "clusterip check"
+}
+
+// run audits the cluster, repairs it first with o.repair (unless o.dryRun), prints the report
+// to stdout and returns nil if it is consistent, an *exitError with exitProblem if not, and any
+// other error (exitCouldNotRun) if the command could not run. Progress, notes and warnings go to
+// stderr.
+func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
+	if err := warnOldSpellings(cmd, stderr); err != nil {
+		return err
+	}
 	if err := o.validate(); err != nil {
 		return err
 	}
+	ctx := cmd.Context()
 	client, host, err := o.kubeClient()
 	if err != nil {
 		return err
 	}
 	var etcd *clientv3.Client
-	if len(o.etcdEndpoints) > 0 {
+	if len(o.etcdServers) > 0 {
 		if etcd, err = o.etcdClient(ctx); err != nil {
 			return err
 		}
@@ -176,24 +235,21 @@ func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 	if etcd == nil {
 		switch mode {
 		case featuregate.Legacy:
-			return fmt.Errorf("in Legacy mode (kube-apiserver %s, --mode %s) the allocations are only in the bitmaps: give --etcd-endpoints to read them", info.GitVersion, o.mode)
+			return fmt.Errorf("in Legacy mode (kube-apiserver %s, --mode %s) the allocations are only in the bitmaps: give --etcd-servers to read them", info.GitVersion, o.mode)
 		case featuregate.DualWrite:
 			cfg.Mode = featuregate.IPAddressOnly
-			note = fmt.Sprintf("the bitmaps were not read (no --etcd-endpoints): DualWrite mode (kube-apiserver %s, --mode %s) audited as IPAddressOnly, the IPAddress objects only", info.GitVersion, o.mode)
+			note = fmt.Sprintf("the bitmaps were not read (no --etcd-servers): DualWrite mode (kube-apiserver %s, --mode %s) audited as IPAddressOnly, the IPAddress objects only", info.GitVersion, o.mode)
 		}
 	}
-	what := "check"
-	if o.repair {
-		what = "check --repair"
-	}
-	need := neededPermissions(cfg.Mode, o.repair, etcd != nil)
-	if err := checkAccess(ctx, client, host, fmt.Sprintf("%s in %s mode", what, cfg.Mode), need); err != nil {
+	write := o.repair && !o.dryRun
+	need := neededPermissions(cfg.Mode, write, etcd != nil)
+	if err := checkAccess(ctx, client, host, fmt.Sprintf("%s in %s mode", o.verb(), cfg.Mode), need); err != nil {
 		return err
 	}
 	if cfg.Ranges, err = o.flagRanges(ctx, client, etcd, host); err != nil {
 		return err
 	}
-	if o.repair {
+	if write {
 		rctx, cancel := context.WithTimeout(ctx, o.repairTimeout)
 		err := o.repairUntilDone(rctx, cfg, stderr)
 		cancel()
@@ -207,6 +263,9 @@ func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 	}
 	if err := o.print(stdout, stderr, rep, cfg.Mode, note); err != nil {
 		return fmt.Errorf("print the report: %w", err)
+	}
+	if o.dryRun {
+		fmt.Fprintf(stderr, "clusterip: dry run: nothing was changed; %s\n", dryRunSummary(rep))
 	}
 	if !rep.Consistent {
 		return &exitError{code: exitProblem}
@@ -287,7 +346,7 @@ func (o *checkOptions) flagRanges(ctx context.Context, client kubernetes.Interfa
 	} else {
 		sc, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, defaultServiceCIDR, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("API server at %s has no ServiceCIDR %q to read the Service CIDRs from: give --etcd-endpoints to read them from the bitmaps", host, defaultServiceCIDR)
+			return nil, fmt.Errorf("API server at %s has no ServiceCIDR %q to read the Service CIDRs from: give --etcd-servers to read them from the bitmaps", host, defaultServiceCIDR)
 		}
 		if err != nil {
 			return nil, apiError(host, err)
@@ -309,7 +368,7 @@ func apiError(host string, err error) error {
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("API server at %s rejects the kubeconfig's credentials: %w", host, err)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("missing RBAC permission at API server %s: %w; check needs get and list on services, and on servicecidrs and ipaddresses of networking.k8s.io (ClusterRole %s), and --repair also create, update and delete on ipaddresses (ClusterRole %s)", host, err, checkRole, checkRepairRole)
+		return fmt.Errorf("missing RBAC permission at API server %s: %w; clusterip check needs get and list on services, and on servicecidrs and ipaddresses of networking.k8s.io (ClusterRole %s), and clusterip repair also create, update and delete on ipaddresses (ClusterRole %s)", host, err, checkRole, checkRepairRole)
 	case errors.Is(err, context.Canceled):
 		return err
 	}
@@ -334,12 +393,12 @@ func (o *checkOptions) modeFor(v string) (featuregate.Mode, error) {
 	return mode, nil
 }
 
-// etcdClient connects to --etcd-endpoints and checks that the bitmaps are under --etcd-prefix.
+// etcdClient connects to --etcd-servers and checks that the bitmaps are under --etcd-prefix.
 // Every call of the client it returns is bounded by --request-timeout.
 func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: o.etcdEndpoints, DialTimeout: o.requestTimeout, Logger: zap.NewNop()}
-	if o.etcdCACert != "" || o.etcdCert != "" {
-		tlsInfo := transport.TLSInfo{CertFile: o.etcdCert, KeyFile: o.etcdKey, TrustedCAFile: o.etcdCACert}
+	cfg := clientv3.Config{Endpoints: o.etcdServers, DialTimeout: o.requestTimeout, Logger: zap.NewNop()}
+	if o.etcdCAFile != "" || o.etcdCertFile != "" {
+		tlsInfo := transport.TLSInfo{CertFile: o.etcdCertFile, KeyFile: o.etcdKeyFile, TrustedCAFile: o.etcdCAFile}
 		tlsConfig, err := tlsInfo.ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("etcd TLS: %w", err)
@@ -348,21 +407,21 @@ func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error)
 	}
 	client, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(o.etcdEndpoints, ","), err)
+		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(o.etcdServers, ","), err)
 	}
 	client.KV = boundedKV{KV: client.KV, d: o.requestTimeout}
 	key := etcdstore.ServiceIPsKey(o.etcdPrefix)
 	resp, err := client.Get(ctx, key, clientv3.WithCountOnly())
 	if err != nil {
 		client.Close()
-		if tlsErr := etcdTLSProblem(o.etcdEndpoints, cfg.TLS, o.requestTimeout); tlsErr != nil {
+		if tlsErr := etcdTLSProblem(o.etcdServers, cfg.TLS, o.requestTimeout); tlsErr != nil {
 			return nil, tlsErr
 		}
-		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdEndpoints, ","), err)
+		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdServers, ","), err)
 	}
 	if resp.Count == 0 {
 		client.Close()
-		return nil, fmt.Errorf("etcd at %s has no RangeAllocation at %s: is --etcd-prefix %s kube-apiserver's?", strings.Join(o.etcdEndpoints, ","), key, o.etcdPrefix)
+		return nil, fmt.Errorf("etcd at %s has no RangeAllocation at %s: is --etcd-prefix %s kube-apiserver's?", strings.Join(o.etcdServers, ","), key, o.etcdPrefix)
 	}
 	return client, nil
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/kube-ipam/clusterip/featuregate"
 )
 
-// The ClusterRoles of deploy/rbac that grant what check needs, read-only and for --repair.
+// The ClusterRoles of deploy/rbac that grant what check needs, and what repair needs besides.
 const (
 	checkRole       = "clusterip-check"
 	checkRepairRole = "clusterip-check-repair"
@@ -36,10 +36,10 @@ func (p permission) resourceName() string {
 	return p.resource + "." + p.group
 }
 
-// neededPermissions returns what check needs of the API server to audit in mode, and to repair
-// too with repair; withEtcd says whether the Service CIDRs are read from etcd (else from the
-// ServiceCIDR "kubernetes"). Legacy mode keeps its allocations in etcd alone: it reads Services
-// only, and repairs only bitmaps.
+// neededPermissions returns what check needs of the API server to audit in mode, and with repair
+// what repair needs to write too; withEtcd says whether the Service CIDRs are read from etcd
+// (else from the ServiceCIDR "kubernetes"). Legacy mode keeps its allocations in etcd alone: it
+// reads Services only, and repairs only bitmaps.
 func neededPermissions(mode featuregate.Mode, repair, withEtcd bool) []permission {
 	const nw = "networking.k8s.io"
 	ps := []permission{

@@ -26,24 +26,28 @@ import (
 	"github.com/kube-ipam/clusterip/repair"
 )
 
-// TestCheckAuditsAndRepairsARealCluster runs "clusterip check" against a real kube-apiserver
-// v1.33 (DualWrite, its default) and the etcd it stores in: a consistent cluster exits 0; one
-// seeded with a leaked IPAddress, a stale bit and a Service whose IPAddress was deleted exits 1
-// and reports exactly those three; "check --repair --leak-grace 0" repairs them and a second
-// check exits 0.
+// TestCheckAuditsAndRepairsARealCluster runs "clusterip check" and "clusterip repair" against a
+// real kube-apiserver v1.33 (DualWrite, its default) and the etcd it stores in, reached with
+// kube-apiserver's own etcd flags: a consistent cluster exits 0; one seeded with a leaked
+// IPAddress, a stale bit and a Service whose IPAddress was deleted exits 1 and reports exactly
+// those three; "repair --dry-run" exits 1 with the plan and changes nothing; "repair
+// --leak-grace 0" repairs them and a second check exits 0. The spellings of the previous
+// release, "check --repair" and --etcd-endpoints, still repair, with a warning each.
 //
 // kube-apiserver's own IPAddress repair would undo two of the seeds, but not before the seeded
 // checks run: it deletes a leaked IPAddress 60 s after its creation, and recreates a Service's
 // missing IPAddress when its informers resync, 3 minutes after it started (nothing updates the
 // Service meanwhile). It never repairs the bitmap. So the seeds are made once the server is up
-// and the seeded checks follow at once; what the server repairs during or after --repair only
+// and the seeded checks follow at once; what the server repairs during or after repair only
 // helps the last check.
 func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx := t.Context()
 	kubeconfig := writeKubeconfigWithToken(t, api.Config.Host, api.Config.BearerToken)
-	etcdFlags := []string{"check", "--kubeconfig", kubeconfig, "--etcd-endpoints", strings.Join(e.Endpoints(), ",")}
+	etcdFlags := []string{"check", "--kubeconfig", kubeconfig, "--etcd-servers", strings.Join(e.Endpoints(), ",")}
+	repairFlags := slices.Concat([]string{"repair"}, etcdFlags[1:])
+	bitmapKey := etcdstore.ServiceIPsKey("")
 
 	// The cluster kube-apiserver sets up: the kubernetes Service (allocated after its bit and its
 	// IPAddress), and the default ServiceCIDR, ready.
@@ -74,7 +78,7 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, leakedIPAddress("10.96.0.200"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed a leaked IPAddress: %v", err)
 	}
-	setBit(t, etcdstore.New(e.TestClient(t), etcdstore.ServiceIPsKey("")), "10.96.0.201")
+	setBit(t, etcdstore.New(e.TestClient(t), bitmapKey), "10.96.0.201")
 	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, "10.96.0.10", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete the IPAddress of Service s1: %v", err)
 	}
@@ -95,7 +99,7 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 		if r.code != exitProblem {
 			t.Fatalf("check: exit %d, want %d; stderr %q", r.code, exitProblem, r.stderr)
 		}
-		want := []string{"Mode DualWrite: inconsistent: 3 findings", "Repair plan (what check --repair does, in DualWrite mode; the hold-off is --leak-grace 1m0s)"}
+		want := []string{"Mode DualWrite: inconsistent: 3 findings", "Repair plan (what clusterip repair does, in DualWrite mode; the hold-off is --leak-grace 1m0s)"}
 		for _, f := range seeded {
 			want = append(want, f.IP+" "+string(f.Class)+" "+f.Class.Plan(featuregate.DualWrite))
 		}
@@ -107,23 +111,57 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 		}
 	})
 	t.Run("no etcd: the IPAddress objects only", func(t *testing.T) {
-		rep := checkJSON(t, exitProblem, "check", "--kubeconfig", kubeconfig, "-o", "json")
+		rep := checkJSON(t, exitProblem, "check", "--kubeconfig", kubeconfig, "--mode", "dualwrite", "-o", "json")
 		want := []repair.Finding{seeded[0], seeded[1]} // the stale bit is not seen
 		if diff := cmp.Diff(want, rep.Findings, cmpopts.IgnoreFields(repair.Finding{}, "Detail")); diff != "" {
-			t.Errorf("check -o json without --etcd-endpoints: findings (-want +got):\n%s", diff)
+			t.Errorf("check -o json without --etcd-servers: findings (-want +got):\n%s", diff)
 		}
 		if rep.Mode != featuregate.IPAddressOnly.String() {
-			t.Errorf("check without --etcd-endpoints: mode %s, want IPAddressOnly", rep.Mode)
+			t.Errorf("check --mode dualwrite without --etcd-servers: mode %s, want IPAddressOnly", rep.Mode)
+		}
+	})
+
+	t.Run("repair --dry-run prints the plan and changes nothing", func(t *testing.T) {
+		beforeBits, beforeObjects := modRevision(t, e, bitmapKey), ipAddressVersions(t, api.Client)
+		r := clusterip(t, slices.Concat(repairFlags, []string{"--dry-run", "--leak-grace", "0"})...)
+		if r.code != exitProblem {
+			t.Fatalf("repair --dry-run: exit %d, want %d (something to repair)\nstdout:\n%s\nstderr:\n%s", r.code, exitProblem, r.stdout, r.stderr)
+		}
+		want := []string{"Mode DualWrite: inconsistent: 3 findings", "Repair plan (what clusterip repair does, in DualWrite mode; no hold-off (--leak-grace 0))"}
+		for _, f := range seeded {
+			want = append(want, f.IP+" "+string(f.Class)+" "+f.Class.Plan(featuregate.DualWrite))
+		}
+		for _, w := range want {
+			if !strings.Contains(oneSpaced(r.stdout), w) {
+				t.Errorf("repair --dry-run lacks %q:\n%s", w, r.stdout)
+			}
+		}
+		wantStderr := "clusterip: dry run: nothing was changed; without --dry-run, repair would act on 3 findings, as the repair plan of -o table says\n"
+		if r.stderr != wantStderr {
+			t.Errorf("repair --dry-run: stderr %q, want %q (and no progress line: no pass ran)", r.stderr, wantStderr)
+		}
+		if after := modRevision(t, e, bitmapKey); after != beforeBits {
+			t.Errorf("repair --dry-run wrote the bitmap at %s (mod revision %d, then %d)", bitmapKey, beforeBits, after)
+		}
+		if diff := cmp.Diff(beforeObjects, ipAddressVersions(t, api.Client)); diff != "" {
+			t.Errorf("repair --dry-run changed the IPAddress objects (name: resourceVersion, -before +after):\n%s", diff)
+		}
+		rep := checkJSON(t, exitProblem, slices.Concat(etcdFlags, []string{"-o", "json"})...)
+		if diff := cmp.Diff(seeded, rep.Findings, cmpopts.IgnoreFields(repair.Finding{}, "Detail")); diff != "" {
+			t.Errorf("check after repair --dry-run: findings (-want +got):\n%s", diff)
 		}
 	})
 
 	t.Run("repair then check again", func(t *testing.T) {
-		r := clusterip(t, slices.Concat(etcdFlags, []string{"--repair", "--leak-grace", "0", "-o", "json"})...)
+		r := clusterip(t, slices.Concat(repairFlags, []string{"--leak-grace", "0", "-o", "json"})...)
 		if r.code != exitOK {
-			t.Fatalf("check --repair: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitOK, r.stdout, r.stderr)
+			t.Fatalf("repair: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitOK, r.stdout, r.stderr)
 		}
 		if !strings.Contains(r.stderr, "clusterip: repair pass 1:") {
-			t.Errorf("check --repair printed no progress line on stderr: %q", r.stderr)
+			t.Errorf("repair printed no progress line on stderr: %q", r.stderr)
+		}
+		if strings.Contains(r.stderr, "warning") {
+			t.Errorf("repair with this release's spellings warned: %q", r.stderr)
 		}
 		checkJSON(t, exitOK, slices.Concat(etcdFlags, []string{"-o", "json"})...)
 		if ipa, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.10", metav1.GetOptions{}); err != nil {
@@ -135,22 +173,40 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 
 	t.Run("repair waits out the hold-off", func(t *testing.T) {
 		// A stale bit is held off from the pass that first sees it until --leak-grace has passed.
-		setBit(t, etcdstore.New(e.TestClient(t), etcdstore.ServiceIPsKey("")), "10.96.0.202")
-		r := clusterip(t, slices.Concat(etcdFlags, []string{"--repair", "--leak-grace", "2s"})...)
+		setBit(t, etcdstore.New(e.TestClient(t), bitmapKey), "10.96.0.202")
+		r := clusterip(t, slices.Concat(repairFlags, []string{"--leak-grace", "2s"})...)
 		if r.code != exitOK {
-			t.Fatalf("check --repair --leak-grace 2s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitOK, r.stdout, r.stderr)
+			t.Fatalf("repair --leak-grace 2s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitOK, r.stdout, r.stderr)
 		}
 		for _, want := range []string{
 			"clusterip: repair pass 1: 1 finding, 1 leak held off (--leak-grace 2s); next pass in 1s",
 			"none held off; auditing again",
 		} {
 			if !strings.Contains(r.stderr, want) {
-				t.Errorf("check --repair --leak-grace 2s: stderr lacks %q:\n%s", want, r.stderr)
+				t.Errorf("repair --leak-grace 2s: stderr lacks %q:\n%s", want, r.stderr)
 			}
 		}
 		if !strings.Contains(r.stdout, "Mode DualWrite: consistent") {
-			t.Errorf("check --repair printed %q, want the table of a consistent audit", r.stdout)
+			t.Errorf("repair printed %q, want the table of a consistent audit", r.stdout)
 		}
+	})
+
+	t.Run("the previous release's spellings still repair, with a warning each", func(t *testing.T) {
+		setBit(t, etcdstore.New(e.TestClient(t), bitmapKey), "10.96.0.203")
+		r := clusterip(t, "check", "--repair", "--kubeconfig", kubeconfig, "--etcd-endpoints", strings.Join(e.Endpoints(), ","), "--leak-grace", "0", "-o", "json")
+		if r.code != exitOK {
+			t.Fatalf("check --repair --etcd-endpoints: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitOK, r.stdout, r.stderr)
+		}
+		for _, want := range []string{
+			"clusterip: warning: --etcd-endpoints is deprecated and will be removed in the next release; use --etcd-servers\n",
+			`clusterip: warning: "check --repair" is deprecated and will be removed in the next release; use "clusterip repair", which takes the same flags` + "\n",
+			"clusterip: repair pass 1:",
+		} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("check --repair --etcd-endpoints: stderr lacks %q:\n%s", want, r.stderr)
+			}
+		}
+		checkJSON(t, exitOK, slices.Concat(etcdFlags, []string{"-o", "json"})...)
 	})
 
 	t.Run("could not run", func(t *testing.T) {
@@ -159,9 +215,11 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 			args []string
 			want string
 		}{
-			{"wrong prefix", []string{"check", "--kubeconfig", kubeconfig, "--etcd-endpoints", e.Endpoints()[0], "--etcd-prefix", "/elsewhere"},
+			{"wrong prefix", []string{"check", "--kubeconfig", kubeconfig, "--etcd-servers", e.Endpoints()[0], "--etcd-prefix", "/elsewhere"},
 				"has no RangeAllocation at /elsewhere/ranges/serviceips: is --etcd-prefix /elsewhere kube-apiserver's?"},
-			{"Legacy without etcd", []string{"check", "--kubeconfig", kubeconfig, "--mode", "Legacy"}, "give --etcd-endpoints"},
+			{"Legacy without etcd", []string{"check", "--kubeconfig", kubeconfig, "--mode", "Legacy"}, "give --etcd-servers"},
+			{"--mode in another case", []string{"check", "--kubeconfig", kubeconfig, "--mode", "lEGACY"},
+				"in Legacy mode (kube-apiserver v1.33.13, --mode Legacy) the allocations are only in the bitmaps: give --etcd-servers"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
@@ -271,6 +329,21 @@ func setBit(t *testing.T, store *etcdstore.Store, ip string) {
 	if _, err := store.Update(t.Context(), rev, b.Snapshot()); err != nil {
 		t.Fatalf("write the bitmap with bit %s: %v", ip, err)
 	}
+}
+
+// ipAddressVersions returns the resourceVersion of every IPAddress object, by name: what changes
+// if anything writes one.
+func ipAddressVersions(t *testing.T, client kubernetes.Interface) map[string]string {
+	t.Helper()
+	list, err := client.NetworkingV1().IPAddresses().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list the IPAddress objects: %v", err)
+	}
+	out := map[string]string{}
+	for _, ipa := range list.Items {
+		out[ipa.Name] = ipa.ResourceVersion
+	}
+	return out
 }
 
 // oneSpaced folds every run of blanks in s into one space, so that table rows compare as words.

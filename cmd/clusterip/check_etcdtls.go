@@ -35,7 +35,7 @@ func etcdTLSProblem(endpoints []string, config *tls.Config, timeout time.Duratio
 		case errors.As(err, &opErr) && opErr.Op == "dial":
 			continue // not a TLS problem
 		case err != nil:
-			return fmt.Errorf("etcd at %s: TLS handshake failed: %w; does --etcd-cacert hold the CA that signed etcd's serving certificate?", ep, err)
+			return fmt.Errorf("etcd at %s: TLS handshake failed: %w; does --etcd-cafile hold the CA that signed etcd's serving certificate?", ep, err)
 		}
 		// With TLS 1.3 the server judges the client certificate after the client's handshake
 		// is done, and says so in an alert that the first read returns. A server that accepted
@@ -44,7 +44,7 @@ func etcdTLSProblem(endpoints []string, config *tls.Config, timeout time.Duratio
 		_, err = conn.Read(make([]byte, 1))
 		conn.Close()
 		if err != nil && strings.Contains(err.Error(), "remote error: tls:") {
-			return fmt.Errorf("etcd at %s refused the client certificate: %w; give --etcd-cert and --etcd-key of a certificate signed by a CA of etcd's --trusted-ca-file", ep, err)
+			return fmt.Errorf("etcd at %s refused the client certificate: %w; give --etcd-certfile and --etcd-keyfile of a certificate signed by a CA of etcd's --trusted-ca-file", ep, err)
 		}
 	}
 	return nil

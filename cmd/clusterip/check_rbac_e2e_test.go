@@ -54,10 +54,11 @@ var rbacUsers = map[string][]string{
 // authorization and an audit log, applies the ClusterRoles of deploy/rbac, and works as a user
 // bound to each, judging by what the server logged of that user:
 //   - with clusterip-check alone, check audits (with and without etcd) and asks for nothing but
-//     get and list; check --repair exits 2 naming the permissions it lacks, and writes nothing,
+//     get and list; repair exits 2 naming the permissions it lacks, and writes nothing,
 //     neither through the API server nor to the bitmap in etcd; with no role at all, check
 //     exits 2 at once naming what clusterip-check grants;
-//   - with clusterip-check-repair too, check --repair repairs, using each verb the role grants;
+//   - with clusterip-check-repair too, repair --dry-run writes nothing, though it may, and
+//     repair repairs, using each verb the role grants;
 //   - with clusterip-registry, allocators built by clusterip.New allocate and release in
 //     DualWrite and IPAddressOnly mode;
 //   - with clusterip-servicecidr-lifecycle too, the ServiceCIDR lifecycle controller adds its
@@ -80,7 +81,7 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 	kubeconfigOf := func(user string) string {
 		return writeKubeconfigWithToken(t, api.Config.Host, api.UserConfig(user).BearerToken)
 	}
-	etcdFlags := []string{"--etcd-endpoints", strings.Join(e.Endpoints(), ",")}
+	etcdFlags := []string{"--etcd-servers", strings.Join(e.Endpoints(), ",")}
 	log := &auditLog{path: api.AuditLogPath}
 
 	// The seeds, one finding for each write repair makes: a Service whose IPAddress is gone
@@ -133,35 +134,51 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 		log.checkUsedExactly(t, from, "checker", grants.of("checker"))
 	})
 
-	t.Run("check --repair with the read-only role exits 2 naming what it lacks and writes nothing", func(t *testing.T) {
+	t.Run("repair with the read-only role exits 2 naming what it lacks and writes nothing", func(t *testing.T) {
 		from := log.mark(t)
 		before := modRevision(t, e, bitmapKey)
-		checkCouldNotRun(t, slices.Concat([]string{"check", "--kubeconfig", kubeconfigOf("checker"), "--repair", "--leak-grace", "0"}, etcdFlags),
-			`missing RBAC permission at API server `+api.Config.Host+`: user "checker" may not create, update, delete ipaddresses.networking.k8s.io, which check --repair in DualWrite mode needs; bind the ClusterRole clusterip-check-repair`)
+		checkCouldNotRun(t, slices.Concat([]string{"repair", "--kubeconfig", kubeconfigOf("checker"), "--leak-grace", "0"}, etcdFlags),
+			`missing RBAC permission at API server `+api.Config.Host+`: user "checker" may not create, update, delete ipaddresses.networking.k8s.io, which clusterip repair in DualWrite mode needs; bind the ClusterRole clusterip-check-repair`)
 		if writes := log.writes(t, from, "checker"); len(writes) > 0 {
-			t.Errorf("check --repair without clusterip-check-repair asked the API server to %q", writes)
+			t.Errorf("repair without clusterip-check-repair asked the API server to %q", writes)
 		}
 		if after := modRevision(t, e, bitmapKey); after != before {
-			t.Errorf("check --repair without clusterip-check-repair wrote the bitmap at %s (mod revision %d, then %d)", bitmapKey, before, after)
+			t.Errorf("repair without clusterip-check-repair wrote the bitmap at %s (mod revision %d, then %d)", bitmapKey, before, after)
 		}
 	})
 
 	t.Run("a user with no role exits 2 at once naming what check needs", func(t *testing.T) {
 		start := time.Now()
 		checkCouldNotRun(t, []string{"check", "--kubeconfig", kubeconfigOf("nobody")},
-			`user "nobody" may not list, get services and list, get servicecidrs.networking.k8s.io and list, get ipaddresses.networking.k8s.io, which check in IPAddressOnly mode needs; bind the ClusterRole clusterip-check`)
-		checkCouldNotRun(t, slices.Concat([]string{"check", "--kubeconfig", kubeconfigOf("nobody"), "--repair"}, etcdFlags),
+			`user "nobody" may not list, get services and list, get servicecidrs.networking.k8s.io and list, get ipaddresses.networking.k8s.io, which clusterip check in IPAddressOnly mode needs; bind the ClusterRole clusterip-check`)
+		checkCouldNotRun(t, slices.Concat([]string{"repair", "--kubeconfig", kubeconfigOf("nobody")}, etcdFlags),
 			"bind the ClusterRoles clusterip-check and clusterip-check-repair")
 		if d := time.Since(start); d > 10*time.Second {
 			t.Errorf("check without any role took %v to give up, want an answer at once", d)
 		}
 	})
 
-	t.Run("check --repair with the repair role repairs", func(t *testing.T) {
+	t.Run("repair --dry-run with the repair role writes nothing", func(t *testing.T) {
 		from := log.mark(t)
-		args := slices.Concat([]string{"check", "--kubeconfig", kubeconfigOf("repairer"), "--repair", "--leak-grace", "0", "-o", "json"}, etcdFlags)
+		before := modRevision(t, e, bitmapKey)
+		args := slices.Concat([]string{"repair", "--dry-run", "--kubeconfig", kubeconfigOf("repairer"), "--leak-grace", "0", "-o", "json"}, etcdFlags)
+		rep := checkJSON(t, exitProblem, args...)
+		if diff := cmp.Diff(seeded, rep.Findings, cmpopts.IgnoreFields(repair.Finding{}, "Detail")); diff != "" {
+			t.Errorf("repair --dry-run: findings (-want +got):\n%s", diff)
+		}
+		if writes := log.writes(t, from, "repairer"); len(writes) > 0 {
+			t.Errorf("repair --dry-run asked the API server to %q", writes)
+		}
+		if after := modRevision(t, e, bitmapKey); after != before {
+			t.Errorf("repair --dry-run wrote the bitmap at %s (mod revision %d, then %d)", bitmapKey, before, after)
+		}
+	})
+
+	t.Run("repair with the repair role repairs", func(t *testing.T) {
+		from := log.mark(t)
+		args := slices.Concat([]string{"repair", "--kubeconfig", kubeconfigOf("repairer"), "--leak-grace", "0", "-o", "json"}, etcdFlags)
 		if rep := checkJSON(t, exitOK, args...); !rep.Consistent {
-			t.Errorf("check --repair left %v", rep.Findings)
+			t.Errorf("repair left %v", rep.Findings)
 		}
 		checkJSON(t, exitOK, "check", "--kubeconfig", kubeconfigOf("repairer"), "-o", "json") // reads the ServiceCIDR kubernetes
 		log.checkUsedExactly(t, from, "repairer", grants.of("repairer"))

@@ -44,7 +44,7 @@ func (o *checkOptions) print(stdout, stderr io.Writer, rep *repair.Report, mode 
 	return o.writePlan(stdout, rep, mode)
 }
 
-// writePlan writes what --repair does (or, after --repair, would still do) about each finding.
+// writePlan writes what repair does (or, after a repair, would still do) about each finding.
 func (o *checkOptions) writePlan(w io.Writer, rep *repair.Report, mode featuregate.Mode) error {
 	if len(rep.Findings) == 0 {
 		return nil
@@ -53,7 +53,7 @@ func (o *checkOptions) writePlan(w io.Writer, rep *repair.Report, mode featurega
 	if o.leakGrace == 0 {
 		hold = "no hold-off (--leak-grace 0)"
 	}
-	fmt.Fprintf(w, "\nRepair plan (what check --repair does, in %s mode; %s):\n", mode, hold)
+	fmt.Fprintf(w, "\nRepair plan (what clusterip repair does, in %s mode; %s):\n", mode, hold)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IP\tCLASS\tACTION")
 	for _, f := range rep.Findings {

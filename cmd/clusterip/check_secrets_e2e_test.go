@@ -17,7 +17,7 @@ import (
 // request with its headers, with kubeconfigs holding a bearer token and a client key, a wrong
 // token, and a basic-auth user name and password, in the user entry or in the server URL
 // (client-go still sends them; kube-apiserver has not accepted them since 1.19), and with
-// --repair: neither stdout nor stderr holds a
+// repair: neither stdout nor stderr holds a
 // secret, in clear or in the encodings a kubeconfig or an HTTP header gives it.
 func TestCheckNeverPrintsTheKubeconfigsSecrets(t *testing.T) {
 	e := testenv.NewEtcd(t)
@@ -34,18 +34,18 @@ func TestCheckNeverPrintsTheKubeconfigsSecrets(t *testing.T) {
 		name     string
 		user     string   // the kubeconfig's user entry
 		urlUser  string   // user:password written into the server URL, if any
-		args     []string // after check --kubeconfig F -v=10
+		args     []string // the verb, then its flags after --kubeconfig F -v=10
 		wantCode int
 		masked   string // the Authorization header as client-go logs it
 		secrets  []string
 	}{
-		{"token and client key", tokenAndKey, "", nil, exitOK, bearer, slices.Concat(tokenForms(api.Config.BearerToken), keyForms(client.key))},
-		{"token and client key, repairing", tokenAndKey, "", []string{"--repair", "--leak-grace", "0", "--etcd-endpoints", e.Endpoints()[0]}, exitOK, bearer,
+		{"token and client key", tokenAndKey, "", []string{"check"}, exitOK, bearer, slices.Concat(tokenForms(api.Config.BearerToken), keyForms(client.key))},
+		{"token and client key, repairing", tokenAndKey, "", []string{"repair", "--leak-grace", "0", "--etcd-servers", e.Endpoints()[0]}, exitOK, bearer,
 			slices.Concat(tokenForms(api.Config.BearerToken), keyForms(client.key))},
-		{"a wrong token", fmt.Sprintf("user:\n    token: %q", wrongToken), "", nil, exitCouldNotRun, bearer, tokenForms(wrongToken)},
-		{"basic auth", fmt.Sprintf("user:\n    username: clusterip\n    password: %q", password), "", nil, exitCouldNotRun, `"Authorization: Basic <masked>"`,
+		{"a wrong token", fmt.Sprintf("user:\n    token: %q", wrongToken), "", []string{"check"}, exitCouldNotRun, bearer, tokenForms(wrongToken)},
+		{"basic auth", fmt.Sprintf("user:\n    username: clusterip\n    password: %q", password), "", []string{"check"}, exitCouldNotRun, `"Authorization: Basic <masked>"`,
 			[]string{password, base64.StdEncoding.EncodeToString([]byte("clusterip:" + password))}},
-		{"a password in the server URL", "user: {}", "clusterip:" + password, nil, exitCouldNotRun, `"Authorization: Basic <masked>"`,
+		{"a password in the server URL", "user: {}", "clusterip:" + password, []string{"check"}, exitCouldNotRun, `"Authorization: Basic <masked>"`,
 			[]string{password, base64.StdEncoding.EncodeToString([]byte("clusterip:" + password))}},
 	}
 	for _, tt := range tests {
@@ -55,7 +55,7 @@ func TestCheckNeverPrintsTheKubeconfigsSecrets(t *testing.T) {
 				server = strings.Replace(server, "https://", "https://"+tt.urlUser+"@", 1)
 			}
 			kubeconfig := writeKubeconfigUser(t, server, tt.user)
-			r := clusterip(t, slices.Concat([]string{"check", "--kubeconfig", kubeconfig, "-v=10"}, tt.args)...)
+			r := clusterip(t, slices.Concat(tt.args[:1], []string{"--kubeconfig", kubeconfig, "-v=10"}, tt.args[1:])...)
 			if r.code != tt.wantCode {
 				t.Fatalf("check: exit %d, want %d\nstderr (end):\n%s", r.code, tt.wantCode, tail(r.stderr, 2000))
 			}

@@ -23,3 +23,32 @@ func TestLeakGraceFlagMapsToRepairOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestModeFlagIgnoresCase(t *testing.T) {
+	tests := []struct {
+		flag   string
+		want   string
+		wantOK bool
+	}{
+		{"auto", "auto", true},
+		{"AUTO", "auto", true},
+		{"Legacy", "Legacy", true},
+		{"legacy", "Legacy", true},
+		{"DualWrite", "DualWrite", true},
+		{"dualwrite", "DualWrite", true},
+		{"DUALWRITE", "DualWrite", true},
+		{"IPAddressOnly", "IPAddressOnly", true},
+		{"ipaddressonly", "IPAddressOnly", true},
+		{"IpAddressOnly", "IPAddressOnly", true},
+		{"", "", false},                // no default here: the flag's is auto
+		{"Hybrid", "", false},          // no such mode
+		{"ip-address-only", "", false}, // case folds, spelling does not
+		{" Legacy", "", false},         // nor blanks
+	}
+	for _, tt := range tests {
+		got, ok := modeFlag(tt.flag)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("modeFlag(%q) = %q, %v; want %q, %v", tt.flag, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}

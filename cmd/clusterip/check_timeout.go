@@ -11,7 +11,7 @@ import (
 
 // boundedKV bounds every call of an etcd KV by d, so that an etcd that accepts the connection and
 // then stops answering fails the call (and check exits 2) instead of blocking check forever: the
-// audit's reads, --repair's compare-and-swaps and every read between them go through it. A call
+// audit's reads, repair's compare-and-swaps and every read between them go through it. A call
 // that runs out of time returns an error saying so, wrapping ctx's.
 type boundedKV struct {
 	clientv3.KV

@@ -161,10 +161,10 @@ func lastLine(s string) string {
 
 // TestCheckGivesUpOnAnEtcdThatStopsAnswering runs check against a real kube-apiserver v1.33 and
 // its etcd, reaching etcd through a proxy that stops forwarding anything once check has listed
-// the IPAddress objects (audit) or the Services (--repair): etcd accepted the connection and
+// the IPAddress objects (audit) or the Services (repair): etcd accepted the connection and
 // answered check's first reads, then went silent. check must exit 2 within its bounds, with a
 // line saying etcd did not answer, never wait forever (before, the audit's bitmap read and
-// --repair's compare-and-swaps ran with no deadline).
+// repair's compare-and-swaps ran with no deadline).
 func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
@@ -173,17 +173,17 @@ func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		args    []string
-		swallow string // the API path after whose first GET the proxy swallows
+		args    []string // the verb and flags after --kubeconfig F --etcd-servers P -o json
+		swallow string   // the API path after whose first GET the proxy swallows
 		within  time.Duration
 		oneLine bool   // stderr is one line (no progress lines)
 		stderr  string // what stderr must say besides
 		seed    func(t *testing.T)
 	}{
 		{name: "the audit's bitmap read, with the default --request-timeout", swallow: "/apis/networking.k8s.io/v1/ipaddresses",
-			within: time.Minute, oneLine: true},
-		{name: "--repair's compare-and-swap", swallow: "/api/v1/services",
-			args:   []string{"--repair", "--leak-grace", "0", "--request-timeout", "2s"},
+			args: []string{"check"}, within: time.Minute, oneLine: true},
+		{name: "repair's compare-and-swap", swallow: "/api/v1/services",
+			args:   []string{"repair", "--leak-grace", "0", "--request-timeout", "2s"},
 			within: time.Minute, stderr: "clusterip: repair pass 1 failed, trying again in 1s: repair: write the bitmap of 10.96.0.0/24",
 			// A stale bit, which one pass clears with a compare-and-swap.
 			seed: func(t *testing.T) {
@@ -200,8 +200,8 @@ func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
 			host := apiProxy(t, api,
 				func(r *http.Request) bool { return r.Method == http.MethodGet && r.URL.Path == tt.swallow },
 				func() { once.Do(proxy.swallow) })
-			args := slices.Concat([]string{"check", "--kubeconfig", writeKubeconfigWithToken(t, host, api.Config.BearerToken),
-				"--etcd-endpoints", proxy.URL(), "-o", "json"}, tt.args)
+			args := slices.Concat(tt.args[:1], []string{"--kubeconfig", writeKubeconfigWithToken(t, host, api.Config.BearerToken),
+				"--etcd-servers", proxy.URL(), "-o", "json"}, tt.args[1:])
 			r, took := clusteripWithin(t, tt.within, args...)
 			if r.code != exitCouldNotRun {
 				t.Errorf("exit %d after %v, want %d\nstdout:\n%s\nstderr:\n%s", r.code, took, exitCouldNotRun, r.stdout, r.stderr)
@@ -223,16 +223,16 @@ func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
 		silent := newBlackhole(t, "")
 		host := apiProxy(t, api, func(*http.Request) bool { return false }, func() {})
 		r, took := clusteripWithin(t, time.Minute, "check", "--kubeconfig", writeKubeconfigWithToken(t, host, api.Config.BearerToken),
-			"--etcd-endpoints", silent.URL(), "--request-timeout", "2s")
+			"--etcd-servers", silent.URL(), "--request-timeout", "2s")
 		if r.code != exitCouldNotRun || !strings.Contains(r.stderr, "unreachable") || strings.Count(strings.TrimSuffix(r.stderr, "\n"), "\n") != 0 {
 			t.Errorf("exit %d after %v, stderr %q; want %d and one line saying etcd is unreachable", r.code, took, r.stderr, exitCouldNotRun)
 		}
 	})
 }
 
-// TestCheckRepairTimeoutBoundsTheWholeRepair gives --repair a leak it may not free for an hour
+// TestCheckRepairTimeoutBoundsTheWholeRepair gives repair a leak it may not free for an hour
 // (an IPAddress just created for a Service that does not exist): it would pass and wait for the
-// hour; --repair-timeout 3s makes check give up, exit 2, and say why.
+// hour; --repair-timeout 3s makes it give up, exit 2, and say why.
 func TestCheckRepairTimeoutBoundsTheWholeRepair(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
@@ -241,17 +241,17 @@ func TestCheckRepairTimeoutBoundsTheWholeRepair(t *testing.T) {
 		t.Fatalf("seed a leaked IPAddress: %v", err)
 	}
 	kubeconfig := writeKubeconfigWithToken(t, api.Config.Host, api.Config.BearerToken)
-	r, took := clusteripWithin(t, time.Minute, "check", "--kubeconfig", kubeconfig, "--etcd-endpoints", strings.Join(e.Endpoints(), ","),
-		"--repair", "--leak-grace", "1h", "--repair-timeout", "3s")
+	r, took := clusteripWithin(t, time.Minute, "repair", "--kubeconfig", kubeconfig, "--etcd-servers", strings.Join(e.Endpoints(), ","),
+		"--leak-grace", "1h", "--repair-timeout", "3s")
 	if r.code != exitCouldNotRun {
 		t.Errorf("exit %d after %v, want %d\nstderr:\n%s", r.code, took, exitCouldNotRun, r.stderr)
 	}
-	want := "clusterip: --repair did not finish within --repair-timeout 3s"
+	want := "clusterip: repair did not finish within --repair-timeout 3s"
 	if got := lastLine(r.stderr); !strings.HasPrefix(got, want) || !strings.Contains(got, "1 leak held off") {
 		t.Errorf("last stderr line %q, want it to start %q and count the leak held off", got, want)
 	}
 	if took > 30*time.Second {
-		t.Errorf("check --repair-timeout 3s took %v", took)
+		t.Errorf("repair --repair-timeout 3s took %v", took)
 	}
 }
 

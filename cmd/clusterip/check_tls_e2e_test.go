@@ -7,14 +7,19 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
@@ -23,10 +28,12 @@ import (
 )
 
 // TestCheckReadsAnEtcdThatRequiresClientCertificates runs check against a kube-apiserver whose
-// etcd serves clients over mutual TLS only: with --etcd-cacert, --etcd-cert and --etcd-key it
-// reads the bitmap; with a client certificate missing or of another CA, a CA bundle that does not
-// verify the server, or unusable files, it exits 2 with one line saying which, soon after
-// --request-timeout.
+// etcd serves clients over mutual TLS only: with kube-apiserver's flags --etcd-servers,
+// --etcd-cafile, --etcd-certfile and --etcd-keyfile it reads the bitmap, and so it does with the
+// previous release's spellings (--etcd-endpoints, --etcd-cacert, --etcd-cert, --etcd-key) and a
+// warning for each; repair --dry-run reads it with the same flags, and repair writes it; with a client certificate
+// missing or of another CA, a CA bundle that does not verify the server, or unusable files, it
+// exits 2 with one line saying which, soon after --request-timeout.
 func TestCheckReadsAnEtcdThatRequiresClientCertificates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
@@ -75,30 +82,66 @@ func TestCheckReadsAnEtcdThatRequiresClientCertificates(t *testing.T) {
 		t.Fatalf("kube-apiserver stored no bitmap at %s", etcdstore.ServiceIPsKey(""))
 	}
 
-	base := []string{"check", "--kubeconfig", kubeconfig, "--etcd-endpoints", endpoint, "--request-timeout", "5s"}
-	t.Run("with the client certificate", func(t *testing.T) {
-		rep := checkJSON(t, exitOK, append(base, "--etcd-cacert", files["ca.crt"], "--etcd-cert", files["client.crt"], "--etcd-key", files["client.key"], "-o", "json")...)
+	base := []string{"check", "--kubeconfig", kubeconfig, "--etcd-servers", endpoint, "--request-timeout", "5s"}
+	clientTLS := []string{"--etcd-cafile", files["ca.crt"], "--etcd-certfile", files["client.crt"], "--etcd-keyfile", files["client.key"]}
+	readsTheBitmap := func(t *testing.T, args ...string) (stderr string) {
+		t.Helper()
+		r := clusterip(t, args...)
+		var rep repair.Report
+		if r.code != exitOK || json.Unmarshal([]byte(r.stdout), &rep) != nil {
+			t.Fatalf("clusterip %q: exit %d, want %d and a report\nstdout:\n%s\nstderr:\n%s", args, r.code, exitOK, r.stdout, r.stderr)
+		}
 		if rep.Counts[repair.CountBitmapBits] != 1 {
-			t.Errorf("check read %d bits, want 1 (the kubernetes Service's): were the bitmaps read?", rep.Counts[repair.CountBitmapBits])
+			t.Errorf("clusterip %q read %d bits, want 1 (the kubernetes Service's): were the bitmaps read?", args, rep.Counts[repair.CountBitmapBits])
+		}
+		return r.stderr
+	}
+	t.Run("with kube-apiserver's etcd flags", func(t *testing.T) {
+		if stderr := readsTheBitmap(t, slices.Concat(base, clientTLS, []string{"-o", "json"})...); stderr != "" {
+			t.Errorf("check printed %q on stderr, want nothing", stderr)
+		}
+	})
+	t.Run("repair --dry-run with kube-apiserver's etcd flags", func(t *testing.T) {
+		args := slices.Concat([]string{"repair", "--dry-run"}, base[1:], clientTLS, []string{"-o", "json"})
+		if stderr := readsTheBitmap(t, args...); stderr != "clusterip: dry run: nothing was changed; there is nothing to repair\n" {
+			t.Errorf("repair --dry-run printed %q on stderr, want only the dry-run line", stderr)
+		}
+	})
+	t.Run("repair with kube-apiserver's etcd flags clears a stale bit", func(t *testing.T) {
+		setBit(t, etcdstore.New(e.TestClient(t), etcdstore.ServiceIPsKey("")), "10.96.0.201")
+		args := slices.Concat([]string{"repair", "--leak-grace", "0"}, base[1:], clientTLS, []string{"-o", "json"})
+		if stderr := readsTheBitmap(t, args...); !strings.Contains(stderr, "clusterip: repair pass 1: 1 finding, none held off") {
+			t.Errorf("repair printed %q on stderr, want the pass that cleared the bit", stderr)
+		}
+	})
+	t.Run("with the previous release's spellings, and a warning each", func(t *testing.T) {
+		args := []string{"check", "--kubeconfig", kubeconfig, "--etcd-endpoints", endpoint, "--request-timeout", "5s",
+			"--etcd-cacert", files["ca.crt"], "--etcd-cert", files["client.crt"], "--etcd-key", files["client.key"], "-o", "json"}
+		var want strings.Builder
+		for _, r := range [][2]string{{"etcd-cacert", "etcd-cafile"}, {"etcd-cert", "etcd-certfile"}, {"etcd-endpoints", "etcd-servers"}, {"etcd-key", "etcd-keyfile"}} {
+			fmt.Fprintf(&want, "clusterip: warning: --%s is deprecated and will be removed in the next release; use --%s\n", r[0], r[1])
+		}
+		if diff := cmp.Diff(want.String(), readsTheBitmap(t, args...)); diff != "" {
+			t.Errorf("check with the old etcd flags: stderr (-want +got):\n%s", diff)
 		}
 	})
 
 	refused := "etcd at " + endpoint + " refused the client certificate: remote error: tls: "
-	unverified := "etcd at " + endpoint + ": TLS handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority; does --etcd-cacert hold the CA"
+	unverified := "etcd at " + endpoint + ": TLS handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority; does --etcd-cafile hold the CA"
 	tests := []struct {
 		name string
 		tls  []string
 		want string
 	}{
-		{"no client certificate", []string{"--etcd-cacert", files["ca.crt"]}, refused + "certificate required; give --etcd-cert and --etcd-key"},
-		{"a client certificate of another CA", []string{"--etcd-cacert", files["ca.crt"], "--etcd-cert", files["other-client.crt"], "--etcd-key", files["other-client.key"]},
+		{"no client certificate", []string{"--etcd-cafile", files["ca.crt"]}, refused + "certificate required; give --etcd-certfile and --etcd-keyfile"},
+		{"a client certificate of another CA", []string{"--etcd-cafile", files["ca.crt"], "--etcd-certfile", files["other-client.crt"], "--etcd-keyfile", files["other-client.key"]},
 			refused + "unknown certificate authority"},
 		{"no TLS flags", nil, unverified},
-		{"a CA that did not sign the server's certificate", []string{"--etcd-cacert", files["other-ca.crt"], "--etcd-cert", files["client.crt"], "--etcd-key", files["client.key"]},
+		{"a CA that did not sign the server's certificate", []string{"--etcd-cafile", files["other-ca.crt"], "--etcd-certfile", files["client.crt"], "--etcd-keyfile", files["client.key"]},
 			unverified},
-		{"the key of another certificate", []string{"--etcd-cacert", files["ca.crt"], "--etcd-cert", files["client.crt"], "--etcd-key", files["other-client.key"]},
+		{"the key of another certificate", []string{"--etcd-cafile", files["ca.crt"], "--etcd-certfile", files["client.crt"], "--etcd-keyfile", files["other-client.key"]},
 			"etcd TLS: tls: private key does not match public key"},
-		{"a missing key file", []string{"--etcd-cacert", files["ca.crt"], "--etcd-cert", files["client.crt"], "--etcd-key", filepath.Join(dir, "absent.key")},
+		{"a missing key file", []string{"--etcd-cafile", files["ca.crt"], "--etcd-certfile", files["client.crt"], "--etcd-keyfile", filepath.Join(dir, "absent.key")},
 			"etcd TLS: open " + filepath.Join(dir, "absent.key")},
 	}
 	for _, tt := range tests {

@@ -30,7 +30,8 @@ and IP family, the Services allocated and released, conflicts retried, undo oper
 and p99 latency of an allocation, and the audit of package repair after each phase. Every address
 handed out is checked against those held: duplicates must be 0.
 
-An embedded etcd is started unless --etcd is given. Services, ServiceCIDRs and IPAddress objects
+An embedded etcd is started unless --etcd-servers is given (kube-apiserver's flag; --etcd, its
+previous spelling, works until the next release with a warning). Services, ServiceCIDRs and IPAddress objects
 go to a real kube-apiserver v1.33 if its binary is already built ($CLUSTERIP_KUBE_APISERVER, or the
 repository's .cache/) or --kube-apiserver is given, else to client-go's fake clientset; the first
 line says which. Exits 0 when every check holds, 2 when the demo could not run or a check failed.`
@@ -45,12 +46,12 @@ const demoExample = `  # The upgrade walk on an embedded etcd, about a minute
   clusterip demo --service-cluster-ip-range 10.96.0.0/22 --duration 3s -n 300 --json
 
   # Against your own etcd, under a test prefix
-  clusterip demo --etcd http://127.0.0.1:2379 --etcd-prefix /clusterip-demo`
+  clusterip demo --etcd-servers http://127.0.0.1:2379 --etcd-prefix /clusterip-demo`
 
 func newDemoCommand() *cobra.Command {
 	ranges := "10.96.0.0/20,fd00:10:96::/112"
 	var opts demo.Options
-	var etcd string
+	var etcdServers []string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:     "demo",
@@ -59,6 +60,9 @@ func newDemoCommand() *cobra.Command {
 		Example: demoExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := warnOldSpellings(cmd, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			for _, r := range strings.Split(ranges, ",") {
 				p, err := allocator.ParsePrefix(strings.TrimSpace(r))
 				if err != nil {
@@ -66,9 +70,7 @@ func newDemoCommand() *cobra.Command {
 				}
 				opts.Ranges = append(opts.Ranges, p)
 			}
-			if etcd != "" {
-				opts.EtcdEndpoints = strings.Split(etcd, ",")
-			}
+			opts.EtcdEndpoints = etcdServers
 			out := cmd.OutOrStdout()
 			opts.Out = out
 			if isTerminal(out) {
@@ -103,8 +105,9 @@ func newDemoCommand() *cobra.Command {
 	f.IntVarP(&opts.Hold, "services", "n", 1000, "about how many Services the workload keeps")
 	f.IntVar(&opts.Workers, "workers", 4, "goroutines per kube-apiserver played")
 	f.DurationVar(&opts.PhaseDuration, "duration", 15e9, "how long each of the three phases creates and deletes Services")
-	f.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints (default: start an embedded etcd)")
+	f.StringSliceVar(&etcdServers, "etcd-servers", nil, "etcd servers (scheme://ip:port, comma-separated), as kube-apiserver's --etcd-servers (default: start an embedded etcd)")
 	f.StringVar(&opts.Prefix, "etcd-prefix", "/registry", "etcd key prefix of the bitmaps, as kube-apiserver's --etcd-prefix")
+	addOldSpelling(cmd, "etcd", "etcd-servers")
 	f.StringVar(&opts.KubeAPIServer, "kube-apiserver", "", "path of a kube-apiserver v1.33 binary to store the objects in (default: the tests' build if it is there, else a fake clientset)")
 	f.BoolVar(&opts.FakeAPI, "fake-api", false, "use client-go's fake clientset even if a kube-apiserver binary is there")
 	f.BoolVar(&asJSON, "json", false, "print what the demo saw as one JSON document instead of lines of text and a table")

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,7 +87,7 @@ func TestVersionPrintsModuleGoAndKubeAPIServerVersions(t *testing.T) {
 }
 
 func TestHelpShowsExamplesForEveryCommand(t *testing.T) {
-	for _, cmd := range [][]string{{}, {"demo"}, {"bench"}, {"check"}, {"version"}} {
+	for _, cmd := range [][]string{{}, {"demo"}, {"bench"}, {"check"}, {"repair"}, {"version"}} {
 		t.Run(strings.Join(append([]string{"clusterip"}, cmd...), " "), func(t *testing.T) {
 			r := clusterip(t, append(cmd, "--help")...)
 			if r.code != 0 {
@@ -128,7 +129,7 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		want string
 	}{
 		{"no command", nil, "no command"},
-		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate" for "clusterip" (see 'clusterip --help')`},
 		{"unknown flag", []string{"demo", "--frobnicate"}, "unknown flag: --frobnicate"},
 		{"bad flag value", []string{"demo", "-n", "many"}, `invalid argument "many"`},
 		{"IPv4-mapped range", []string{"demo", "--cidr", "::ffff:10.0.0.0/120"}, "IPv4-mapped"},
@@ -136,11 +137,43 @@ func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 		{"host bits", []string{"demo", "--cidr", "10.96.0.1/24"}, "host bits set"},
 		{"two IPv4 ranges", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,10.97.0.0/24"}, "same IP family"},
 		{"a bad second range", []string{"demo", "--service-cluster-ip-range", "10.96.0.0/24,fd00::/200"}, "fd00::/200"},
-		{"unreachable etcd", []string{"demo", "--etcd", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"}, "127.0.0.1:1"},
+		{"unreachable etcd", []string{"demo", "--etcd-servers", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"}, "127.0.0.1:1"},
 		{"version takes no arguments", []string{"version", "now"}, `unknown command "now"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
+	}
+}
+
+// TestMistypedVerbGetsASuggestion: a verb the command does not know exits 2 with one line, and
+// names the verbs it is likely a typo of (Levenshtein distance 2 or less, ignoring case, or a
+// prefix), as cobra and kubectl do.
+func TestMistypedVerbGetsASuggestion(t *testing.T) {
+	tests := []struct {
+		typed string
+		want  string // after `unknown command "<typed>" for "clusterip"`
+	}{
+		{"chek", "; Did you mean this? check"},          // a letter left out
+		{"chekc", "; Did you mean this? check"},         // two letters swapped: distance 2
+		{"CHECK", "; Did you mean this? check"},         // case
+		{"repiar", "; Did you mean this? repair"},       // two letters swapped
+		{"rep", "; Did you mean this? repair"},          // a prefix
+		{"demoo", "; Did you mean this? demo"},          // a letter too many
+		{"versoin", "; Did you mean this? version"},     // two letters swapped
+		{"c", "; Did you mean this? check, completion"}, // a prefix of two
+		{"audit", ""}, // too far from any verb
+		{"frobnicate", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typed, func(t *testing.T) {
+			want := fmt.Sprintf("unknown command %q for \"clusterip\"%s (see 'clusterip --help')", tt.typed, tt.want)
+			checkCouldNotRun(t, []string{tt.typed}, want)
+			if tt.want == "" {
+				if r := clusterip(t, tt.typed); strings.Contains(r.stderr, "Did you mean") {
+					t.Errorf("clusterip %s: stderr %q suggests a verb, want none", tt.typed, r.stderr)
+				}
+			}
+		})
 	}
 }
 
@@ -150,28 +183,118 @@ func writeKubeconfig(t *testing.T, server string) string {
 	return writeKubeconfigWithToken(t, server, "t")
 }
 
-func TestCheckCouldNotRunExitsTwoWithOneLine(t *testing.T) {
+// TestCheckAndRepairCouldNotRunExitTwoWithOneLine: check and repair take the same flags and
+// refuse the same mistakes, before they contact anything.
+func TestCheckAndRepairCouldNotRunExitTwoWithOneLine(t *testing.T) {
 	unreachable := writeKubeconfig(t, "https://127.0.0.1:1")
 	tests := []struct {
 		name string
-		args []string
+		args []string // after the verb
 		want string
 	}{
-		{"bad mode", []string{"check", "--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly`},
-		{"bad output", []string{"check", "-o", "xml"}, `-o "xml": want one of table, json, yaml`},
-		{"negative leak grace", []string{"check", "--leak-grace", "-1s"}, "--leak-grace -1s: want 0 or more"},
-		{"no request timeout", []string{"check", "--request-timeout", "0"}, "--request-timeout 0s: want more than 0"},
-		{"no repair timeout", []string{"check", "--repair-timeout", "0"}, "--repair-timeout 0s: want more than 0"},
-		{"cert without key", []string{"check", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-cert", "c.crt"}, "--etcd-cert and --etcd-key go together"},
-		{"TLS without endpoints", []string{"check", "--etcd-cacert", "ca.crt"}, "need --etcd-endpoints"},
-		{"relative prefix", []string{"check", "--etcd-prefix", "registry"}, "want an absolute key prefix"},
-		{"missing kubeconfig", []string{"check", "--kubeconfig", filepath.Join(t.TempDir(), "absent")}, "kubeconfig:"},
-		{"unknown context", []string{"check", "--kubeconfig", unreachable, "--context", "nope"}, `context "nope" does not exist`},
-		{"unreachable etcd", []string{"check", "--kubeconfig", unreachable, "--etcd-endpoints", "http://127.0.0.1:1"}, "etcd at http://127.0.0.1:1 unreachable"},
-		{"unreachable API server", []string{"check", "--kubeconfig", unreachable}, "API server at https://127.0.0.1:1"},
+		{"bad mode", []string{"--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly, in any case`},
+		{"bad output", []string{"-o", "xml"}, `-o "xml": want one of table, json, yaml`},
+		{"negative leak grace", []string{"--leak-grace", "-1s"}, "--leak-grace -1s: want 0 or more"},
+		{"no request timeout", []string{"--request-timeout", "0"}, "--request-timeout 0s: want more than 0"},
+		{"no repair timeout", []string{"--repair-timeout", "0"}, "--repair-timeout 0s: want more than 0"},
+		{"cert without key", []string{"--etcd-servers", "http://127.0.0.1:1", "--etcd-certfile", "c.crt"}, "--etcd-certfile and --etcd-keyfile go together"},
+		{"TLS without servers", []string{"--etcd-cafile", "ca.crt"}, "need --etcd-servers"},
+		{"relative prefix", []string{"--etcd-prefix", "registry"}, "want an absolute key prefix"},
+		{"a flag under both spellings", []string{"--etcd-servers", "http://127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2"},
+			"--etcd-endpoints is the deprecated spelling of --etcd-servers: give one of them"},
+		{"missing kubeconfig", []string{"--kubeconfig", filepath.Join(t.TempDir(), "absent")}, "kubeconfig:"},
+		{"unknown context", []string{"--kubeconfig", unreachable, "--context", "nope"}, `context "nope" does not exist`},
+		{"unreachable etcd", []string{"--kubeconfig", unreachable, "--etcd-servers", "http://127.0.0.1:1"}, "etcd at http://127.0.0.1:1 unreachable"},
+		{"unreachable API server", []string{"--kubeconfig", unreachable}, "API server at https://127.0.0.1:1"},
+	}
+	for _, verb := range []string{"check", "repair"} {
+		for _, tt := range tests {
+			t.Run(verb+" "+tt.name, func(t *testing.T) { checkCouldNotRun(t, append([]string{verb}, tt.args...), tt.want) })
+		}
+	}
+	t.Run("check has no --dry-run: it never writes", func(t *testing.T) {
+		checkCouldNotRun(t, []string{"check", "--dry-run"}, "unknown flag: --dry-run")
+	})
+}
+
+// TestPreviousSpellingsWarnAndStillWork runs the spellings this release replaced: each still
+// does what it did, after a warning on stderr that names the new spelling, and the one line
+// saying why the command could not run (the tests reach nothing) comes last.
+func TestPreviousSpellingsWarnAndStillWork(t *testing.T) {
+	unreachable := writeKubeconfig(t, "https://127.0.0.1:1")
+	warning := func(old, current string) string {
+		return "clusterip: warning: " + old + " is deprecated and will be removed in the next release; use " + current
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string // the lines on stderr
+	}{
+		{"--etcd-endpoints reaches etcd", []string{"check", "--kubeconfig", unreachable, "--etcd-endpoints", "http://127.0.0.1:1", "--request-timeout", "1s"},
+			[]string{warning("--etcd-endpoints", "--etcd-servers"), "clusterip: etcd at http://127.0.0.1:1 unreachable"}},
+		{"--etcd-cert needs --etcd-key", []string{"repair", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-cert", "c.crt"},
+			[]string{warning("--etcd-cert", "--etcd-certfile"), warning("--etcd-endpoints", "--etcd-servers"), "clusterip: --etcd-certfile and --etcd-keyfile go together"}},
+		{"--etcd-key needs --etcd-cert", []string{"check", "--etcd-cacert", "ca.crt", "--etcd-key", "c.key"},
+			[]string{warning("--etcd-cacert", "--etcd-cafile"), warning("--etcd-key", "--etcd-keyfile"), "clusterip: --etcd-certfile and --etcd-keyfile go together"}},
+		{"demo --etcd reaches etcd", []string{"demo", "--etcd", "http://127.0.0.1:1", "--cidr", "10.96.0.0/28"},
+			[]string{warning("--etcd", "--etcd-servers"), "clusterip: demo: etcd at [http://127.0.0.1:1] unreachable"}},
+		{"check --repair repairs", []string{"check", "--repair", "--kubeconfig", unreachable},
+			[]string{warning(`"check --repair"`, `"clusterip repair", which takes the same flags`), "clusterip: API server at https://127.0.0.1:1"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { checkCouldNotRun(t, tt.args, tt.want) })
+		t.Run(tt.name, func(t *testing.T) {
+			r := clusterip(t, tt.args...)
+			if r.code != exitCouldNotRun {
+				t.Errorf("clusterip %q: exit %d, want %d (stderr %q)", tt.args, r.code, exitCouldNotRun, r.stderr)
+			}
+			got := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if len(got) != len(tt.want) {
+				t.Fatalf("clusterip %q: stderr %q, want %d lines starting %q", tt.args, r.stderr, len(tt.want), tt.want)
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) {
+					t.Errorf("clusterip %q: stderr line %d is %q, want it to start %q", tt.args, i+1, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestHelpNamesThisReleasesSpellings: --help shows the verbs and flags of this release, and
+// hides the spellings it replaced, which still work for one release.
+func TestHelpNamesThisReleasesSpellings(t *testing.T) {
+	etcdFlags := []string{"--etcd-servers", "--etcd-cafile", "--etcd-certfile", "--etcd-keyfile", "--etcd-prefix"}
+	oldFlags := []string{"--etcd-endpoints", "--etcd-cacert", "--etcd-cert ", "--etcd-key ", "--repair "}
+	tests := []struct {
+		args         []string
+		want, absent []string
+	}{
+		{[]string{"--help"}, []string{"check       Audit a live cluster's Service IP allocation; read-only", "repair      Repair a live cluster's"}, nil},
+		{[]string{"check", "--help"}, slices.Concat(etcdFlags, []string{"--leak-grace", `run "clusterip repair" with the same flags`}), slices.Concat(oldFlags, []string{"--dry-run", "--repair-timeout"})},
+		{[]string{"repair", "--help"}, slices.Concat(etcdFlags, []string{"--dry-run", "--leak-grace", "--repair-timeout"}), oldFlags},
+		{[]string{"demo", "--help"}, []string{"--etcd-servers", "--etcd-prefix"}, []string{"--etcd "}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := clusterip(t, tt.args...)
+			if r.code != exitOK {
+				t.Fatalf("exit %d, want 0; stderr %q", r.code, r.stderr)
+			}
+			flags := r.stdout
+			if i := strings.Index(flags, "Flags:"); i >= 0 {
+				flags = flags[i:] // the old spellings are named in the long text, as deprecated
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("--help lacks %q:\n%s", w, r.stdout)
+				}
+			}
+			for _, d := range tt.absent {
+				if strings.Contains(flags, d) {
+					t.Errorf("--help lists %q among its flags:\n%s", d, flags)
+				}
+			}
+		})
 	}
 }
 

@@ -1,16 +1,21 @@
 // Command clusterip runs the clusterip library's allocators against real components: a demo on
-// an embedded etcd, benchmarks with a chart, and an audit (and repair) of a live cluster.
+// an embedded etcd, benchmarks with a chart, and an audit and a repair of a live cluster.
 //
 // Usage:
 //
 //	clusterip demo [flags]        walk a cluster through the allocator upgrade on an (embedded) etcd
 //	clusterip bench [flags]       measure the allocators over range sizes and fill levels
-//	clusterip check [flags]       audit a live cluster's Service IPs, and repair them with --repair
+//	clusterip check [flags]       audit a live cluster's Service IPs; only reads
+//	clusterip repair [flags]      repair what check finds, then audit again (--dry-run: change nothing)
 //	clusterip version             print the module, Go and kube-apiserver versions
 //	clusterip completion SHELL    print a shell completion script
 //
+// As kubectl's, the verbs that read never write: check reads, repair writes. The etcd flags are
+// kube-apiserver's (--etcd-servers, --etcd-cafile, --etcd-certfile, --etcd-keyfile, --etcd-prefix).
+// A spelling this release replaced works until the next, with a warning on stderr.
+//
 // Exit codes: 0 the command did its job, 1 it ran and found a problem, 2 it could not run (bad
-// flags included), with one line on stderr saying why.
+// flags included), with one line on stderr saying why (after any deprecation warning).
 package main
 
 import (
@@ -37,7 +42,7 @@ func main() {
 // The command's exit codes.
 const (
 	exitOK          = 0 // the command did its job
-	exitProblem     = 1 // it ran and found a problem (check: the cluster is inconsistent)
+	exitProblem     = 1 // it ran and found a problem (check, repair: the cluster is, or stays, inconsistent)
 	exitCouldNotRun = 2 // it could not run: bad flags, unreachable components, failures
 )
 
@@ -86,17 +91,38 @@ func oneLine(s string) string {
 const rootLong = `clusterip allocates Kubernetes Service ClusterIPs with kube-apiserver's exact semantics and
 storage formats. This command shows the library at work on real components it starts itself.
 
+check only reads; repair writes, and with --dry-run only says what it would change.
+
 Exit codes: 0 the command did its job; 1 it ran and found a problem; 2 it could not run (bad flags
 included), with one line on stderr saying why.`
 
 const rootExample = `  # Walk a cluster through the allocator upgrade (Legacy, DualWrite, IPAddressOnly)
   clusterip demo
 
+  # Audit the cluster of the current kubeconfig context, then see what repair would change
+  clusterip check
+  clusterip repair --dry-run
+
   # Measure the in-memory bitmap at three fill levels and draw the chart
   clusterip bench --ranges 10.0.0.0/24,10.0.0.0/12 --fills 0,50,99.9 --svg bench.svg
 
   # Enable bash completion in the current shell
   source <(clusterip completion bash)`
+
+// unknownCommand refuses any argument of a command that takes none (the root command: args[0]
+// is a verb it does not know) and suggests the verbs it may be a typo of, as cobra and kubectl
+// do: those within Levenshtein distance 2, ignoring case, or that begin with it. Cobra's own
+// suggestions are not offered once the root command validates its arguments, and span lines.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; Did you mean this? " + strings.Join(s, ", ")
+	}
+	return fmt.Errorf("%s (see '%s --help')", msg, cmd.CommandPath())
+}
 
 // newRootCommand builds the command tree writing to stdout and stderr. It keeps no global
 // state: klog's flags are bound to a flag set of this command.
@@ -106,9 +132,11 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Allocate Kubernetes Service ClusterIPs as kube-apiserver does",
 		Long:          rootLong,
 		Example:       rootExample,
-		Args:          cobra.NoArgs,
+		Args:          unknownCommand,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// cobra's default, which SuggestionsFor applies only if it is set
+		SuggestionsMinimumDistance: 2,
 		RunE: func(*cobra.Command, []string) error {
 			return errors.New("no command given; see 'clusterip --help'")
 		},
@@ -133,6 +161,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newDemoCommand(),
 		newBenchCommand(),
 		newCheckCommand(),
+		newRepairCommand(),
 		newVersionCommand(),
 	)
 	return root
