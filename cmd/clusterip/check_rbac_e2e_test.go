@@ -18,6 +18,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -92,9 +93,7 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 			t.Fatalf("create Service %s: %v", name, err)
 		}
 	}
-	if err := api.Client.NetworkingV1().IPAddresses().Delete(ctx, "10.96.0.10", metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("delete the IPAddress of Service s1: %v", err)
-	}
+	deleteIPAddressOfNewService(t, api.Client, "10.96.0.10")
 	ipa, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.11", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -513,4 +512,28 @@ func modRevision(t *testing.T, e *testenv.Etcd, key string) int64 {
 		return 0
 	}
 	return resp.Kvs[0].ModRevision
+}
+
+// deleteIPAddressOfNewService deletes the IPAddress ip of a Service created a moment ago, and
+// keeps it deleted until kube-apiserver's own IPAddress repair has dealt with the Service's
+// creation: that repair syncs each new Service once, from its informer, and a sync that reads its
+// cache after the delete creates the IPAddress again. It deletes again whenever the object is
+// back, until it has stayed gone for 3 s (at most 5 times), failing t otherwise.
+func deleteIPAddressOfNewService(t *testing.T, client kubernetes.Interface, ip string) {
+	t.Helper()
+	ctx := t.Context()
+	for range 5 {
+		if err := client.NetworkingV1().IPAddresses().Delete(ctx, ip, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete IPAddress %s: %v", ip, err)
+		}
+		back := false
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !back; time.Sleep(100 * time.Millisecond) {
+			_, err := client.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+			back = err == nil
+		}
+		if !back {
+			return
+		}
+	}
+	t.Fatalf("kube-apiserver kept creating IPAddress %s again", ip)
 }
