@@ -31,16 +31,19 @@ type stockRun struct {
 
 // stockRuns returns the runs of release: its default mode; Legacy mode where the release reaches
 // it (MultiCIDRServiceAllocator is locked on from 1.34, so v1.35 and v1.36 reach it only emulating
-// 1.33, and v1.37 not at all); and for v1.37, DualWrite emulating 1.34, with
-// StrictIPCIDRValidation on as it is by default at 1.37, which must answer exactly as the
-// default mode.
+// 1.33, and v1.37 not at all); and for v1.37, DualWrite emulating 1.34, which must answer
+// exactly as the default mode. Where the emulated version would turn StrictIPCIDRValidation off,
+// the run turns it on, as the release has it by default.
 func stockRuns(release string) []stockRun {
 	runs := []stockRun{{name: "default"}}
 	switch release {
 	case "v1.33.13":
 		runs = append(runs, stockRun{name: "Legacy", legacy: true, gates: "MultiCIDRServiceAllocator=false"})
-	case "v1.35.4", "v1.36.3":
+	case "v1.35.4":
 		runs = append(runs, stockRun{name: "Legacy", legacy: true, gates: "MultiCIDRServiceAllocator=false", args: []string{"--emulated-version=1.33"}})
+	case "v1.36.3":
+		// StrictIPCIDRValidation is on by default at 1.36, not at the emulated 1.33.
+		runs = append(runs, stockRun{name: "Legacy", legacy: true, gates: "MultiCIDRServiceAllocator=false,StrictIPCIDRValidation=true", args: []string{"--emulated-version=1.33"}})
 	case "v1.37.2":
 		runs = append(runs, stockRun{name: "DualWrite", gates: "DisableAllocatorDualWrite=false,StrictIPCIDRValidation=true", args: []string{"--emulated-version=1.34"}})
 	}

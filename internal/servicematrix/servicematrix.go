@@ -27,7 +27,7 @@ import (
 
 // Releases are the kube-apiserver releases a matrix is recorded for, oldest first: each has the
 // file PathFor names.
-var Releases = []string{"v1.33.13", "v1.35.4", "v1.37.2"}
+var Releases = []string{"v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2"}
 
 // PathFor returns the matrix file of release (such as "v1.37.2") in testdata, the module's
 // testdata folder.

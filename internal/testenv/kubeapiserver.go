@@ -55,7 +55,7 @@ func NewKubeAPIServer(t testing.TB, etcd *Etcd, opts KubeAPIServerOptions) *Kube
 	if err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
-	t.Logf("kube-apiserver %s ready in %v at %s", KubeAPIServerVersion, time.Since(start).Round(time.Millisecond), s.Config.Host)
+	t.Logf("kube-apiserver %s ready in %v at %s", opts.Binary, time.Since(start).Round(time.Millisecond), s.Config.Host)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("--- end of %s:\n%s", s.LogPath, s.LogTail(100))

@@ -93,11 +93,12 @@ type releaseRun struct {
 // releaseRuns are the modes the library replays each release's matrix in: every mode for
 // v1.33.13 (the four gate combinations select three), and for the later releases their default
 // IPAddressOnly and the older mode each still reaches: Legacy for v1.35 and v1.36 emulating 1.33,
-// DualWrite for v1.37 emulating 1.34 (with StrictIPCIDRValidation on, as the matrix recorded it).
+// DualWrite for v1.37 emulating 1.34 (with StrictIPCIDRValidation on where the release has it
+// on by default, as the matrix recorded it).
 var releaseRuns = map[string][]releaseRun{
 	"v1.33.13": {{mode: featuregate.Legacy}, {mode: featuregate.DualWrite}, {mode: featuregate.IPAddressOnly}},
 	"v1.35.4":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.Legacy, emulated: "1.33"}},
-	"v1.36.3":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.Legacy, emulated: "1.33"}},
+	"v1.36.3":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.Legacy, emulated: "1.33", gates: map[string]bool{"StrictIPCIDRValidation": true}}},
 	"v1.37.2":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.DualWrite, emulated: "1.34", gates: map[string]bool{"StrictIPCIDRValidation": true}}},
 }
 
