@@ -216,6 +216,9 @@ func (c *Config) check() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	if _, _, err := c.gates(); err != nil {
+		return err
+	}
 	if c.Mode != featuregate.IPAddressOnly {
 		if err := checkBitmapRanges(c.Ranges); err != nil {
 			return err
@@ -223,9 +226,6 @@ func (c *Config) check() error {
 	}
 	if c.Mode != featuregate.IPAddressOnly && c.Etcd == nil {
 		return &ConfigError{Field: "Etcd", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps"}
-	}
-	if _, _, err := c.gates(); err != nil {
-		return err
 	}
 	if c.Mode != featuregate.Legacy {
 		if c.Client == nil {

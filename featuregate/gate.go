@@ -66,7 +66,13 @@ func NewGate(v compatibility.EffectiveVersion, overrides map[string]bool) (featu
 		return nil, fmt.Errorf("featuregate: %w", err)
 	}
 	// SetFromMap reports one problem at a time in map order; set the names in a stable order.
+	// A value equal to the default is left alone: setting it changes nothing, and component-base
+	// would log a warning for every GA gate set.
+	known := gate.GetAll()
 	for _, k := range slices.Sorted(maps.Keys(overrides)) {
+		if _, ok := known[featuregate.Feature(k)]; ok && gate.Enabled(featuregate.Feature(k)) == overrides[k] {
+			continue
+		}
 		if err := gate.SetFromMap(map[string]bool{k: overrides[k]}); err != nil {
 			return nil, &GateError{Version: name, Err: err}
 		}
@@ -85,11 +91,12 @@ func declaresDependency(binary *version.Version) bool {
 }
 
 // GatesFor returns the MultiCIDRServiceAllocator and DisableAllocatorDualWrite values that select
-// m, as --feature-gates would give them.
+// m, as --feature-gates would give them: for Legacy, MultiCIDRServiceAllocator off alone (whatever
+// DisableAllocatorDualWrite says, which kube-apiserver 1.35 and later refuse when it is on).
 func GatesFor(m Mode) (map[string]bool, error) {
 	switch m {
 	case Legacy:
-		return map[string]bool{string(MultiCIDRServiceAllocator): false, string(DisableAllocatorDualWrite): false}, nil
+		return map[string]bool{string(MultiCIDRServiceAllocator): false}, nil
 	case DualWrite:
 		return map[string]bool{string(MultiCIDRServiceAllocator): true, string(DisableAllocatorDualWrite): false}, nil
 	case IPAddressOnly:
