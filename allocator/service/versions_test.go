@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -116,5 +117,33 @@ func TestServiceAnswersFollowTheRelease(t *testing.T) {
 				t.Errorf("Allocate() status (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestStrictValidationKeepsWhatAServiceHas: from v1.36 a new ClusterIP with leading zeros is
+// refused, but a Service stored by an older release keeps the spelling it has through updates.
+func TestStrictValidationKeepsWhatAServiceHas(t *testing.T) {
+	ctx := context.Background()
+	bm := mustBitmap(t, "10.96.0.0/24")
+	sa := service.NewWithOptions(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{corev1.IPv4Protocol: bm}, optionsOf(t, "1.37.2"))
+	// Stored by v1.35, which takes the spelling and allocates 10.96.0.10.
+	stored := matrixService("old", matrixSpec{})
+	stored.Spec.ClusterIP, stored.Spec.ClusterIPs = "10.96.0.010", []string{"10.96.0.010"}
+	v135 := service.NewWithOptions(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{corev1.IPv4Protocol: bm}, optionsOf(t, "1.35.4"))
+	if _, err := v135.Allocate(ctx, stored, false); err != nil {
+		t.Fatal(err)
+	}
+
+	upd := stored.DeepCopy()
+	upd.Labels = map[string]string{"changed": "yes"}
+	if _, err := sa.Update(ctx, stored, upd, false); err != nil {
+		t.Errorf("v1.37 Update() of a Service holding 10.96.0.010 = %v, want it kept", err)
+	}
+	if _, err := sa.Allocate(ctx, func() *corev1.Service {
+		s := matrixService("new", matrixSpec{})
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.011", []string{"10.96.0.011"}
+		return s
+	}(), false); err == nil || !strings.Contains(err.Error(), "must not have leading 0s") {
+		t.Errorf("v1.37 Allocate() of 10.96.0.011 = %v, want it refused for its leading zeros", err)
 	}
 }
