@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -226,7 +227,7 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if err != nil {
 		return apiError(host, err)
 	}
-	mode, err := o.modeFor(info.GitVersion)
+	mode, err := o.modeFor(emulatedVersion(info))
 	if err != nil {
 		return err
 	}
@@ -378,6 +379,15 @@ func apiError(host string, err error) error {
 		return fmt.Errorf("API server at %s: %w", host, err)
 	}
 	return err
+}
+
+// emulatedVersion returns the version whose defaults kube-apiserver runs with: the one it
+// emulates (--emulated-version, which /version reports from 1.31), else its own.
+func emulatedVersion(info *version.Info) string {
+	if info.EmulationMajor != "" && info.EmulationMinor != "" {
+		return info.EmulationMajor + "." + info.EmulationMinor
+	}
+	return info.GitVersion
 }
 
 // modeFor returns the --mode asked for, or with auto the default mode of kube-apiserver at

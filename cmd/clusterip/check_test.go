@@ -3,6 +3,10 @@ package main
 import (
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/version"
+
+	"github.com/kube-ipam/clusterip/featuregate"
 )
 
 func TestLeakGraceFlagMapsToRepairOptions(t *testing.T) {
@@ -49,6 +53,27 @@ func TestModeFlagIgnoresCase(t *testing.T) {
 		got, ok := modeFlag(tt.flag)
 		if got != tt.want || ok != tt.wantOK {
 			t.Errorf("modeFlag(%q) = %q, %v; want %q, %v", tt.flag, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
+// TestAutoModeFollowsTheEmulatedVersion: --mode auto takes the defaults of the version
+// kube-apiserver emulates, which /version reports from 1.31, not of its binary.
+func TestAutoModeFollowsTheEmulatedVersion(t *testing.T) {
+	tests := []struct {
+		info version.Info
+		want featuregate.Mode
+	}{
+		{info: version.Info{GitVersion: "v1.33.13"}, want: featuregate.DualWrite},
+		{info: version.Info{GitVersion: "v1.33.13", EmulationMajor: "1", EmulationMinor: "33"}, want: featuregate.DualWrite},
+		{info: version.Info{GitVersion: "v1.35.4", EmulationMajor: "1", EmulationMinor: "33"}, want: featuregate.DualWrite},
+		{info: version.Info{GitVersion: "v1.35.4", EmulationMajor: "1", EmulationMinor: "35"}, want: featuregate.IPAddressOnly},
+		{info: version.Info{GitVersion: "v1.37.2", EmulationMajor: "1", EmulationMinor: "34"}, want: featuregate.IPAddressOnly},
+	}
+	o := &checkOptions{mode: "auto"}
+	for _, tt := range tests {
+		if got, err := o.modeFor(emulatedVersion(&tt.info)); err != nil || got != tt.want {
+			t.Errorf("%+v: mode %v, %v; want %v", tt.info, got, err, tt.want)
 		}
 	}
 }
