@@ -21,7 +21,7 @@ const stockVsForkExample = `  # Measure, then chart
       GOWORK=off go test -v -timeout 90m -run TestStockVsFork .)
   clusterip bench stock-vs-fork internal/kubeapiserverfork/rows.json --svg stock-vs-fork.svg
 
-  # The README's chart, from the rows it quotes
+  # The chart of docs/benchmarks.md, from the rows it quotes
   clusterip bench stock-vs-fork cmd/clusterip/internal/bench/testdata/stock-vs-fork-2026-11-25.json \
       --svg docs/stock-vs-fork.svg`
 

@@ -11,10 +11,10 @@ import (
 	"github.com/kube-ipam/clusterip/internal/forkbench"
 )
 
-// readmeRows is the rows file of the README's stock-vs-fork tables.
+// readmeRows is the rows file of the 2026-11-25 stock-vs-fork tables in docs/benchmarks.md.
 const readmeRows = "testdata/stock-vs-fork-2026-11-25.json"
 
-// readmeChart is the chart of readmeRows the README shows, at the repository's root.
+// readmeChart is the chart of readmeRows that docs/benchmarks.md shows.
 const readmeChart = "../../../../docs/stock-vs-fork.svg"
 
 func parseRows(t *testing.T, file string) forkbench.Rows {
@@ -31,7 +31,7 @@ func parseRows(t *testing.T, file string) forkbench.Rows {
 	return rows
 }
 
-// TestSaveStockVsForkChartDrawsTheREADMERows: the README's rows draw as SVG, naming every mode
+// TestSaveStockVsForkChartDrawsTheREADMERows: docs/benchmarks.md's rows draw as SVG, naming every mode
 // and the sides of every run, and as a PNG of the chart's size.
 func TestSaveStockVsForkChartDrawsTheREADMERows(t *testing.T) {
 	rows := parseRows(t, readmeRows)
