@@ -32,7 +32,7 @@ const upstreamSidesEnv = "CLUSTERIP_FORK_UPSTREAM_SIDES"
 const upstreamTableEnv = "CLUSTERIP_FORK_UPSTREAM_TABLE"
 
 // upstreamDifferences lists the upstream tests whose result on the fork must differ from
-// stock's, with the reason; README's fork section lists the same. A test not listed here that
+// stock's, with the reason; docs/upstream-tests.md lists the same. A test not listed here that
 // fails on the fork, or whose result differs from stock's, fails TestUpstreamIntegration.
 var upstreamDifferences = map[string]string{}
 
