@@ -16,7 +16,8 @@
 //     deleted. Addresses only in ServiceCIDRs that are not ready are refused with
 //     allocator.ErrNotReady; addresses in none with a range-less *allocator.NotInRangeError, which
 //     matches allocator.ErrMismatchedNetwork. Until Run has reconciled the synced ServiceCIDR
-//     cache once, Allocate and AllocateNext return allocator.ErrNotReady.
+//     cache once, Allocate and AllocateNext return allocator.ErrNotReady; HasSynced, client-go's
+//     signal, tells when that has happened, even where no ServiceCIDR of the family exists.
 //
 // The LifecycleController is the optional controller that kube-controller-manager runs upstream: it
 // adds the networking.k8s.io/service-cidr-finalizer finalizer and the Ready condition, and holds a

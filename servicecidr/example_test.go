@@ -72,6 +72,29 @@ func Example() {
 	// <nil>
 }
 
+// ExampleAllocator_HasSynced tells an Allocator that has not caught up with the API server yet
+// from one that has and found no ServiceCIDR of its family to allocate from.
+func ExampleAllocator_HasSynced() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewSimpleClientset() //nolint:staticcheck // the simple fake needs no apply configurations
+	factory := informers.NewSharedInformerFactory(client, 0)
+	a, err := servicecidr.New(corev1.IPv4Protocol, client,
+		factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses())
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	fmt.Println(a.HasSynced(), a.Ready()) // before Run
+	factory.Start(ctx.Done())
+	go func() { _ = a.Run(ctx) }()
+	waitFor(a.HasSynced)
+	fmt.Println(a.HasSynced(), a.Ready()) // synced: there is no ServiceCIDR
+	// Output:
+	// false false
+	// true false
+}
+
 // waitFor polls cond for up to ten seconds.
 func waitFor(cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond() && time.Now().Before(deadline); {
