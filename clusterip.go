@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/service"
@@ -30,6 +32,11 @@ type Allocators struct {
 	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
 	dual     map[corev1.IPFamily]*DualWriteAllocator // DualWrite mode only, never wrapped
 	services *service.Allocator
+
+	// The informers the servicecidr allocators follow, for WaitReady's diagnosis; nil in Legacy mode.
+	cidrInformer cache.SharedIndexInformer
+	ipInformer   cache.SharedIndexInformer
+	cidrLister   networkingv1listers.ServiceCIDRLister
 
 	mu      sync.Mutex // guards running and closed
 	running bool
@@ -86,6 +93,11 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			a.Close()
 			return nil, err
 		}
+	}
+	if cfg.Mode != featuregate.Legacy {
+		nw := cfg.Informers.Networking().V1()
+		a.cidrInformer, a.cidrLister = nw.ServiceCIDRs().Informer(), nw.ServiceCIDRs().Lister()
+		a.ipInformer = nw.IPAddresses().Informer()
 	}
 	a.services = service.New(a.families[0], a.allocs)
 	return a, nil
@@ -176,19 +188,33 @@ func (a *Allocators) ServiceCIDRs(f corev1.IPFamily) *servicecidr.Allocator { re
 // uses it: see [service.Allocator].
 func (a *Allocators) Services() *service.Allocator { return a.services }
 
-// readyPoll is how often WaitReady looks at the servicecidr allocators.
-const readyPoll = 10 * time.Millisecond
+// readyPoll is how often WaitReady looks at the allocators, and bitmapPoll how often it reads a
+// bitmap that could not be loaded again.
+const (
+	readyPoll  = 10 * time.Millisecond
+	bitmapPoll = 250 * time.Millisecond
+)
 
 // WaitReady waits until the allocator of every family served can allocate, as
-// informers.SharedInformerFactory.WaitForCacheSync waits for its caches. In Legacy mode the
-// bitmaps serve from New on and WaitReady returns nil at once. In DualWrite and IPAddressOnly
-// mode it returns nil once each family's servicecidr allocator has synced its ServiceCIDRs and
-// serves at least one ready ServiceCIDR (servicecidr.Allocator.Ready), which needs
-// Config.Informers started and Run running. It returns an error wrapping ctx.Err() that names the
-// first family not ready if ctx is done first, and an error at once if the Allocators are
-// closed. WaitReady does not start anything and may be called from several goroutines.
+// informers.SharedInformerFactory.WaitForCacheSync waits for its caches, and returns nil.
+//
+// In DualWrite and IPAddressOnly mode that is once each family's servicecidr allocator has
+// synced (servicecidr.Allocator.HasSynced), which needs Config.Informers started and Run running,
+// and serves at least one ready ServiceCIDR (servicecidr.Allocator.Ready). In Legacy mode the
+// bitmaps New read serve at once and WaitReady returns nil without waiting, unless a bitmap is
+// stored for another range than its flag range (--service-cluster-ip-range changed): then it
+// reads it again every 250 ms until package repair's first pass has rewritten it, as
+// kube-apiserver's repair does. (In DualWrite mode such a mirror is kept as stored, as
+// kube-apiserver keeps it, and does not stop allocation.)
+//
+// If ctx is done first, WaitReady returns a *NotReadyError that names the first family not ready
+// and what it waits for (ErrNotSynced, ErrNoServiceCIDR, ErrServiceCIDRNotReady with the
+// ServiceCIDR and its Ready condition, or ErrBitmapNotLoaded) and wraps ctx.Err(). It returns an
+// error at once if the Allocators are closed. WaitReady does not start anything and may be called
+// from several goroutines.
 func (a *Allocators) WaitReady(ctx context.Context) error {
 	var ticker *time.Ticker
+	var lastRead time.Time
 	for {
 		a.mu.Lock()
 		closed := a.closed
@@ -196,9 +222,14 @@ func (a *Allocators) WaitReady(ctx context.Context) error {
 		if closed {
 			return errors.New("clusterip: WaitReady after Close")
 		}
-		waiting := a.notReady()
-		if waiting == "" {
+		if a.ready() {
 			return nil
+		}
+		if a.mode == featuregate.Legacy && time.Since(lastRead) >= bitmapPoll {
+			if !lastRead.IsZero() {
+				a.refreshUnloaded(ctx)
+			}
+			lastRead = time.Now()
 		}
 		if ticker == nil {
 			ticker = time.NewTicker(readyPoll)
@@ -206,21 +237,25 @@ func (a *Allocators) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("clusterip: the %s allocator is not ready: %w", waiting, ctx.Err())
+			e := a.notReady()
+			if e == nil {
+				return nil // ready just now
+			}
+			e.Err = ctx.Err()
+			return e
 		case <-ticker.C:
 		}
 	}
 }
 
-// notReady returns the first family, in the order of Config.Ranges, whose servicecidr allocator
-// serves no ServiceCIDR yet, or "" if every family can allocate.
-func (a *Allocators) notReady() corev1.IPFamily {
+// refreshUnloaded reads again each bitmap that could not be loaded, so that WaitReady sees a
+// rewrite by repair. A failed read leaves the bitmap's LoadError as it was.
+func (a *Allocators) refreshUnloaded(ctx context.Context) {
 	for _, f := range a.families {
-		if sc := a.cidrs[f]; sc != nil && !sc.Ready() {
-			return f
+		if bm := a.bitmaps[f]; bm != nil && bm.LoadError() != nil {
+			_ = bm.Refresh(ctx)
 		}
 	}
-	return ""
 }
 
 // Run runs what the allocators need in the background (the servicecidr allocators, which follow

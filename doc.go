@@ -12,7 +12,8 @@
 // New takes a Config (the flag ranges, the etcd client, the Kubernetes client and an informer
 // factory) and returns the Allocators; For gives the allocator.Interface of one IP family (and
 // Bitmap, DualWrite and ServiceCIDRs its parts), Run keeps the ServiceCIDR-based allocators in
-// step with their ServiceCIDRs, and WaitReady waits until every family can allocate.
+// step with their ServiceCIDRs, and WaitReady waits until every family can allocate, or says,
+// with a *NotReadyError, what the first family that cannot is waiting for.
 //
 // In DualWrite mode a missing bitmap is created from the IPAddress objects already in its range,
 // as when a cluster goes back from IPAddressOnly to DualWrite; see New.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -116,4 +117,34 @@ func ExampleAllocators_Services() {
 	// true
 	// <nil>
 	// false
+}
+
+// ExampleAllocators_WaitReady shows what WaitReady says when its context ends first: here no
+// ServiceCIDR exists, as in a cluster whose API server is not kube-apiserver and where nothing
+// has created the default one.
+func ExampleAllocators_WaitReady() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewSimpleClientset() //nolint:staticcheck // the simple fake needs no apply configurations
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ranges, _ := clusterip.ParseRanges("10.96.0.0/24")
+	allocs, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: ranges, Client: client, Informers: factory})
+	if err != nil {
+		panic(err)
+	}
+	defer allocs.Close()
+	factory.Start(ctx.Done())
+	go func() { _ = allocs.Run(ctx) }()
+
+	waitCtx, cancelWait := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelWait()
+	err = allocs.WaitReady(waitCtx)
+	var notReady *clusterip.NotReadyError
+	fmt.Println(errors.As(err, &notReady), notReady.Family)
+	fmt.Println(errors.Is(err, clusterip.ErrNoServiceCIDR), errors.Is(err, context.DeadlineExceeded))
+	fmt.Println(err)
+	// Output:
+	// true IPv4
+	// true true
+	// clusterip: the IPv4 allocator is not ready: no ServiceCIDR has an IPv4 prefix (kube-apiserver creates "kubernetes" from --service-cluster-ip-range): context deadline exceeded
 }
