@@ -10,8 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/service"
@@ -32,6 +36,12 @@ type Allocators struct {
 	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
 	dual     map[corev1.IPFamily]*DualWriteAllocator // DualWrite mode only, never wrapped
 	services *service.Allocator
+
+	// With Config.DefaultServiceCIDR, what Run builds its servicecidr.DefaultController from.
+	defaultCIDR bool
+	flagRanges  []netip.Prefix // Config.Ranges
+	client      kubernetes.Interface
+	cidrsInf    networkingv1informers.ServiceCIDRInformer
 
 	// The informers the servicecidr allocators follow, for WaitReady's diagnosis; nil in Legacy mode.
 	cidrInformer cache.SharedIndexInformer
@@ -98,6 +108,9 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 		nw := cfg.Informers.Networking().V1()
 		a.cidrInformer, a.cidrLister = nw.ServiceCIDRs().Informer(), nw.ServiceCIDRs().Lister()
 		a.ipInformer = nw.IPAddresses().Informer()
+		if cfg.DefaultServiceCIDR {
+			a.defaultCIDR, a.flagRanges, a.client, a.cidrsInf = true, slices.Clone(cfg.Ranges), cfg.Client, nw.ServiceCIDRs()
+		}
 	}
 	a.services = service.New(a.families[0], a.allocs)
 	return a, nil
@@ -259,10 +272,11 @@ func (a *Allocators) refreshUnloaded(ctx context.Context) {
 }
 
 // Run runs what the allocators need in the background (the servicecidr allocators, which follow
-// ServiceCIDRs, in DualWrite and IPAddressOnly mode) until ctx is done, then returns nil. It
-// returns an error at once if it is already running or the Allocators are closed, and the first
-// error a servicecidr allocator's Run returns. Run does not close the Allocators. WaitReady
-// tells when the allocators it runs can serve.
+// ServiceCIDRs, in DualWrite and IPAddressOnly mode, and with Config.DefaultServiceCIDR a
+// servicecidr.DefaultController, whose Events it writes with Config.Client) until ctx is done,
+// then returns nil. It returns an error at once if it is already running or the Allocators are
+// closed, and the first error a servicecidr allocator's Run returns. Run does not close the
+// Allocators. WaitReady tells when the allocators it runs can serve.
 func (a *Allocators) Run(ctx context.Context) error {
 	a.mu.Lock()
 	switch {
@@ -278,12 +292,23 @@ func (a *Allocators) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(a.cidrs))
+	var runs []func(context.Context) error
 	for _, sc := range a.cidrs {
-		go func() { errs <- sc.Run(ctx) }()
+		runs = append(runs, sc.Run)
+	}
+	if a.defaultCIDR {
+		run, err := a.defaultController(ctx)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, run)
+	}
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { errs <- run(ctx) }()
 	}
 	var first error
-	for range a.cidrs {
+	for range runs {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 			cancel()
@@ -294,6 +319,27 @@ func (a *Allocators) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// defaultController returns the Run of the servicecidr.DefaultController of Config.Ranges, whose
+// Events are written with Config.Client until ctx is done, as kube-apiserver's controller writes
+// them.
+func (a *Allocators) defaultController(ctx context.Context) (func(context.Context) error, error) {
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: a.client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("clusterip: record the default ServiceCIDR's Events: %w", err)
+	}
+	dc, err := servicecidr.NewDefaultController(a.flagRanges, a.client, a.cidrsInf, servicecidr.DefaultOptions{
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, servicecidr.DefaultControllerName),
+	})
+	if err != nil {
+		broadcaster.Shutdown()
+		return nil, fmt.Errorf("clusterip: %w", err)
+	}
+	return func(ctx context.Context) error {
+		defer broadcaster.Shutdown()
+		return dc.Run(ctx)
+	}, nil
 }
 
 // Close closes every allocator. It does not close Config.Etcd or stop Config.Informers. Close is

@@ -57,6 +57,15 @@ type Config struct {
 	// a Service IP allocator's.
 	ManagedBy string
 
+	// DefaultServiceCIDR makes Run keep the default ServiceCIDR ("kubernetes") of Ranges as
+	// kube-apiserver's default-ServiceCIDR controller does: create it if missing, set it ready,
+	// upgrade it to dual stack when a second range is added, and report, in the log and with a
+	// Warning Event written with Client, ranges that differ from Ranges. Set it in a registry
+	// that serves Services without a kube-apiserver; a kube-apiserver beside it does this
+	// itself. Only in DualWrite and IPAddressOnly mode, where ServiceCIDRs are served (New refuses
+	// it in Legacy mode). Defaults to false. See servicecidr.DefaultController.
+	DefaultServiceCIDR bool
+
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
 	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets (one
 	// series per ServiceCIDR prefix where ServiceCIDRs are served), and clusterip_allocator_*
@@ -206,6 +215,9 @@ func (c *Config) check() error {
 	}
 	if c.Mode != featuregate.IPAddressOnly && c.Etcd == nil {
 		return &ConfigError{Field: "Etcd", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps"}
+	}
+	if c.Mode == featuregate.Legacy && c.DefaultServiceCIDR {
+		return &ConfigError{Field: "DefaultServiceCIDR", Reason: "only in DualWrite and IPAddressOnly mode: Legacy mode serves no ServiceCIDR (kube-apiserver runs its default-ServiceCIDR controller only with MultiCIDRServiceAllocator on)"}
 	}
 	if c.Mode != featuregate.Legacy {
 		if c.Client == nil {

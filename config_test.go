@@ -37,6 +37,7 @@ func TestNewNamesTheMissingField(t *testing.T) {
 		{name: "DualWrite without informers", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Etcd: etcd, Client: client}, field: "Informers"},
 		{name: "IPAddressOnly without client", cfg: Config{Mode: featuregate.IPAddressOnly, Ranges: v4, Informers: inf}, field: "Client"},
 		{name: "IPAddressOnly without informers", cfg: Config{Mode: featuregate.IPAddressOnly, Ranges: v4, Client: client}, field: "Informers"},
+		{name: "Legacy with DefaultServiceCIDR", cfg: Config{Mode: featuregate.Legacy, Ranges: v4, Etcd: etcd, DefaultServiceCIDR: true}, field: "DefaultServiceCIDR"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,7 +28,8 @@ var (
 	ErrNotSynced = errors.New("clusterip: not synced with the API server")
 	// ErrNoServiceCIDR is the cause when the allocator has synced and no ServiceCIDR has a prefix
 	// of its family. kube-apiserver creates the default ServiceCIDR, "kubernetes", from its
-	// --service-cluster-ip-range.
+	// --service-cluster-ip-range; a registry that runs without a kube-apiserver sets
+	// Config.DefaultServiceCIDR, or runs a servicecidr.DefaultController, to have it created.
 	ErrNoServiceCIDR = errors.New("clusterip: no ServiceCIDR of the family")
 	// ErrServiceCIDRNotReady is the cause when ServiceCIDRs of the family exist but none is ready
 	// (see servicecidr.Ready): each has the condition Ready=False or Unknown, or is being deleted.
@@ -152,8 +153,8 @@ func (a *Allocators) notReadyFamily(f corev1.IPFamily) *NotReadyError {
 	}
 	if len(mine) == 0 {
 		return &NotReadyError{Family: f, Cause: ErrNoServiceCIDR, Detail: fmt.Sprintf(
-			"no ServiceCIDR has an %s prefix (kube-apiserver creates %q from --service-cluster-ip-range)",
-			f, "kubernetes")}
+			"no ServiceCIDR has an %s prefix (kube-apiserver creates %q from --service-cluster-ip-range; without one, set Config.DefaultServiceCIDR)",
+			f, servicecidr.DefaultServiceCIDRName)}
 	}
 	slices.SortFunc(mine, func(x, y *networkingv1.ServiceCIDR) int { return strings.Compare(x.Name, y.Name) })
 	var notReady []*networkingv1.ServiceCIDR

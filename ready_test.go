@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -232,6 +234,27 @@ func TestWaitReadyOnKubeAPIServer(t *testing.T) {
 	if err := a.WaitReady(readyCtx); err != nil {
 		t.Fatalf("WaitReady() once the ServiceCIDR is ready = %v", err)
 	}
+
+	// A registry beside no kube-apiserver of its own has Run create the default ServiceCIDR.
+	inf2 := informers.NewSharedInformerFactory(client, 0)
+	b, err := New(ctx, Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix("10.101.0.0/24")}, Client: client, Informers: inf2, DefaultServiceCIDR: true})
+	if err != nil {
+		t.Fatalf("New(DefaultServiceCIDR) = %v", err)
+	}
+	defer b.Close()
+	ctx2, cancel2 := context.WithCancel(ctx)
+	inf2.Start(ctx2.Done())
+	done2 := make(chan error, 1)
+	go func() { done2 <- b.Run(ctx2) }()
+	defer func() { cancel2(); <-done2; inf2.Shutdown() }()
+	if err := b.WaitReady(readyCtx); err != nil {
+		t.Fatalf("WaitReady() with DefaultServiceCIDR = %v", err)
+	}
+	testenv.WaitFor(t, "the default ServiceCIDR to be Ready=True", func() bool {
+		sc, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
+		return err == nil && slices.Equal(sc.Spec.CIDRs, []string{"10.101.0.0/24"}) &&
+			meta.IsStatusConditionTrue(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
+	})
 }
 
 // waitForCache waits until the informer factory's ServiceCIDR cache holds sc at its
