@@ -20,7 +20,6 @@ import (
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
@@ -55,9 +54,9 @@ type Allocators struct {
 
 // New builds the allocator of each IP family of cfg.Ranges for cfg.Mode:
 //
-//   - Legacy: a bitmap.Persistent of the range, in etcd at the key its position in Ranges chooses
-//     (the first range at <prefix>/ranges/serviceips, the second at
-//     <prefix>/ranges/secondaryserviceips), created empty if missing.
+//   - Legacy: a bitmap.Persistent of the range, in the store Config.Bitmaps gives for its position
+//     in Ranges (with etcdstore.Stores, the first range at <prefix>/ranges/serviceips, the second
+//     at <prefix>/ranges/secondaryserviceips), created empty if missing.
 //   - DualWrite: a DualWriteAllocator over the family's servicecidr.Allocator (the primary) and a
 //     bitmap mirror of the family's own range at the same key as in Legacy mode. A missing mirror
 //     is created from the IPAddress objects already in its range, and New then keeps catching up
@@ -75,8 +74,8 @@ type Allocators struct {
 // inside the flag range fails with that error, and Release leaves the bitmap alone.
 //
 // A Config missing what its mode needs gives a *ConfigError naming the field, and so do ranges
-// kube-apiserver refuses for the mode (see Config.Ranges). New reads etcd and lists IPAddress
-// objects, but starts no goroutine: start cfg.Informers after New and call Run.
+// kube-apiserver refuses for the mode (see Config.Ranges). New reads the bitmaps and lists
+// IPAddress objects, but starts no goroutine: start cfg.Informers after New and call Run.
 func New(ctx context.Context, cfg Config) (*Allocators, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -133,10 +132,10 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 	if cfg.Mode == featuregate.IPAddressOnly {
 		return nil
 	}
-	store := etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i))
+	store := cfg.Bitmaps.Store(i)
 	if cfg.Mode == featuregate.DualWrite {
 		if err := bootstrap(ctx, cfg.Client, r, store); err != nil {
-			return fmt.Errorf("clusterip: create the bitmap of %s at %s: %w", r, store.Key(), err)
+			return fmt.Errorf("clusterip: create the bitmap of %s at %s: %w", r, storeName(store), err)
 		}
 	}
 	bm, err := bitmap.NewPersistent(ctx, r, store)
@@ -145,7 +144,7 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 		if errors.As(err, &pe) {
 			return &ConfigError{Field: field, Reason: "cannot be held in a bitmap", Err: err}
 		}
-		return fmt.Errorf("clusterip: bitmap of %s at %s: %w", r, store.Key(), err)
+		return fmt.Errorf("clusterip: bitmap of %s at %s: %w", r, storeName(store), err)
 	}
 	a.bitmaps[f] = bm
 	if cfg.Mode == featuregate.Legacy {
@@ -342,8 +341,8 @@ func (a *Allocators) defaultController(ctx context.Context) (func(context.Contex
 	}, nil
 }
 
-// Close closes every allocator. It does not close Config.Etcd or stop Config.Informers. Close is
-// idempotent.
+// Close closes every allocator. It does not close what Config.Bitmaps keeps the bitmaps in (the
+// etcd client of an etcdstore.Stores) or stop Config.Informers. Close is idempotent.
 func (a *Allocators) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -367,4 +366,13 @@ func (a *Allocators) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// storeName names where store keeps its bitmap, for error messages: its Key, such as an
+// etcdstore.Store's etcd key, if it has one.
+func storeName(store bitmap.Store) string {
+	if k, ok := store.(interface{ Key() string }); ok {
+		return k.Key()
+	}
+	return fmt.Sprintf("a %T", store)
 }

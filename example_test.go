@@ -23,7 +23,8 @@ import (
 // ExampleNew builds the allocators of a cluster in IPAddressOnly mode, the default of
 // kube-apiserver 1.34, on a fake clientset holding the ServiceCIDR that kube-apiserver creates from
 // its --service-cluster-ip-range. A registry passes its real client and informer factory, and for
-// Legacy and DualWrite mode also Config.Etcd, the client of the etcd kube-apiserver stores in.
+// Legacy and DualWrite mode also Config.Bitmaps: etcdstore.Stores of the etcd kube-apiserver
+// stores in.
 func ExampleNew() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

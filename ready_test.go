@@ -153,7 +153,7 @@ func TestWaitReadyWaitsForLegacyBitmapOfAnotherRange(t *testing.T) {
 	if _, err := store.Update(ctx, 0, bitmap.Snapshot{Range: "10.9.0.0/24", Data: []byte{0x01}}); err != nil {
 		t.Fatalf("store a bitmap of another range: %v", err)
 	}
-	a, err := New(ctx, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flag}, Etcd: etcd, EtcdPrefix: "/waitready"})
+	a, err := New(ctx, Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flag}, Bitmaps: etcdstore.Stores{Client: etcd, Prefix: "/waitready"}})
 	if err != nil {
 		t.Fatalf("New() over a bitmap of another range = %v, want nil as kube-apiserver starts", err)
 	}

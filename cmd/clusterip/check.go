@@ -171,7 +171,10 @@ func (o *checkOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	cfg := cip.Config{Mode: mode, Etcd: etcd, EtcdPrefix: o.etcdPrefix, Client: client}
+	cfg := cip.Config{Mode: mode, Client: client}
+	if etcd != nil {
+		cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: o.etcdPrefix}
+	}
 	var note string
 	if etcd == nil {
 		switch mode {

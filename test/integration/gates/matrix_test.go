@@ -152,7 +152,7 @@ func TestGateServiceMatrix(t *testing.T) {
 func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode) *matrixRun {
 	t.Helper()
 	r := &matrixRun{cl: cl, mode: mode, prefix: "/clusterip-" + cl.name + "-" + strings.ToLower(mode.String())}
-	r.allocs = clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
+	r.allocs = clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Ranges: cl.ranges, Bitmaps: etcdstore.Stores{Client: cl.etcd, Prefix: r.prefix}, Client: cl.api})
 	families := map[corev1.IPFamily]allocator.Interface{}
 	for _, f := range r.allocs.Families() {
 		families[f] = r.allocs.For(f)
