@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -96,9 +97,9 @@ func TestDualWriteAccessorSeesThroughMetrics(t *testing.T) {
 	rg := netip.MustParsePrefix("10.96.0.0/24")
 	for i, mode := range []featuregate.Mode{featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly} {
 		t.Run(mode.String(), func(t *testing.T) {
-			cfg := Config{Mode: mode, Ranges: []netip.Prefix{rg}, EtcdPrefix: fmt.Sprintf("/accessor%d", i), Registerer: prometheus.NewPedanticRegistry()}
+			cfg := Config{Mode: mode, Ranges: []netip.Prefix{rg}, Registerer: prometheus.NewPedanticRegistry()}
 			if mode != featuregate.IPAddressOnly {
-				cfg.Etcd = etcd
+				cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: fmt.Sprintf("/accessor%d", i)}
 			}
 			a, _ := newFakeAllocators(t, cfg)
 			dw := a.DualWrite(corev1.IPv4Protocol)

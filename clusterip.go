@@ -10,11 +10,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/compatibility"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
@@ -31,6 +37,18 @@ type Allocators struct {
 	dual     map[corev1.IPFamily]*DualWriteAllocator // DualWrite mode only, never wrapped
 	services *service.Allocator
 
+	// With Config.DefaultServiceCIDR, what Run builds its servicecidr.DefaultController from.
+	defaultCIDR bool
+	version     compatibility.EffectiveVersion // the kube-apiserver the allocators behave as
+	flagRanges  []netip.Prefix                 // Config.Ranges
+	client      kubernetes.Interface
+	cidrsInf    networkingv1informers.ServiceCIDRInformer
+
+	// The informers the servicecidr allocators follow, for WaitReady's diagnosis; nil in Legacy mode.
+	cidrInformer cache.SharedIndexInformer
+	ipInformer   cache.SharedIndexInformer
+	cidrLister   networkingv1listers.ServiceCIDRLister
+
 	mu      sync.Mutex // guards running and closed
 	running bool
 	closed  bool
@@ -38,9 +56,9 @@ type Allocators struct {
 
 // New builds the allocator of each IP family of cfg.Ranges for cfg.Mode:
 //
-//   - Legacy: a bitmap.Persistent of the range, in etcd at the key its position in Ranges chooses
-//     (the first range at <prefix>/ranges/serviceips, the second at
-//     <prefix>/ranges/secondaryserviceips), created empty if missing.
+//   - Legacy: a bitmap.Persistent of the range, in the store Config.Bitmaps gives for its position
+//     in Ranges (with etcdstore.Stores, the first range at <prefix>/ranges/serviceips, the second
+//     at <prefix>/ranges/secondaryserviceips), created empty if missing.
 //   - DualWrite: a DualWriteAllocator over the family's servicecidr.Allocator (the primary) and a
 //     bitmap mirror of the family's own range at the same key as in Legacy mode. A missing mirror
 //     is created from the IPAddress objects already in its range, and New then keeps catching up
@@ -58,8 +76,8 @@ type Allocators struct {
 // inside the flag range fails with that error, and Release leaves the bitmap alone.
 //
 // A Config missing what its mode needs gives a *ConfigError naming the field, and so do ranges
-// kube-apiserver refuses for the mode (see Config.Ranges). New reads etcd and lists IPAddress
-// objects, but starts no goroutine: start cfg.Informers after New and call Run.
+// kube-apiserver refuses for the mode (see Config.Ranges). New reads the bitmaps and lists
+// IPAddress objects, but starts no goroutine: start cfg.Informers after New and call Run.
 func New(ctx context.Context, cfg Config) (*Allocators, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -91,6 +109,15 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			return nil, err
 		}
 	}
+	if cfg.Mode != featuregate.Legacy {
+		nw := cfg.Informers.Networking().V1()
+		a.cidrInformer, a.cidrLister = nw.ServiceCIDRs().Informer(), nw.ServiceCIDRs().Lister()
+		a.ipInformer = nw.IPAddresses().Informer()
+		if cfg.DefaultServiceCIDR {
+			a.defaultCIDR, a.flagRanges, a.client, a.cidrsInf = true, slices.Clone(cfg.Ranges), cfg.Client, nw.ServiceCIDRs()
+		}
+	}
+	a.version = version
 	a.services = service.NewWithOptions(a.families[0], a.allocs, service.Options{Version: version, FeatureGate: gate})
 	return a, nil
 }
@@ -112,10 +139,10 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 	if cfg.Mode == featuregate.IPAddressOnly {
 		return nil
 	}
-	store := etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i))
+	store := cfg.Bitmaps.Store(i)
 	if cfg.Mode == featuregate.DualWrite {
 		if err := bootstrap(ctx, cfg.Client, r, store); err != nil {
-			return fmt.Errorf("clusterip: create the bitmap of %s at %s: %w", r, store.Key(), err)
+			return fmt.Errorf("clusterip: create the bitmap of %s at %s: %w", r, storeName(store), err)
 		}
 	}
 	bm, err := bitmap.NewPersistent(ctx, r, store)
@@ -124,7 +151,7 @@ func (a *Allocators) build(ctx context.Context, cfg *Config, i int, r netip.Pref
 		if errors.As(err, &pe) {
 			return &ConfigError{Field: field, Reason: "cannot be held in a bitmap", Err: err}
 		}
-		return fmt.Errorf("clusterip: bitmap of %s at %s: %w", r, store.Key(), err)
+		return fmt.Errorf("clusterip: bitmap of %s at %s: %w", r, storeName(store), err)
 	}
 	a.bitmaps[f] = bm
 	if cfg.Mode == featuregate.Legacy {
@@ -180,19 +207,33 @@ func (a *Allocators) ServiceCIDRs(f corev1.IPFamily) *servicecidr.Allocator { re
 // uses it: see [service.Allocator].
 func (a *Allocators) Services() *service.Allocator { return a.services }
 
-// readyPoll is how often WaitReady looks at the servicecidr allocators.
-const readyPoll = 10 * time.Millisecond
+// readyPoll is how often WaitReady looks at the allocators, and bitmapPoll how often it reads a
+// bitmap that could not be loaded again.
+const (
+	readyPoll  = 10 * time.Millisecond
+	bitmapPoll = 250 * time.Millisecond
+)
 
 // WaitReady waits until the allocator of every family served can allocate, as
-// informers.SharedInformerFactory.WaitForCacheSync waits for its caches. In Legacy mode the
-// bitmaps serve from New on and WaitReady returns nil at once. In DualWrite and IPAddressOnly
-// mode it returns nil once each family's servicecidr allocator has synced its ServiceCIDRs and
-// serves at least one ready ServiceCIDR (servicecidr.Allocator.Ready), which needs
-// Config.Informers started and Run running. It returns an error wrapping ctx.Err() that names the
-// first family not ready if ctx is done first, and an error at once if the Allocators are
-// closed. WaitReady does not start anything and may be called from several goroutines.
+// informers.SharedInformerFactory.WaitForCacheSync waits for its caches, and returns nil.
+//
+// In DualWrite and IPAddressOnly mode that is once each family's servicecidr allocator has
+// synced (servicecidr.Allocator.HasSynced), which needs Config.Informers started and Run running,
+// and serves at least one ready ServiceCIDR (servicecidr.Allocator.Ready). In Legacy mode the
+// bitmaps New read serve at once and WaitReady returns nil without waiting, unless a bitmap is
+// stored for another range than its flag range (--service-cluster-ip-range changed): then it
+// reads it again every 250 ms until package repair's first pass has rewritten it, as
+// kube-apiserver's repair does. (In DualWrite mode such a mirror is kept as stored, as
+// kube-apiserver keeps it, and does not stop allocation.)
+//
+// If ctx is done first, WaitReady returns a *NotReadyError that names the first family not ready
+// and what it waits for (ErrNotSynced, ErrNoServiceCIDR, ErrServiceCIDRNotReady with the
+// ServiceCIDR and its Ready condition, or ErrBitmapNotLoaded) and wraps ctx.Err(). It returns an
+// error at once if the Allocators are closed. WaitReady does not start anything and may be called
+// from several goroutines.
 func (a *Allocators) WaitReady(ctx context.Context) error {
 	var ticker *time.Ticker
+	var lastRead time.Time
 	for {
 		a.mu.Lock()
 		closed := a.closed
@@ -200,9 +241,14 @@ func (a *Allocators) WaitReady(ctx context.Context) error {
 		if closed {
 			return errors.New("clusterip: WaitReady after Close")
 		}
-		waiting := a.notReady()
-		if waiting == "" {
+		if a.ready() {
 			return nil
+		}
+		if a.mode == featuregate.Legacy && time.Since(lastRead) >= bitmapPoll {
+			if !lastRead.IsZero() {
+				a.refreshUnloaded(ctx)
+			}
+			lastRead = time.Now()
 		}
 		if ticker == nil {
 			ticker = time.NewTicker(readyPoll)
@@ -210,28 +256,33 @@ func (a *Allocators) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("clusterip: the %s allocator is not ready: %w", waiting, ctx.Err())
+			e := a.notReady()
+			if e == nil {
+				return nil // ready just now
+			}
+			e.Err = ctx.Err()
+			return e
 		case <-ticker.C:
 		}
 	}
 }
 
-// notReady returns the first family, in the order of Config.Ranges, whose servicecidr allocator
-// serves no ServiceCIDR yet, or "" if every family can allocate.
-func (a *Allocators) notReady() corev1.IPFamily {
+// refreshUnloaded reads again each bitmap that could not be loaded, so that WaitReady sees a
+// rewrite by repair. A failed read leaves the bitmap's LoadError as it was.
+func (a *Allocators) refreshUnloaded(ctx context.Context) {
 	for _, f := range a.families {
-		if sc := a.cidrs[f]; sc != nil && !sc.Ready() {
-			return f
+		if bm := a.bitmaps[f]; bm != nil && bm.LoadError() != nil {
+			_ = bm.Refresh(ctx)
 		}
 	}
-	return ""
 }
 
 // Run runs what the allocators need in the background (the servicecidr allocators, which follow
-// ServiceCIDRs, in DualWrite and IPAddressOnly mode) until ctx is done, then returns nil. It
-// returns an error at once if it is already running or the Allocators are closed, and the first
-// error a servicecidr allocator's Run returns. Run does not close the Allocators. WaitReady
-// tells when the allocators it runs can serve.
+// ServiceCIDRs, in DualWrite and IPAddressOnly mode, and with Config.DefaultServiceCIDR a
+// servicecidr.DefaultController, whose Events it writes with Config.Client) until ctx is done,
+// then returns nil. It returns an error at once if it is already running or the Allocators are
+// closed, and the first error a servicecidr allocator's Run returns. Run does not close the
+// Allocators. WaitReady tells when the allocators it runs can serve.
 func (a *Allocators) Run(ctx context.Context) error {
 	a.mu.Lock()
 	switch {
@@ -247,12 +298,23 @@ func (a *Allocators) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(a.cidrs))
+	var runs []func(context.Context) error
 	for _, sc := range a.cidrs {
-		go func() { errs <- sc.Run(ctx) }()
+		runs = append(runs, sc.Run)
+	}
+	if a.defaultCIDR {
+		run, err := a.defaultController(ctx)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, run)
+	}
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { errs <- run(ctx) }()
 	}
 	var first error
-	for range a.cidrs {
+	for range runs {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 			cancel()
@@ -265,8 +327,30 @@ func (a *Allocators) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close closes every allocator. It does not close Config.Etcd or stop Config.Informers. Close is
-// idempotent.
+// defaultController returns the Run of the servicecidr.DefaultController of Config.Ranges, whose
+// Events are written with Config.Client until ctx is done, as kube-apiserver's controller writes
+// them.
+func (a *Allocators) defaultController(ctx context.Context) (func(context.Context) error, error) {
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: a.client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("clusterip: record the default ServiceCIDR's Events: %w", err)
+	}
+	dc, err := servicecidr.NewDefaultController(a.flagRanges, a.client, a.cidrsInf, servicecidr.DefaultOptions{
+		Version:  a.version,
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, servicecidr.DefaultControllerName),
+	})
+	if err != nil {
+		broadcaster.Shutdown()
+		return nil, fmt.Errorf("clusterip: %w", err)
+	}
+	return func(ctx context.Context) error {
+		defer broadcaster.Shutdown()
+		return dc.Run(ctx)
+	}, nil
+}
+
+// Close closes every allocator. It does not close what Config.Bitmaps keeps the bitmaps in (the
+// etcd client of an etcdstore.Stores) or stop Config.Informers. Close is idempotent.
 func (a *Allocators) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -290,4 +374,13 @@ func (a *Allocators) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// storeName names where store keeps its bitmap, for error messages: its Key, such as an
+// etcdstore.Store's etcd key, if it has one.
+func storeName(store bitmap.Store) string {
+	if k, ok := store.(interface{ Key() string }); ok {
+		return k.Key()
+	}
+	return fmt.Sprintf("a %T", store)
 }

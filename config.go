@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -14,6 +13,7 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
 )
 
@@ -32,14 +32,14 @@ type Config struct {
 	// size, as kube-apiserver does with both feature gates on.
 	Ranges []netip.Prefix
 
-	// Etcd is the client of the etcd that holds kube-apiserver's bitmaps. Required in Legacy and
-	// DualWrite mode; unused in IPAddressOnly.
-	Etcd *clientv3.Client
-
-	// EtcdPrefix is kube-apiserver's --etcd-prefix. Defaults to "/registry". The first range's
-	// bitmap is kept at <prefix>/ranges/serviceips, the second's at
-	// <prefix>/ranges/secondaryserviceips.
-	EtcdPrefix string
+	// Bitmaps gives the stores of the bitmaps, one per range of Ranges by its index. Required in
+	// Legacy and DualWrite mode; unused in IPAddressOnly mode, which keeps no bitmap. To share
+	// kube-apiserver's, in its etcd, give etcdstore.Stores{Client: etcd, Prefix: etcdPrefix}: the
+	// first range's bitmap is then kept at <prefix>/ranges/serviceips, the second's at
+	// <prefix>/ranges/secondaryserviceips, the prefix being kube-apiserver's --etcd-prefix
+	// ("/registry" by default). Package bitmap/etcdstore is the only one that links the etcd
+	// client, so a program in IPAddressOnly mode that does not import it links none.
+	Bitmaps bitmap.Stores
 
 	// Client writes IPAddress objects. Required in DualWrite and IPAddressOnly mode.
 	Client kubernetes.Interface
@@ -74,6 +74,15 @@ type Config struct {
 	// given, they must select Mode.
 	FeatureGates map[string]bool
 
+	// DefaultServiceCIDR makes Run keep the default ServiceCIDR ("kubernetes") of Ranges as
+	// kube-apiserver's default-ServiceCIDR controller does: create it if missing, set it ready,
+	// upgrade it to dual stack when a second range is added, and report, in the log and with a
+	// Warning Event written with Client, ranges that differ from Ranges. Set it in a registry
+	// that serves Services without a kube-apiserver; a kube-apiserver beside it does this
+	// itself. Only in DualWrite and IPAddressOnly mode, where ServiceCIDRs are served (New refuses
+	// it in Legacy mode). Defaults to false. See servicecidr.DefaultController.
+	DefaultServiceCIDR bool
+
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
 	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets (one
 	// series per ServiceCIDR prefix where ServiceCIDRs are served), and clusterip_allocator_*
@@ -85,7 +94,7 @@ type Config struct {
 
 // ConfigError reports a Config that New cannot build allocators from. It names the field.
 type ConfigError struct {
-	// Field is the name of the Config field at fault, such as "Etcd" or "Ranges[1]".
+	// Field is the name of the Config field at fault, such as "Bitmaps" or "Ranges[1]".
 	Field string
 	// Reason says what is wrong with it.
 	Reason string
@@ -224,8 +233,11 @@ func (c *Config) check() error {
 			return err
 		}
 	}
-	if c.Mode != featuregate.IPAddressOnly && c.Etcd == nil {
-		return &ConfigError{Field: "Etcd", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps"}
+	if c.Mode != featuregate.IPAddressOnly && c.Bitmaps == nil {
+		return &ConfigError{Field: "Bitmaps", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps (etcdstore.Stores for kube-apiserver's, in its etcd)"}
+	}
+	if c.Mode == featuregate.Legacy && c.DefaultServiceCIDR {
+		return &ConfigError{Field: "DefaultServiceCIDR", Reason: "only in DualWrite and IPAddressOnly mode: Legacy mode serves no ServiceCIDR (kube-apiserver runs its default-ServiceCIDR controller only with MultiCIDRServiceAllocator on)"}
 	}
 	if c.Mode != featuregate.Legacy {
 		if c.Client == nil {

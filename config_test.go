@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 )
 
@@ -25,18 +26,19 @@ func TestNewNamesTheMissingField(t *testing.T) {
 		cfg   Config
 		field string
 	}{
-		{name: "no ranges", cfg: Config{Etcd: etcd}, field: "Ranges"},
-		{name: "three ranges", cfg: Config{Etcd: etcd, Ranges: []netip.Prefix{v4[0], netip.MustParsePrefix("fd00::/108"), netip.MustParsePrefix("10.0.0.0/24")}}, field: "Ranges"},
-		{name: "two IPv4 ranges", cfg: Config{Etcd: etcd, Ranges: []netip.Prefix{v4[0], netip.MustParsePrefix("10.0.0.0/24")}}, field: "Ranges[1]"},
-		{name: "host bits set", cfg: Config{Etcd: etcd, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.1/24")}}, field: "Ranges[0]"},
-		{name: "a /32", cfg: Config{Etcd: etcd, Ranges: []netip.Prefix{netip.MustParsePrefix("fd00::/108"), netip.MustParsePrefix("10.0.0.1/32")}}, field: "Ranges[1]"},
-		{name: "unknown mode", cfg: Config{Mode: 9, Etcd: etcd, Ranges: v4}, field: "Mode"},
-		{name: "Legacy without etcd", cfg: Config{Mode: featuregate.Legacy, Ranges: v4}, field: "Etcd"},
-		{name: "DualWrite without etcd", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Client: client, Informers: inf}, field: "Etcd"},
-		{name: "DualWrite without client", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Etcd: etcd, Informers: inf}, field: "Client"},
-		{name: "DualWrite without informers", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Etcd: etcd, Client: client}, field: "Informers"},
+		{name: "no ranges", cfg: Config{Bitmaps: etcdstore.Stores{Client: etcd}}, field: "Ranges"},
+		{name: "three ranges", cfg: Config{Bitmaps: etcdstore.Stores{Client: etcd}, Ranges: []netip.Prefix{v4[0], netip.MustParsePrefix("fd00::/108"), netip.MustParsePrefix("10.0.0.0/24")}}, field: "Ranges"},
+		{name: "two IPv4 ranges", cfg: Config{Bitmaps: etcdstore.Stores{Client: etcd}, Ranges: []netip.Prefix{v4[0], netip.MustParsePrefix("10.0.0.0/24")}}, field: "Ranges[1]"},
+		{name: "host bits set", cfg: Config{Bitmaps: etcdstore.Stores{Client: etcd}, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.1/24")}}, field: "Ranges[0]"},
+		{name: "a /32", cfg: Config{Bitmaps: etcdstore.Stores{Client: etcd}, Ranges: []netip.Prefix{netip.MustParsePrefix("fd00::/108"), netip.MustParsePrefix("10.0.0.1/32")}}, field: "Ranges[1]"},
+		{name: "unknown mode", cfg: Config{Mode: 9, Bitmaps: etcdstore.Stores{Client: etcd}, Ranges: v4}, field: "Mode"},
+		{name: "Legacy without bitmaps", cfg: Config{Mode: featuregate.Legacy, Ranges: v4}, field: "Bitmaps"},
+		{name: "DualWrite without bitmaps", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Client: client, Informers: inf}, field: "Bitmaps"},
+		{name: "DualWrite without client", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Bitmaps: etcdstore.Stores{Client: etcd}, Informers: inf}, field: "Client"},
+		{name: "DualWrite without informers", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Bitmaps: etcdstore.Stores{Client: etcd}, Client: client}, field: "Informers"},
 		{name: "IPAddressOnly without client", cfg: Config{Mode: featuregate.IPAddressOnly, Ranges: v4, Informers: inf}, field: "Client"},
 		{name: "IPAddressOnly without informers", cfg: Config{Mode: featuregate.IPAddressOnly, Ranges: v4, Client: client}, field: "Informers"},
+		{name: "Legacy with DefaultServiceCIDR", cfg: Config{Mode: featuregate.Legacy, Ranges: v4, Bitmaps: etcdstore.Stores{Client: etcd}, DefaultServiceCIDR: true}, field: "DefaultServiceCIDR"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -206,9 +208,9 @@ func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{Mode: tt.mode, Ranges: tt.ranges, Etcd: etcd, Client: client, Informers: inf}
+			cfg := Config{Mode: tt.mode, Ranges: tt.ranges, Bitmaps: etcdstore.Stores{Client: etcd}, Client: client, Informers: inf}
 			if tt.mode == featuregate.IPAddressOnly {
-				cfg.Etcd = nil
+				cfg.Bitmaps = nil
 			}
 			a, err := New(context.Background(), cfg)
 			if tt.field == "" {

@@ -9,10 +9,15 @@
 //     IPAddress object and deletes the object before the bit, and undoes half-done writes.
 //   - IPAddressOnly: IPAddress objects from ServiceCIDRs only.
 //
-// New takes a Config (the flag ranges, the etcd client, the Kubernetes client and an informer
+// The bitmaps are kept where Config.Bitmaps says; package bitmap/etcdstore keeps them in etcd as
+// kube-apiserver does, and only a program that imports it links the etcd client: IPAddressOnly
+// mode, with package repair, links none.
+//
+// New takes a Config (the flag ranges, the bitmap stores, the Kubernetes client and an informer
 // factory) and returns the Allocators; For gives the allocator.Interface of one IP family (and
 // Bitmap, DualWrite and ServiceCIDRs its parts), Run keeps the ServiceCIDR-based allocators in
-// step with their ServiceCIDRs, and WaitReady waits until every family can allocate.
+// step with their ServiceCIDRs, and WaitReady waits until every family can allocate, or says,
+// with a *NotReadyError, what the first family that cannot is waiting for.
 //
 // In DualWrite mode a missing bitmap is created from the IPAddress objects already in its range,
 // as when a cluster goes back from IPAddressOnly to DualWrite; see New.

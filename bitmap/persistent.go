@@ -39,6 +39,7 @@ type Persistent struct {
 	cur      *Allocator // the last known state; never changed once published, only replaced
 	rev      int64      // the revision cur was read at or written as
 	stale    bool       // cur may be older than the store: read it before the next write
+	loadErr  error      // why the last snapshot read was not adopted, until one is (LoadError)
 	pending  []*op      // operations waiting for a batch, in arrival order
 	inFlight bool       // a lead goroutine is running; it takes the pending operations in batches
 	closed   bool
@@ -243,19 +244,33 @@ func (p *Persistent) Release(ctx context.Context, ip netip.Addr) error {
 // known.
 func (p *Persistent) adopt(s Snapshot, rev int64) error {
 	if rev == 0 {
-		p.markStale()
-		return fmt.Errorf("%w: no snapshot of %s is stored", allocator.ErrNotReady, p.cidr)
+		err := fmt.Errorf("%w: no snapshot of %s is stored", allocator.ErrNotReady, p.cidr)
+		p.markUnloaded(err)
+		return err
 	}
 	next := p.current().Clone()
 	if err := next.Restore(s); err != nil {
-		p.markStale()
-		if mismatch := (*RangeMismatchError)(nil); errors.As(err, &mismatch) {
-			return err // as is: it begins with kube-apiserver's text, which callers pass on
-		}
-		return fmt.Errorf("bitmap: stored snapshot at revision %d: %w", rev, err)
+		if mismatch := (*RangeMismatchError)(nil); !errors.As(err, &mismatch) {
+			err = fmt.Errorf("bitmap: stored snapshot at revision %d: %w", rev, err)
+		} // else as is: it begins with kube-apiserver's text, which callers pass on
+		p.markUnloaded(err)
+		return err
 	}
 	p.publish(next, rev)
 	return nil
+}
+
+// LoadError returns why the last snapshot the allocator read from its store could not be
+// adopted, or nil if it was adopted or a snapshot has been written since: a *RangeMismatchError
+// (matching allocator.ErrMismatchedNetwork) while the store holds another range, as after
+// --service-cluster-ip-range changed (see NewPersistent), an error matching allocator.ErrNotReady
+// if nothing was stored, or one wrapping ErrCorrupt. While it is not nil, every operation reads
+// the store again first. LoadError does no I/O: Refresh, or any operation, reads the store again
+// and updates it; a failed read (etcd unreachable) leaves it as it was.
+func (p *Persistent) LoadError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.loadErr
 }
 
 // publish makes a the last known state at rev, unless a newer state is already known.
@@ -265,11 +280,18 @@ func (p *Persistent) publish(a *Allocator, rev int64) {
 	if rev < p.rev && !p.stale {
 		return
 	}
-	p.cur, p.rev, p.stale = a, rev, false
+	p.cur, p.rev, p.stale, p.loadErr = a, rev, false, nil
 }
 
 func (p *Persistent) markStale() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stale = true
+}
+
+// markUnloaded marks the state stale because the stored snapshot could not be adopted, for err.
+func (p *Persistent) markUnloaded(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stale, p.loadErr = true, err
 }

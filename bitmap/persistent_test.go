@@ -173,6 +173,9 @@ func TestPersistentOverAnotherRangeFailsUntilRewritten(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NewPersistent(%s) over a bitmap of %s = %v, want nil", cidr, tt.snap.Range, err)
 			}
+			if err := p.LoadError(); !errors.As(err, new(*bitmap.RangeMismatchError)) {
+				t.Errorf("LoadError() after NewPersistent = %v, want a *RangeMismatchError", err)
+			}
 			for _, op := range ops {
 				err := op.do(ctx, p)
 				var rme *bitmap.RangeMismatchError
@@ -196,6 +199,9 @@ func TestPersistentOverAnotherRangeFailsUntilRewritten(t *testing.T) {
 
 			// The repair rewrites the stored bitmap to the allocator's range.
 			store.Put(snapshotOf(t, cidr, "10.96.0.10"))
+			if err := p.LoadError(); err == nil {
+				t.Errorf("LoadError() after the rewrite, before any read = nil, want the mismatch still: it does no I/O")
+			}
 			if err := p.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), allocator.Owner{}); !errors.Is(err, allocator.ErrAllocated) {
 				t.Errorf("Allocate(10.96.0.10) after the rewrite = %v, want ErrAllocated", err)
 			}
@@ -205,6 +211,9 @@ func TestPersistentOverAnotherRangeFailsUntilRewritten(t *testing.T) {
 			}
 			if p.Used() != 2 {
 				t.Errorf("Used() after the rewrite = %d, want 2", p.Used())
+			}
+			if err := p.LoadError(); err != nil {
+				t.Errorf("LoadError() after the rewrite was read = %v, want nil", err)
 			}
 		})
 	}
@@ -1065,5 +1074,34 @@ func onNthUpdate(store *bitmaptest.MemStore, hook func(n int)) (updates func() i
 		mu.Lock()
 		defer mu.Unlock()
 		return n
+	}
+}
+
+func TestPersistentLoadErrorWhileNothingIsStored(t *testing.T) {
+	ctx := context.Background()
+	store := bitmaptest.NewMemStore()
+	p, err := bitmap.NewPersistent(ctx, netip.MustParsePrefix("10.96.0.0/24"), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.LoadError(); err != nil {
+		t.Fatalf("LoadError() of a bitmap NewPersistent created = %v, want nil", err)
+	}
+	store.Delete()
+	if err := p.Refresh(ctx); !errors.Is(err, allocator.ErrNotReady) {
+		t.Fatalf("Refresh() of a deleted bitmap = %v, want ErrNotReady", err)
+	}
+	if err := p.LoadError(); !errors.Is(err, allocator.ErrNotReady) {
+		t.Errorf("LoadError() after the bitmap was deleted = %v, want ErrNotReady", err)
+	}
+	if _, err := p.AllocateNext(ctx, allocator.Owner{}); err == nil {
+		t.Fatal("AllocateNext() with nothing stored = nil error, want one")
+	}
+	store.Put(snapshotOf(t, "10.96.0.0/24"))
+	if err := p.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh() after the bitmap was stored again = %v", err)
+	}
+	if err := p.LoadError(); err != nil {
+		t.Errorf("LoadError() after the bitmap was stored again = %v, want nil", err)
 	}
 }

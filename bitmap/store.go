@@ -16,3 +16,15 @@ type Store interface {
 	// wrapping ErrConflict and stores nothing.
 	Update(ctx context.Context, rev int64, s Snapshot) (int64, error)
 }
+
+// Stores gives the Store of the bitmap of each range of kube-apiserver's
+// --service-cluster-ip-range: Store(0) is the primary range's, Store(1) the secondary's.
+// clusterip.Config.Bitmaps takes one, so that only a program that keeps bitmaps links the package
+// that keeps them: etcdstore.Stores keeps them where kube-apiserver does, in its etcd.
+//
+// Store must return a Store of the same stored bitmap each time it is called with the same index.
+// A Store that also has a method Key() string names where it is kept in error messages.
+// Implementations must be safe for concurrent use.
+type Stores interface {
+	Store(i int) Store
+}

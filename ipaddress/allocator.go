@@ -152,6 +152,12 @@ func (a *Allocator) Ready() bool {
 	return a.ready.Load() && !a.closed.Load() && a.reg.HasSynced()
 }
 
+// HasSynced reports whether the Allocator's informer handler has received the informer's initial
+// list, as client-go's cache.ResourceEventHandlerRegistration.HasSynced does: until then
+// Allocate and AllocateNext return allocator.ErrNotReady whatever SetReady says. Once true it
+// stays true.
+func (a *Allocator) HasSynced() bool { return a.reg.HasSynced() }
+
 func (a *Allocator) readyErr() error {
 	switch {
 	case a.closed.Load():

@@ -204,6 +204,9 @@ func TestNotReadyUntilSyncedAndWhileSwitchedOff(t *testing.T) {
 	if f.a.Ready() {
 		t.Error("Ready() = true before the informer synced")
 	}
+	if f.a.HasSynced() {
+		t.Error("HasSynced() = true before the informer started")
+	}
 	if _, err := f.a.AllocateNext(ctx, testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("AllocateNext() before sync = %v, want ErrNotReady", err)
 	}
@@ -223,6 +226,9 @@ func TestNotReadyUntilSyncedAndWhileSwitchedOff(t *testing.T) {
 	g := newFixture(t, netip.MustParsePrefix("10.2.0.0/28"), fixtureOptions{}, WithReady(false))
 	if g.a.Ready() {
 		t.Error("Ready() = true with WithReady(false)")
+	}
+	if !g.a.HasSynced() {
+		t.Error("HasSynced() = false with WithReady(false) once the informer synced, want true: the switch is not the informer")
 	}
 	if err := g.a.Allocate(ctx, ip, testOwner); !errors.Is(err, allocator.ErrNotReady) {
 		t.Errorf("Allocate() switched off = %v, want ErrNotReady", err)

@@ -207,7 +207,7 @@ func TestRepairFollowsALegacyKubeAPIServerOnePassPerWindowAndReportsOnce(t *test
 	factory := informers.NewSharedInformerFactory(api.Client, 0)
 	rec := &recorder{}
 	c, err := NewController(clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix(flag)},
-		Client: client, Etcd: e.TestClient(t), Informers: factory}, Options{Interval: time.Hour, Recorder: rec})
+		Client: client, Bitmaps: etcdstore.Stores{Client: e.TestClient(t)}, Informers: factory}, Options{Interval: time.Hour, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/bitmap"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
@@ -28,9 +27,9 @@ const listPageSize = 500
 //
 // It lists Services (every mode), ServiceCIDRs and IPAddress objects (DualWrite and
 // IPAddressOnly) from the API server with cfg.Client, in pages and never from a cache, and in
-// Legacy and DualWrite mode reads the bitmaps of cfg.Ranges from cfg.Etcd at the keys their
-// order chooses (the first range at <EtcdPrefix>/ranges/serviceips, the second at
-// <EtcdPrefix>/ranges/secondaryserviceips); a missing bitmap counts as empty. cfg.Informers is
+// Legacy and DualWrite mode reads the bitmaps of cfg.Ranges from the stores cfg.Bitmaps gives for
+// their order (with etcdstore.Stores, the first range at <prefix>/ranges/serviceips, the second
+// at <prefix>/ranges/secondaryserviceips); a missing bitmap counts as empty. cfg.Informers is
 // not used.
 //
 // The reads are not one transaction: ServiceCIDRs and IPAddress objects first, then the bitmaps,
@@ -85,8 +84,8 @@ func checkConfig(cfg *clusterip.Config) error {
 	switch {
 	case cfg.Client == nil:
 		return &clusterip.ConfigError{Field: "Client", Reason: "required to audit: Services are read from the API server"}
-	case cfg.Mode != featuregate.IPAddressOnly && cfg.Etcd == nil:
-		return &clusterip.ConfigError{Field: "Etcd", Reason: "required in " + cfg.Mode.String() + " mode, to read the bitmaps"}
+	case cfg.Mode != featuregate.IPAddressOnly && cfg.Bitmaps == nil:
+		return &clusterip.ConfigError{Field: "Bitmaps", Reason: "required in " + cfg.Mode.String() + " mode, to read the bitmaps (etcdstore.Stores for kube-apiserver's, in its etcd)"}
 	}
 	return nil
 }
@@ -108,7 +107,7 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 	}
 	if cfg.Mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			b, rev, other, err := readBitmap(ctx, etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i)), r)
+			b, rev, other, err := readBitmap(ctx, cfg.Bitmaps.Store(i), r)
 			if err != nil {
 				return nil, err
 			}
@@ -128,17 +127,17 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 // readBitmap reads the bitmap of r from store and returns it with its revision; a missing one is
 // empty, at revision 0. A bitmap stored for another range (the flag range changed) is read as
 // what the repair pass will rewrite it to (see bitmap.Project), and other reports so.
-func readBitmap(ctx context.Context, store *etcdstore.Store, r netip.Prefix) (b *bitmap.Allocator, rev int64, other bool, err error) {
+func readBitmap(ctx context.Context, store bitmap.Store, r netip.Prefix) (b *bitmap.Allocator, rev int64, other bool, err error) {
 	snap, rev, err := store.Get(ctx)
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
+		return nil, 0, false, fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, storeName(store), err)
 	}
 	if rev == 0 {
 		snap = bitmap.Snapshot{}
 	}
 	b, other, err = bitmap.Project(snap, r)
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("repair: the bitmap at %s: %w", store.Key(), err)
+		return nil, 0, false, fmt.Errorf("repair: the bitmap at %s: %w", storeName(store), err)
 	}
 	return b, rev, other, nil
 }
@@ -236,10 +235,10 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 	var bms []*bitmap.Allocator
 	if w.mode != featuregate.IPAddressOnly {
 		for i, r := range cfg.Ranges {
-			store := etcdstore.New(cfg.Etcd, etcdstore.KeyFor(cfg.EtcdPrefix, i))
+			store := cfg.Bitmaps.Store(i)
 			b, _, err := bitmap.Load(ctx, store, r, bitmap.WithProjection())
 			if err != nil {
-				return result{}, fmt.Errorf("repair: confirm missing bits: the bitmap of %s at %s: %w", r, store.Key(), err)
+				return result{}, fmt.Errorf("repair: confirm missing bits: the bitmap of %s at %s: %w", r, storeName(store), err)
 			}
 			bms = append(bms, b)
 		}
@@ -322,4 +321,13 @@ func confirmMissing(ctx context.Context, cfg *clusterip.Config, w *world, res re
 		}
 	}
 	return out, nil
+}
+
+// storeName names where store keeps its bitmap, for messages: its Key, such as an
+// etcdstore.Store's etcd key, if it has one.
+func storeName(store bitmap.Store) string {
+	if k, ok := store.(interface{ Key() string }); ok {
+		return k.Key()
+	}
+	return fmt.Sprintf("a %T", store)
 }

@@ -57,10 +57,10 @@ func TestAuditRejectsConfigWithoutWhatTheModeNeeds(t *testing.T) {
 			Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.1.0.0/24")}}, "Ranges[1]"},
 		{"a range with host bits", clusterip.Config{Mode: featuregate.IPAddressOnly, Client: client,
 			Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}}, "Ranges[0]"},
-		{"no client in Legacy", clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Etcd: cli}, "Client"},
+		{"no client in Legacy", clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Bitmaps: etcdstore.Stores{Client: cli}}, "Client"},
 		{"no client in IPAddressOnly", clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: ranges}, "Client"},
-		{"no etcd in Legacy", clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Client: client}, "Etcd"},
-		{"no etcd in DualWrite", clusterip.Config{Mode: featuregate.DualWrite, Ranges: ranges, Client: client}, "Etcd"},
+		{"no bitmaps in Legacy", clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Client: client}, "Bitmaps"},
+		{"no bitmaps in DualWrite", clusterip.Config{Mode: featuregate.DualWrite, Ranges: ranges, Client: client}, "Bitmaps"},
 		{"unknown mode", clusterip.Config{Mode: featuregate.Mode(7), Ranges: ranges, Client: client}, "Mode"},
 	}
 	for _, tt := range tests {
@@ -140,7 +140,7 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			client := fake.NewClientset(objects...)
 			rev := etcdRevision(t, cli)
-			rep, err := Audit(t.Context(), clusterip.Config{Mode: tt.mode, Ranges: ranges, Client: client, Etcd: cli, EtcdPrefix: prefix})
+			rep, err := Audit(t.Context(), clusterip.Config{Mode: tt.mode, Ranges: ranges, Client: client, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}})
 			if err != nil {
 				t.Fatalf("Audit() error = %v", err)
 			}
@@ -177,7 +177,7 @@ func TestAuditReadsABitmapOfAnotherRangeAsItsRewrite(t *testing.T) {
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/23", "10.0.0.7", "10.0.1.1"))
 	client := fake.NewClientset(svc("a/kept", "10.0.0.7"), svc("a/new", "10.0.0.9"))
 	rep, err := Audit(t.Context(), clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
-		Client: client, Etcd: cli})
+		Client: client, Bitmaps: etcdstore.Stores{Client: cli}})
 	if err != nil {
 		t.Fatalf("Audit() = %v, want a report", err)
 	}

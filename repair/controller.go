@@ -15,7 +15,6 @@ import (
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics"
 )
@@ -348,7 +347,7 @@ func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
 		if r.Addr().Is4() != ip.Is4() {
 			continue
 		}
-		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
+		store := c.cfg.Bitmaps.Store(i)
 		cleared := false
 		err := bitmap.Modify(ctx, store, r, func(b *bitmap.Allocator) (bool, error) {
 			cleared = b.Has(ip)
@@ -358,7 +357,7 @@ func (c *Controller) releaseBit(ctx context.Context, ip netip.Addr) error {
 			return true, b.Release(ctx, ip)
 		}, bitmap.WithProjection(), bitmap.WithAttempts(1))
 		if err != nil {
-			return fmt.Errorf("repair: clear bit %s in the bitmap of %s at %s: %w", ip, r, store.Key(), err)
+			return fmt.Errorf("repair: clear bit %s in the bitmap of %s at %s: %w", ip, r, storeName(store), err)
 		}
 		if !cleared {
 			return nil

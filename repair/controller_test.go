@@ -174,7 +174,7 @@ func TestRepairLegacyRebuildsBitsAndFreesALeakAfterThreePassesAndTheGrace(t *tes
 	// No secondary bitmap: repair creates it.
 	client := fake.NewClientset(svc("a/ok", "10.0.0.10", "fd00::a"), svc("a/missing", "10.0.0.11"), svc("a/far", "10.9.0.1"))
 	rec := &recorder{}
-	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	c, err := NewController(cfg, Options{LeakGrace: time.Minute, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestRepairLegacyNeverUndoesAConcurrentAllocation(t *testing.T) {
 	ranges := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24"))
 	client := fake.NewClientset(svc("a/missing", "10.0.0.11"))
-	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: ranges, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	c, err := NewController(cfg, Options{LeakGrace: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestRepairDualWriteHealsBothStores(t *testing.T) {
 		svc("a/nobit", "10.0.0.12"), aged(ipAddr("10.0.0.12", "a/nobit"), time.Hour),
 		aged(ipAddr("10.0.0.30", "a/gone"), time.Hour),
 	)
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: ranges, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: ranges, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	rec := &recorder{}
 	c, err := NewController(cfg, Options{LeakGrace: time.Minute, Recorder: rec})
 	if err != nil {
@@ -310,7 +310,7 @@ func TestRepairDualWriteKeepsABitWhoseIPAddressAppears(t *testing.T) {
 	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, aged(ipAddr("10.0.0.40", "a/new"), 0), nil
 	})
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	c, err := NewController(cfg, Options{LeakGrace: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -84,7 +84,7 @@ func testRewrite(t *testing.T, mode featuregate.Mode, stored *bitmap.Allocator, 
 		}
 	}
 	flag := netip.MustParsePrefix(flagRange)
-	cfg := clusterip.Config{Mode: mode, Ranges: []netip.Prefix{flag}, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: mode, Ranges: []netip.Prefix{flag}, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	c, err := NewController(cfg, Options{LeakGrace: time.Minute})
 	if err != nil {
 		t.Fatal(err)

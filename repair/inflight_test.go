@@ -74,7 +74,7 @@ func TestAuditConfirmsAMissingRecordWithALiveRead(t *testing.T) {
 				}
 				return false, nil, nil
 			})
-			cfg := clusterip.Config{Mode: tt.mode, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Etcd: cli, EtcdPrefix: prefix}
+			cfg := clusterip.Config{Mode: tt.mode, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}}
 			if tt.release {
 				// Released before the audit reads again, once the Services are listed: the
 				// Service first, then its IPAddress, as an allocator releases.
@@ -206,7 +206,7 @@ func TestAuditOfARealAPIServerAllocatingDuringTheAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")},
-		Client: hooked, Etcd: e.TestClient(t)}
+		Client: hooked, Bitmaps: etcdstore.Stores{Client: e.TestClient(t)}}
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.Legacy, featuregate.IPAddressOnly} {
 		armed.Store(true)
 		rep, err := Audit(ctx, withMode(cfg, mode))
@@ -253,7 +253,7 @@ func TestAuditConfirmationKeepsTheFirstReadOfABitmapStoredForAnotherRange(t *tes
 		}
 		return false, nil, nil
 	})
-	rep, err := Audit(t.Context(), clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Etcd: cli})
+	rep, err := Audit(t.Context(), clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Bitmaps: etcdstore.Stores{Client: cli}})
 	if err != nil {
 		t.Fatalf("Audit() error = %v, want the first read to stand", err)
 	}

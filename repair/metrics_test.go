@@ -168,7 +168,7 @@ func TestRepairMetricsDriftPerFamily(t *testing.T) {
 		svc("a/nobit", "10.0.0.12", "fd00::a"), aged(ipAddr("10.0.0.12", "a/nobit"), time.Hour), aged(ipAddr("fd00::a", "a/nobit"), time.Hour),
 	)
 	reg := prometheus.NewPedanticRegistry()
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	c, err := NewController(cfg, Options{LeakGrace: -1, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func TestRepairMigratesALegacyClusterToIPAddresses(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.97.0.0/24", FeatureGates: "MultiCIDRServiceAllocator=false"})
 	cli := e.TestClient(t)
 	ctx := t.Context()
-	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.97.0.0/24")}, Client: api.Client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.97.0.0/24")}, Client: api.Client, Bitmaps: etcdstore.Stores{Client: cli}}
 
 	testenv.WaitForKubernetesService(t, api.Client)
 	for _, name := range []string{"s1", "s2", "s3", "s4", "s5"} {

@@ -178,7 +178,7 @@ func TestRunFreesAHeldOffDualWriteLeakWithItsBit(t *testing.T) {
 		svc("a/ok", "10.0.0.10"), aged(ipAddr("10.0.0.10", "a/ok"), time.Hour),
 		aged(ipAddr("10.0.0.30", "a/gone"), 0))
 	passes := countServiceLists(client)
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	c, err := NewController(cfg, Options{Interval: time.Hour, LeakGrace: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func TestRepairKeepsTheRecordsOfNonCanonicalClusterIPs(t *testing.T) {
 	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.96.0.0/24", bits4...))
 	storeBitmap(t, cli, etcdstore.SecondaryServiceIPsKey(""), bits(t, "fd00:10:96::/112", bits6...))
 	client := fake.NewClientset(objects...)
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: ranges, Client: client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: ranges, Client: client, Bitmaps: etcdstore.Stores{Client: cli}}
 	rec := &recorder{}
 	c, err := NewController(cfg, Options{LeakGrace: -1, Recorder: rec})
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap"
-	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/metrics"
 	"github.com/kube-ipam/clusterip/ipaddress"
@@ -425,14 +424,14 @@ func (c *Controller) repairBitmaps(ctx context.Context, w *world, res result, de
 		if !t.changed {
 			continue
 		}
-		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
+		store := c.cfg.Bitmaps.Store(i)
 		// The bitmap stored at the audit's revision is the one the audit read, so t, worked out
 		// from that read, is what to store; if the revision moved on, the write fails.
 		err := bitmap.Modify(ctx, store, c.cfg.Ranges[i], func(a *bitmap.Allocator) (bool, error) {
 			return true, a.Restore(t.b.Snapshot())
 		}, bitmap.WithRevision(w.revs[i]), bitmap.WithProjection())
 		if err != nil {
-			errs = append(errs, fmt.Errorf("repair: write the bitmap of %s at %s: %w", t.b.CIDR(), store.Key(), err))
+			errs = append(errs, fmt.Errorf("repair: write the bitmap of %s at %s: %w", t.b.CIDR(), storeName(store), err))
 			continue
 		}
 		c.mu.Lock()
@@ -480,10 +479,10 @@ type bitmapTarget struct {
 // unreadable is left for read to judge.
 func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
 	for i, r := range c.cfg.Ranges {
-		store := etcdstore.New(c.cfg.Etcd, etcdstore.KeyFor(c.cfg.EtcdPrefix, i))
+		store := c.cfg.Bitmaps.Store(i)
 		snap, rev, err := store.Get(ctx)
 		if err != nil {
-			return fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, store.Key(), err)
+			return fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, storeName(store), err)
 		}
 		if rev == 0 {
 			continue
@@ -496,9 +495,9 @@ func (c *Controller) rewriteBitmapsOfOtherRanges(ctx context.Context) error {
 		err = bitmap.Modify(ctx, store, r, func(*bitmap.Allocator) (bool, error) { return false, nil },
 			bitmap.WithRevision(rev), bitmap.WithProjection())
 		if err != nil {
-			return fmt.Errorf("repair: rewrite the bitmap of %s at %s to %s: %w", snap.Range, store.Key(), r, err)
+			return fmt.Errorf("repair: rewrite the bitmap of %s at %s to %s: %w", snap.Range, storeName(store), r, err)
 		}
-		klog.FromContext(ctx).Info("Rewrote a bitmap of another range to the flag range", "key", store.Key(), "stored", snap.Range, "range", r, "kept", b.Used())
+		klog.FromContext(ctx).Info("Rewrote a bitmap of another range to the flag range", "key", storeName(store), "stored", snap.Range, "range", r, "kept", b.Used())
 	}
 	return nil
 }

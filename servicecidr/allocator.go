@@ -58,9 +58,10 @@ type Allocator struct {
 	lister    networkingv1listers.ServiceCIDRLister
 	factory   allocatorFactory
 
-	started atomic.Bool                                  // Run has been called
-	synced  atomic.Bool                                  // Run has reconciled the informer's cache once
-	queue   workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
+	started   atomic.Bool                                  // Run has been called
+	synced    atomic.Bool                                  // Run has reconciled the informer's cache once
+	hasSynced atomic.Bool                                  // HasSynced has returned true
+	queue     workqueue.TypedRateLimitingInterface[string] // set by Run before any handler runs
 
 	skipped sync.Map // "uid/name/cidr" of each ServiceCIDR CIDR logged as not servable
 
@@ -512,6 +513,35 @@ func comparePrefix(x, y netip.Prefix) int {
 
 // Ready reports whether the Allocator can allocate from at least one ServiceCIDR.
 func (a *Allocator) Ready() bool { return len(a.ReadyCIDRs()) > 0 }
+
+// HasSynced reports whether the Allocator has caught up with the API server once, as client-go's
+// cache.InformerSynced does for an informer: the ServiceCIDR and IPAddress informers have synced,
+// Run has reconciled every ServiceCIDR of the family in the cache, and the per-CIDR allocator of
+// each prefix found has received the IPAddress informer's initial list. It is false before Run.
+//
+// HasSynced becomes true even when no ServiceCIDR of the family exists, where Ready stays false:
+// after HasSynced, a false Ready means that no ServiceCIDR of the family can be allocated from
+// (none exists, each is not ready or being deleted, or its prefix cannot be served), not that the
+// Allocator has yet to see them; only a ServiceCIDR added since may take a moment longer. Once
+// true it stays true, as an informer's does, also after Close. It is cheap enough to poll.
+func (a *Allocator) HasSynced() bool {
+	if a.hasSynced.Load() {
+		return true
+	}
+	if !a.synced.Load() || !a.ips.HasSynced() {
+		return false
+	}
+	a.mu.RLock()
+	for _, e := range a.entries {
+		if s, ok := e.alloc.(interface{ HasSynced() bool }); ok && !s.HasSynced() {
+			a.mu.RUnlock()
+			return false
+		}
+	}
+	a.mu.RUnlock()
+	a.hasSynced.Store(true)
+	return true
+}
 
 // DryRun returns a view of the Allocator that validates every call as the Allocator would but
 // changes nothing; see allocator.Interface.

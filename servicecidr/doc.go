@@ -16,7 +16,8 @@
 //     deleted. Addresses only in ServiceCIDRs that are not ready are refused with
 //     allocator.ErrNotReady; addresses in none with a range-less *allocator.NotInRangeError, which
 //     matches allocator.ErrMismatchedNetwork. Until Run has reconciled the synced ServiceCIDR
-//     cache once, Allocate and AllocateNext return allocator.ErrNotReady.
+//     cache once, Allocate and AllocateNext return allocator.ErrNotReady; HasSynced, client-go's
+//     signal, tells when that has happened, even where no ServiceCIDR of the family exists.
 //
 // The LifecycleController is the optional controller that kube-controller-manager runs upstream: it
 // adds the networking.k8s.io/service-cidr-finalizer finalizer and the Ready condition, and holds a
@@ -24,6 +25,13 @@
 // left in no other ready ServiceCIDR. With LifecycleOptions.Recorder it emits Warning Events:
 // kube-controller-manager's KubernetesServiceCIDRError when Ready=True cannot be set, and
 // Terminating when a deletion becomes blocked.
+//
+// The DefaultController is the optional controller that kube-apiserver runs itself: it creates the
+// default ServiceCIDR, DefaultServiceCIDRName, from the flag ranges if it is missing, sets it
+// ready, and reports (in the log and with a Warning Event) a default ServiceCIDR whose ranges are
+// not the flags', as the kube-apiserver release named in DefaultOptions.Version does. A registry
+// that serves Services without a kube-apiserver runs it, so that the Allocators have a
+// ServiceCIDR to allocate from.
 //
 // A decision that cannot be undone is confirmed against live state. The LifecycleController's
 // informer caches drive its cheap checks, but before it removes a finalizer, which lets the
@@ -39,10 +47,11 @@
 // allocator_options.go and allocator_dryrun.go; lifecycle.go (the LifecycleController's type,
 // options, NewLifecycleController and Run), lifecycle_handlers.go, lifecycle_sync.go (one pass
 // per ServiceCIDR, with the live confirmation) and lifecycle_grace.go (the grace-period marks);
+// default.go is the DefaultController;
 // cidrs.go parses spec.cidrs and defines readiness for both, exported as Prefixes and Ready (the
 // repair package finds whether an address is in range with Prefixes).
 //
-// New starts nothing; Allocator.Run and LifecycleController.Run do the work and block until their
-// context is done. Start the informer factory after New and NewLifecycleController so that both
-// informers are registered with it.
+// New starts nothing; Allocator.Run, LifecycleController.Run and DefaultController.Run do the work
+// and block until their context is done. Start the informer factory after New,
+// NewLifecycleController and NewDefaultController so that their informers are registered with it.
 package servicecidr

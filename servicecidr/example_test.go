@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -70,6 +71,66 @@ func Example() {
 	// [10.0.0.0/30 10.0.1.0/30] 2 2
 	// true <nil>
 	// <nil>
+}
+
+// ExampleAllocator_HasSynced tells an Allocator that has not caught up with the API server yet
+// from one that has and found no ServiceCIDR of its family to allocate from.
+func ExampleAllocator_HasSynced() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewSimpleClientset() //nolint:staticcheck // the simple fake needs no apply configurations
+	factory := informers.NewSharedInformerFactory(client, 0)
+	a, err := servicecidr.New(corev1.IPv4Protocol, client,
+		factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses())
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	fmt.Println(a.HasSynced(), a.Ready()) // before Run
+	factory.Start(ctx.Done())
+	go func() { _ = a.Run(ctx) }()
+	waitFor(a.HasSynced)
+	fmt.Println(a.HasSynced(), a.Ready()) // synced: there is no ServiceCIDR
+	// Output:
+	// false false
+	// true false
+}
+
+// ExampleDefaultController starts a registry that has no kube-apiserver to create the default
+// ServiceCIDR: the DefaultController creates it from the flag ranges and sets it ready, and the
+// Allocator allocates from it.
+func ExampleDefaultController() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewSimpleClientset() //nolint:staticcheck // the simple fake needs no apply configurations
+	factory := informers.NewSharedInformerFactory(client, 0)
+	cidrs, ips := factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses()
+
+	flag := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")} // --service-cluster-ip-range
+	dc, err := servicecidr.NewDefaultController(flag, client, cidrs, servicecidr.DefaultOptions{})
+	if err != nil {
+		panic(err)
+	}
+	a, err := servicecidr.New(corev1.IPv4Protocol, client, cidrs, ips)
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	factory.Start(ctx.Done())
+	go func() { _ = dc.Run(ctx) }()
+	go func() { _ = a.Run(ctx) }()
+	waitFor(func() bool { return dc.HasSynced() && a.Ready() })
+
+	sc, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, servicecidr.DefaultServiceCIDRName, metav1.GetOptions{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(sc.Name, sc.Spec.CIDRs, meta.IsStatusConditionTrue(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady))
+	ip, err := a.AllocateNext(ctx, allocator.Owner{Resource: "services", Namespace: "default", Name: "web"})
+	fmt.Println(flag[0].Contains(ip), err)
+	// Output:
+	// kubernetes [10.96.0.0/24] true
+	// true <nil>
 }
 
 // waitFor polls cond for up to ten seconds.

@@ -53,6 +53,7 @@ func TestConstructorsRejectNilAndZeroArguments(t *testing.T) {
 		{name: "etcdstore.New nil client: Update", call: func() error { return storeUpdate(etcdstore.New(nil, etcdstore.DefaultServiceIPsKey)) }},
 		{name: "etcdstore zero Store: Get", call: func() error { return storeGet(&etcdstore.Store{}) }},
 		{name: "etcdstore nil *Store: Update", call: func() error { return storeUpdate(nil) }},
+		{name: "etcdstore zero Stores: NewPersistent over Store(0)", call: func() error { return newPersistent(etcdstore.Stores{}.Store(0)) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -37,3 +37,17 @@ func ExampleNew() {
 	}
 	fmt.Println("allocated", ip)
 }
+
+// Stores gives clusterip.Config.Bitmaps the keys a kube-apiserver started with
+// --etcd-prefix=/registry keeps its bitmaps at: Store(i) for the range at index i of its
+// --service-cluster-ip-range.
+func ExampleStores() {
+	var client *clientv3.Client // the client of kube-apiserver's etcd; not dialled here
+	stores := etcdstore.Stores{Client: client, Prefix: "/registry"}
+	for i := range 2 {
+		fmt.Println(i, stores.Store(i).(*etcdstore.Store).Key())
+	}
+	// Output:
+	// 0 /registry/ranges/serviceips
+	// 1 /registry/ranges/secondaryserviceips
+}

@@ -52,6 +52,27 @@ func KeyFor(prefix string, i int) string {
 	return SecondaryServiceIPsKey(prefix)
 }
 
+// Stores are the bitmap stores of a kube-apiserver: the keys KeyFor gives for Prefix in the etcd
+// Client reaches, in the storage encoding New writes. Give one to clusterip.Config.Bitmaps for
+// Legacy and DualWrite mode:
+//
+//	cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: "/registry"}
+//
+// The zero Stores, or one with a nil Client, gives invalid Stores (see New). A Stores is a small
+// value, safe for concurrent use; it does not own Client, which stays the caller's to close.
+type Stores struct {
+	// Client reaches the etcd kube-apiserver stores its objects in.
+	Client *clientv3.Client
+	// Prefix is kube-apiserver's --etcd-prefix. Defaults to DefaultPrefix, "/registry".
+	Prefix string
+}
+
+var _ bitmap.Stores = Stores{}
+
+// Store returns the Store of the bitmap of the range at index i of --service-cluster-ip-range:
+// New(s.Client, KeyFor(s.Prefix, i)).
+func (s Stores) Store(i int) bitmap.Store { return New(s.Client, KeyFor(s.Prefix, i)) }
+
 func key(prefix, p string) string {
 	if prefix == "" {
 		prefix = DefaultPrefix

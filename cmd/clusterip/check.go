@@ -231,7 +231,10 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := cip.Config{Mode: mode, Etcd: etcd, EtcdPrefix: o.etcdPrefix, Client: client}
+	cfg := cip.Config{Mode: mode, Client: client}
+	if etcd != nil {
+		cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: o.etcdPrefix}
+	}
 	var note string
 	if etcd == nil {
 		switch mode {

@@ -193,7 +193,7 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 				factory := informers.NewSharedInformerFactory(client, 0)
 				cfg := cip.Config{Mode: mode, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: client, Informers: factory}
 				if mode == featuregate.DualWrite {
-					cfg.Etcd = e.TestClient(t)
+					cfg.Bitmaps = etcdstore.Stores{Client: e.TestClient(t)}
 				}
 				allocs, err := cip.New(ctx, cfg)
 				if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -459,7 +460,7 @@ func countDuplicates(ctx context.Context, t *testing.T, c kubernetes.Interface) 
 func audit(ctx context.Context, t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface) *repair.Report {
 	t.Helper()
 	rng, _ := clusterip.ParseRanges(v4Range)
-	rep, err := repair.Audit(ctx, clusterip.Config{Mode: featuregate.DualWrite, Ranges: rng, Etcd: etcd.TestClient(t), Client: c})
+	rep, err := repair.Audit(ctx, clusterip.Config{Mode: featuregate.DualWrite, Ranges: rng, Bitmaps: etcdstore.Stores{Client: etcd.TestClient(t)}, Client: c})
 	if err != nil {
 		t.Fatalf("audit: %v", err)
 	}

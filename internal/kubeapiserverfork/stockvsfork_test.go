@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/forkbench"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -350,7 +351,7 @@ func benchAudit(t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface, mode f
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rng, _ := clusterip.ParseRanges(benchRange)
-	rep, err := repair.Audit(ctx, clusterip.Config{Mode: mode, Ranges: rng, Etcd: etcd.TestClient(t), Client: c})
+	rep, err := repair.Audit(ctx, clusterip.Config{Mode: mode, Ranges: rng, Bitmaps: etcdstore.Stores{Client: etcd.TestClient(t)}, Client: c})
 	if err != nil {
 		t.Fatalf("audit: %v", err)
 	}

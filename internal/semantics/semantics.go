@@ -87,6 +87,12 @@ func (s Semantics) RepairRetriesForbidden() bool {
 	return m != 34 && m != 35
 }
 
+// DefaultServiceCIDRReportsMismatchFirst reports whether the default-ServiceCIDR controller
+// reports ranges that differ from its flags whatever the Ready condition says, and sets an
+// Unknown condition to True (from 1.34); before, a condition that is not True was reported
+// instead and left alone.
+func (s Semantics) DefaultServiceCIDRReportsMismatchFirst() bool { return s.binaryAtLeast(34) }
+
 // RepairHoldsExternalName reports whether the IPAddress repair loop waits 60 s before it deals
 // with an IPAddress whose Service is still of type ExternalName (from 1.36, kubernetes#135503).
 func (s Semantics) RepairHoldsExternalName() bool { return s.binaryAtLeast(36) }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -754,7 +755,7 @@ func (h *harness) repairOnce(ctx context.Context) {
 		h.t.Fatal(err)
 	}
 	defer ec.Close()
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{h.rg}, Etcd: ec,
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{h.rg}, Bitmaps: etcdstore.Stores{Client: ec},
 		Client: h.currentAPI().Client, ManagedBy: testManagedBy}
 	ipas, err := cfg.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
 	if err != nil {

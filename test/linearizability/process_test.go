@@ -23,6 +23,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -100,7 +101,7 @@ func runProcess(spec procSpec) error {
 		return err
 	}
 	defer ec.Close()
-	cfg := clusterip.Config{Mode: mode, Ranges: []netip.Prefix{rg}, Etcd: ec, ManagedBy: testManagedBy}
+	cfg := clusterip.Config{Mode: mode, Ranges: []netip.Prefix{rg}, Bitmaps: etcdstore.Stores{Client: ec}, ManagedBy: testManagedBy}
 	var inf informers.SharedInformerFactory
 	if mode != featuregate.Legacy {
 		rc := &rest.Config{Host: spec.APIHost, BearerToken: spec.APIToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 2000}

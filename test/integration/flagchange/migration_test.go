@@ -209,7 +209,7 @@ func TestServiceCIDRMigrationScenarios(t *testing.T) {
 				prefix := fmt.Sprintf("/migrate-%s-%d", strings.ToLower(mode.String()), i)
 				initial, migrated := prefixes(t, tc.initial), prefixes(t, tc.migrated)
 				client := fakeclient.New(fakeclient.Options{})
-				cfg := clusterip.Config{Mode: mode, Etcd: cli, EtcdPrefix: prefix, Client: client}
+				cfg := clusterip.Config{Mode: mode, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}, Client: client}
 				var wantCIDRs []string // where the post-migration Service's primary IP must be
 				if mode == featuregate.DualWrite {
 					setDefaultServiceCIDR(t, client, tc.initial)

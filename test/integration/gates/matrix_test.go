@@ -193,7 +193,7 @@ func newMatrixRun(t *testing.T, cl matrixCluster, mode featuregate.Mode, v compa
 		prefix += "-" + v.BinaryVersion().String() + "-" + v.EmulationVersion().String()
 	}
 	r := &matrixRun{cl: cl, mode: mode, prefix: prefix}
-	r.allocs = clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Version: v, FeatureGates: gates, Ranges: cl.ranges, Etcd: cl.etcd, EtcdPrefix: r.prefix, Client: cl.api})
+	r.allocs = clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Version: v, FeatureGates: gates, Ranges: cl.ranges, Bitmaps: etcdstore.Stores{Client: cl.etcd, Prefix: r.prefix}, Client: cl.api})
 	r.sa = r.allocs.Services()
 	r.baseObjs = clustertest.APIIPAddresses(t, cl.api)
 	for i, key := range clustertest.BitmapKeys(r.prefix, cl.ranges) {

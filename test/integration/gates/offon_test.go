@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -51,7 +52,7 @@ func TestGatesOffOnRunLegacyAsKubeAPIServerDoes(t *testing.T) {
 		t.Errorf("IPAddress %s: %v; want none, as in Legacy", ip, err)
 	}
 
-	a, err := clusterip.New(ctx, clusterip.Config{Mode: mode, Ranges: []netip.Prefix{netip.MustParsePrefix(flag)}, Etcd: cli, EtcdPrefix: prefix})
+	a, err := clusterip.New(ctx, clusterip.Config{Mode: mode, Ranges: []netip.Prefix{netip.MustParsePrefix(flag)}, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}})
 	if err != nil {
 		t.Fatalf("New(%v) = %v", mode, err)
 	}

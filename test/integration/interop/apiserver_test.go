@@ -30,7 +30,7 @@ var flagRange = netip.MustParsePrefix(kubeAPIServerRange)
 // informers and Run, and waits until they serve.
 func startAllocators(t testing.TB, etcd *clientv3.Client, client kubernetes.Interface, mode featuregate.Mode, prefix string) *clusterip.Allocators {
 	t.Helper()
-	return clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: prefix, Client: client})
+	return clustertest.StartAllocators(t, clusterip.Config{Mode: mode, Ranges: []netip.Prefix{flagRange}, Bitmaps: etcdstore.Stores{Client: etcd, Prefix: prefix}, Client: client})
 }
 
 // storedBits returns the addresses set in the bitmap of flagRange at key, in ascending order.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
@@ -162,7 +163,7 @@ func benchmarkDualWrite(b *testing.B, beside bool, held int) {
 func fillFlagRange(b *testing.B, a *clusterip.Allocators, etcd *clientv3.Client, client kubernetes.Interface, held int) {
 	b.Helper()
 	ctx := context.Background()
-	legacy := clustertest.StartAllocators(b, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
+	legacy := clustertest.StartAllocators(b, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Bitmaps: etcdstore.Stores{Client: etcd}}).For(corev1.IPv4Protocol)
 	var legacyIPs []netip.Addr
 	for legacy.Used() < uint64(held) {
 		ip, err := legacy.AllocateNext(ctx, clustertest.Owner)

@@ -162,9 +162,9 @@ func mustRead(r *http.Request) []byte {
 func TestDualWriteAmbiguousCreateBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	proxy, proxied := newAmbiguousProxy(t, api.Config)
-	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, Client: proxied})
+	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Bitmaps: etcdstore.Stores{Client: etcd}, Client: proxied})
 	dw := a.For(corev1.IPv4Protocol)
-	legacy := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Etcd: etcd}).For(corev1.IPv4Protocol)
+	legacy := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{flagRange}, Bitmaps: etcdstore.Stores{Client: etcd}}).For(corev1.IPv4Protocol)
 	ctx := context.Background()
 	tests := []struct {
 		name   string
@@ -270,7 +270,7 @@ func TestDualWriteBootstrapBesideKubeAPIServerCreatingServices(t *testing.T) {
 	testenv.WaitFor(t, "Services created while the bitmap key is missing", func() bool { return created.Load() >= 20 })
 	before := created.Load()
 	start := time.Now()
-	clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
+	clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Bitmaps: etcdstore.Stores{Client: ec}, Client: c})
 	took := time.Since(start)
 	during := created.Load() - before
 	time.Sleep(500 * time.Millisecond) // the kube-apiserver keeps creating, now with bits

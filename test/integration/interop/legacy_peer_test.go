@@ -101,7 +101,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 
 	// Without a ServiceCIDR, New succeeds but our DualWrite allocator cannot serve: once it has
 	// synced, AllocateNext still returns ErrNotReady, and the bitmap is untouched.
-	noCIDRErr := allocateNextWithoutServiceCIDR(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
+	noCIDRErr := allocateNextWithoutServiceCIDR(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Bitmaps: etcdstore.Stores{Client: ec}, Client: c})
 	if !errors.Is(noCIDRErr, allocator.ErrNotReady) {
 		t.Fatalf("AllocateNext() without a ServiceCIDR = %v, want an error wrapping ErrNotReady", noCIDRErr)
 	}
@@ -116,7 +116,7 @@ func TestDualWriteBesideLegacyKubeAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ServiceCIDR kubernetes for %s: %v", flag, err)
 	}
-	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: c})
+	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Bitmaps: etcdstore.Stores{Client: ec}, Client: c})
 	dw := a.For(corev1.IPv4Protocol)
 
 	// Chosen addresses in the static band (the first 64 of a /22), which neither side's

@@ -83,7 +83,7 @@ func value(t *testing.T, reg prometheus.Gatherer, name, cidr string, labels ...s
 func TestMetricsBesideKubeAPIServer(t *testing.T) {
 	_, etcd, api := realCluster(t)
 	reg := prometheus.NewPedanticRegistry()
-	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Etcd: etcd, EtcdPrefix: "/metrics", Client: api.Client, Registerer: reg})
+	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{flagRange}, Bitmaps: etcdstore.Stores{Client: etcd, Prefix: "/metrics"}, Client: api.Client, Registerer: reg})
 	ctx := context.Background()
 
 	al := a.For(corev1.IPv4Protocol)
@@ -179,16 +179,17 @@ func TestMetricsBesideKubeAPIServer(t *testing.T) {
 func TestMetricsCountLegacyCASConflictsOnEtcd(t *testing.T) {
 	etcd := shared.Etcd(t).TestClient(t)
 	reg := prometheus.NewPedanticRegistry()
-	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}, Etcd: etcd, EtcdPrefix: "/metrics-legacy-cas", Registerer: reg}
+	const prefix = "/metrics-legacy-cas"
+	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}, Bitmaps: etcdstore.Stores{Client: etcd, Prefix: prefix}, Registerer: reg}
 	ctx := context.Background()
 	// The etcd is shared: leave no bitmap behind for the next run of this test (-count).
 	t.Cleanup(func() {
-		if _, err := etcd.Delete(ctx, cfg.EtcdPrefix+"/", clientv3.WithPrefix()); err != nil {
-			t.Errorf("delete the bitmaps under %s: %v", cfg.EtcdPrefix, err)
+		if _, err := etcd.Delete(ctx, prefix+"/", clientv3.WithPrefix()); err != nil {
+			t.Errorf("delete the bitmaps under %s: %v", prefix, err)
 		}
 	})
 	a := clustertest.StartAllocators(t, cfg)
-	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, etcdstore.KeyFor(cfg.EtcdPrefix, 0)))
+	other, err := bitmap.NewPersistent(ctx, cfg.Ranges[0], etcdstore.New(etcd, etcdstore.KeyFor(prefix, 0)))
 	if err != nil {
 		t.Fatalf("NewPersistent() = %v", err)
 	}

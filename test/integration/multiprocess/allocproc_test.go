@@ -21,6 +21,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
@@ -118,7 +119,7 @@ func runProc(t *testing.T, spec procSpec) (*procResult, error) {
 		return nil, err
 	}
 	defer ec.Close()
-	cfg := clusterip.Config{Mode: mode, Ranges: ranges, Etcd: ec, EtcdPrefix: spec.EtcdPrefix, ManagedBy: spec.ManagedBy}
+	cfg := clusterip.Config{Mode: mode, Ranges: ranges, Bitmaps: etcdstore.Stores{Client: ec, Prefix: spec.EtcdPrefix}, ManagedBy: spec.ManagedBy}
 	if spec.APIHost != "" {
 		rc := &rest.Config{Host: spec.APIHost, BearerToken: spec.APIToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 1000, Burst: 2000}
 		if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
@@ -59,8 +60,8 @@ func testKillBetweenDualWrites(t *testing.T, op string) {
 	}
 
 	ctx := context.Background()
-	dual := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client})
-	legacy := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{rg}, Etcd: ec})
+	dual := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Bitmaps: etcdstore.Stores{Client: ec}, Client: api.Client})
+	legacy := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{rg}, Bitmaps: etcdstore.Stores{Client: ec}})
 	for name, a := range map[string]allocator.Interface{"DualWrite": dual.For("IPv4"), "Legacy": legacy.For("IPv4")} {
 		if err := a.Allocate(ctx, victim, clustertest.Owner); !errors.Is(err, allocator.ErrAllocated) {
 			t.Errorf("%s Allocate(%s) = %v, want ErrAllocated", name, victim, err)
@@ -109,7 +110,7 @@ func TestFaultEtcdRestartMidRun(t *testing.T) {
 	etcd, ec, api := clustertest.StartOwnCluster(t, flag)
 	rg := netip.MustParsePrefix(flag)
 	key, baseBits, baseObjs := clustertest.APIServerBaseline(t, ec, api.Client, rg)
-	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Etcd: ec, Client: api.Client}).For("IPv4")
+	a := clustertest.StartAllocators(t, clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{rg}, Bitmaps: etcdstore.Stores{Client: ec}, Client: api.Client}).For("IPv4")
 
 	var mu sync.Mutex // guards handed, failures
 	var handed []netip.Addr

@@ -28,7 +28,7 @@ func TestAuditOfARealDualWriteCluster(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	cli := e.TestClient(t)
 	ctx := t.Context()
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Etcd: cli}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Bitmaps: etcdstore.Stores{Client: cli}}
 
 	testenv.WaitForKubernetesService(t, api.Client)
 	var ips []string

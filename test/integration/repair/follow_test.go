@@ -17,6 +17,7 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/ipaddress"
@@ -69,7 +70,7 @@ func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
 	cfg := clusterip.Config{
 		Mode:   featuregate.DualWrite,
 		Ranges: []netip.Prefix{netip.MustParsePrefix(flag)},
-		Client: client, Etcd: e.TestClient(t), Informers: factory,
+		Client: client, Bitmaps: etcdstore.Stores{Client: e.TestClient(t)}, Informers: factory,
 	}
 	rec := &recorder{}
 	c, err := repair.NewController(cfg, repair.Options{Interval: time.Hour, Recorder: rec})

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	clusterip "github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/repair"
@@ -68,7 +69,7 @@ func TestRepairDuringAServiceCIDRRemovalOnARealAPIServer(t *testing.T) {
 	}
 
 	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")},
-		Client: api.Client, Etcd: e.TestClient(t)}
+		Client: api.Client, Bitmaps: etcdstore.Stores{Client: e.TestClient(t)}}
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
 		rep, err := repair.Audit(ctx, withMode(cfg, mode))
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/repair"
@@ -173,7 +174,7 @@ func TestSoakMixedModes(t *testing.T) {
 		t.Errorf("%d lines from the processes did not parse, such as %q", len(bad), bad[0])
 	}
 
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix(flag)}, Client: api.Client, Etcd: ec}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix(flag)}, Client: api.Client, Bitmaps: etcdstore.Stores{Client: ec}}
 	// kube-apiserver's own repair loop (dual write) creates the IPAddress of a Service that has
 	// none and recreates one whose parent is gone, on informer events and without preconditions.
 	// Let it catch up first, so that it does not race the repair pass below (a delete of its

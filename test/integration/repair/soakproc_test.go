@@ -30,6 +30,7 @@ import (
 
 	clusterip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator/service"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -147,7 +148,7 @@ func runSoakProcess(spec soakSpec) error {
 	}
 	cfg := clusterip.Config{Mode: mode, Ranges: []netip.Prefix{rg}, Client: client}
 	if mode != featuregate.IPAddressOnly {
-		cfg.Etcd = ec
+		cfg.Bitmaps = etcdstore.Stores{Client: ec}
 	}
 	var inf informers.SharedInformerFactory
 	if mode != featuregate.Legacy {

@@ -80,7 +80,7 @@ func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
 	cfg := clusterip.Config{
 		Mode:   featuregate.DualWrite,
 		Ranges: []netip.Prefix{netip.MustParsePrefix(range4), netip.MustParsePrefix(range6)},
-		Client: repairClient, Etcd: cli,
+		Client: repairClient, Bitmaps: etcdstore.Stores{Client: cli},
 	}
 	auditNothingButMissing(t, cfg, "of Services holding non-canonical ClusterIPs")
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.Legacy, featuregate.IPAddressOnly} {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
@@ -213,12 +214,11 @@ send:
 func benchDualWriteAPIServer(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, cidr netip.Prefix, n int, fill float64, d time.Duration) (Result, error) {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	a, err := clusterip.New(ctx, clusterip.Config{
-		Mode:       featuregate.DualWrite,
-		Ranges:     []netip.Prefix{cidr},
-		Etcd:       etcd,
-		EtcdPrefix: fmt.Sprintf("/clusterip-bench/dualwrite/%d", n),
-		Client:     client,
-		Informers:  factory,
+		Mode:      featuregate.DualWrite,
+		Ranges:    []netip.Prefix{cidr},
+		Bitmaps:   etcdstore.Stores{Client: etcd, Prefix: fmt.Sprintf("/clusterip-bench/dualwrite/%d", n)},
+		Client:    client,
+		Informers: factory,
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/cmd/clusterip/internal/embedetcd"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
@@ -201,7 +202,7 @@ func newMember(ctx context.Context, name string, mode featuregate.Mode, c *clust
 			m.stop()
 		}
 	}()
-	cfg := clusterip.Config{Mode: mode, Ranges: opts.Ranges, EtcdPrefix: opts.Prefix}
+	cfg := clusterip.Config{Mode: mode, Ranges: opts.Ranges}
 	keys := map[string]corev1.IPFamily{}
 	for i, r := range opts.Ranges {
 		f := familyOf(r.Addr())
@@ -214,7 +215,7 @@ func newMember(ctx context.Context, name string, mode featuregate.Mode, c *clust
 			return nil, fmt.Errorf("etcd client: %w", err)
 		}
 		etcd.KV = &countingKV{KV: etcd.KV, keys: keys, conflicts: m.conflicts}
-		cfg.Etcd = etcd
+		cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: opts.Prefix}
 	}
 	if mode != featuregate.Legacy {
 		factory = informers.NewSharedInformerFactory(c.client, 0)

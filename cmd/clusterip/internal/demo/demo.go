@@ -406,9 +406,9 @@ func (d *driver) phase(ctx context.Context, name string, mode featuregate.Mode, 
 	}
 	ps.Services = stored
 	ps.Duplicates = len(d.ledger.duplicateList()) - dupsBefore + dups
-	cfg := clusterip.Config{Mode: mode, Ranges: d.opts.Ranges, Client: d.c.client, EtcdPrefix: d.opts.Prefix}
+	cfg := clusterip.Config{Mode: mode, Ranges: d.opts.Ranges, Client: d.c.client}
 	if mode != featuregate.IPAddressOnly {
-		cfg.Etcd = d.etcd
+		cfg.Bitmaps = etcdstore.Stores{Client: d.etcd, Prefix: d.opts.Prefix}
 	}
 	rep, err := repair.Audit(ctx, cfg)
 	if err != nil {

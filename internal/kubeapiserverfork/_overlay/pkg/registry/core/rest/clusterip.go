@@ -169,7 +169,6 @@ func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 		},
 		Mode:       a.mode,
 		Ranges:     a.ranges,
-		EtcdPrefix: a.storage.Prefix,
 		Informers:  a.config.Informers,
 		Registerer: legacyregistry.Registerer(),
 	}
@@ -194,7 +193,7 @@ func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("etcd client for the Service IP bitmaps: %w", err)
 	}
-	cfg.Etcd = etcd
+	cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: a.storage.Prefix}
 	return cfg, nil
 }
 
@@ -294,9 +293,7 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 			}
 			ncancel()
 			if err != nil {
-				if cfg.Etcd != nil {
-					cfg.Etcd.Close()
-				}
+				closeBitmapsClient(cfg)
 				logger.Error(err, "Cannot build the ClusterIP allocators; retrying")
 				return false, nil
 			}
@@ -306,9 +303,7 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 			return // stopped
 		}
 		defer func() {
-			if cfg.Etcd != nil {
-				cfg.Etcd.Close()
-			}
+			closeBitmapsClient(cfg)
 		}()
 		if !a.start(allocs) {
 			return // destroyed meanwhile
@@ -401,6 +396,13 @@ func waitServiceCIDRs(ctx context.Context, allocs *clusterip.Allocators, service
 	})
 }
 
+// closeBitmapsClient closes the etcd client of cfg's bitmap stores, if clusterIPConfig made one.
+func closeBitmapsClient(cfg clusterip.Config) {
+	if stores, ok := cfg.Bitmaps.(etcdstore.Stores); ok && stores.Client != nil {
+		stores.Client.Close()
+	}
+}
+
 // defaultServiceCIDR is the name of the ServiceCIDR kube-apiserver makes of its flags.
 const defaultServiceCIDR = "kubernetes"
 
@@ -422,12 +424,10 @@ func (a *clusterIPAllocators) newMismatched(ctx context.Context, cfg *clusterip.
 		cfg.Mode = featuregate.IPAddressOnly
 		return clusterip.New(ctx, *cfg)
 	case featuregate.Legacy:
+		stores := cfg.Bitmaps.(etcdstore.Stores) // as clusterIPConfig builds it
 		for i, r := range cfg.Ranges {
-			key := etcdstore.ServiceIPsKey(cfg.EtcdPrefix)
-			if i > 0 {
-				key = etcdstore.SecondaryServiceIPsKey(cfg.EtcdPrefix)
-			}
-			if err := rewriteBitmap(ctx, cfg.Client, etcdstore.New(cfg.Etcd, key), r); err != nil {
+			key := etcdstore.KeyFor(stores.Prefix, i)
+			if err := rewriteBitmap(ctx, cfg.Client, etcdstore.New(stores.Client, key), r); err != nil {
 				return nil, fmt.Errorf("rewrite the bitmap at %s for %s: %w", key, r, err)
 			}
 		}
