@@ -72,6 +72,7 @@ func audit(ctx context.Context, cfg *clusterip.Config) (*world, result, error) {
 	if w.otherRanges > 0 {
 		res.counts["bitmapsOfOtherRange"] = w.otherRanges
 	}
+	res.stale = w.stale
 	return w, res, nil
 }
 
@@ -102,6 +103,11 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 			return nil, err
 		}
 		if w.ipAddresses, err = listIPAddresses(ctx, cfg.Client); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Mode == featuregate.IPAddressOnly && cfg.Bitmaps != nil {
+		if w.stale, err = readStaleBitmaps(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -140,6 +146,29 @@ func readBitmap(ctx context.Context, store bitmap.Store, r netip.Prefix) (b *bit
 		return nil, 0, false, fmt.Errorf("repair: the bitmap at %s: %w", storeName(store), err)
 	}
 	return b, rev, other, nil
+}
+
+// readStaleBitmaps returns the bitmaps cfg.Bitmaps holds for cfg.Ranges, which no allocator
+// reads or writes in IPAddressOnly mode: a DualWrite or Legacy era left them behind, and
+// kube-apiserver never removes them.
+func readStaleBitmaps(ctx context.Context, cfg *clusterip.Config) ([]StaleBitmap, error) {
+	var out []StaleBitmap
+	for i, r := range cfg.Ranges {
+		store := cfg.Bitmaps.Store(i)
+		snap, rev, err := store.Get(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("repair: read the bitmap of %s at %s: %w", r, storeName(store), err)
+		}
+		if rev == 0 {
+			continue
+		}
+		sb := StaleBitmap{Range: r.String(), Key: storeName(store), Revision: rev, StoredRange: snap.Range}
+		if b, _, err := bitmap.Project(snap, r); err == nil {
+			sb.Bits = int(b.Used())
+		}
+		out = append(out, sb)
+	}
+	return out, nil
 }
 
 // listServices lists every Service, a page at a time.

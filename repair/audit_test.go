@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -159,6 +160,54 @@ func TestAuditReadsEveryStoreAndWritesNothing(t *testing.T) {
 				if v := a.GetVerb(); v != "list" && v != "get" {
 					t.Errorf("Audit made a %s call on %s; it must only read (lists, and gets that confirm a missing record)", v, a.GetResource().Resource)
 				}
+			}
+			if got := etcdRevision(t, cli); got != rev {
+				t.Errorf("etcd revision moved from %d to %d: Audit wrote to etcd", rev, got)
+			}
+		})
+	}
+}
+
+// TestAuditReportsTheBitmapsIPAddressOnlyLeftBehind: on a cluster that moved to IPAddressOnly,
+// the bitmaps a Legacy or DualWrite era kept are still in etcd, and no kube-apiserver release
+// removes them. An IPAddressOnly audit given Config.Bitmaps reports each as stale, not as a
+// finding; without Bitmaps it reads no bitmap, and the other modes, which use them, report none.
+func TestAuditReportsTheBitmapsIPAddressOnlyLeftBehind(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	cli := e.TestClient(t)
+	ranges := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}
+	storeBitmap(t, cli, etcdstore.ServiceIPsKey(""), bits(t, "10.0.0.0/24", "10.0.0.10", "10.0.0.11"))
+	objects := []runtime.Object{testenv.ServiceCIDR("kubernetes", "10.0.0.0/24", "fd00::/64"),
+		svc("a/ok", "10.0.0.10"), ipAddr("10.0.0.10", "a/ok")}
+	stores := etcdstore.Stores{Client: cli}
+	tests := []struct {
+		name    string
+		mode    featuregate.Mode
+		bitmaps bitmap.Stores
+		want    []StaleBitmap
+	}{
+		{name: "IPAddressOnly with the bitmaps' store", mode: featuregate.IPAddressOnly, bitmaps: stores, want: []StaleBitmap{
+			{Range: "10.0.0.0/24", Key: "/registry/ranges/serviceips", StoredRange: "10.0.0.0/24", Bits: 2}}},
+		{name: "IPAddressOnly without it", mode: featuregate.IPAddressOnly},
+		{name: "DualWrite, which uses them", mode: featuregate.DualWrite, bitmaps: stores},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rev := etcdRevision(t, cli)
+			rep, err := Audit(t.Context(), clusterip.Config{Mode: tt.mode, Ranges: ranges, Client: fake.NewClientset(objects...), Bitmaps: tt.bitmaps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, rep.StaleBitmaps, cmpopts.IgnoreFields(StaleBitmap{}, "Revision"), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("StaleBitmaps (-want +got):\n%s", diff)
+			}
+			for _, b := range rep.StaleBitmaps {
+				if b.Revision <= 0 {
+					t.Errorf("stale bitmap at %s has revision %d, want its etcd mod revision", b.Key, b.Revision)
+				}
+			}
+			if tt.mode == featuregate.IPAddressOnly && !rep.Consistent {
+				t.Errorf("a stale bitmap made the report inconsistent: %+v", rep.Findings)
 			}
 			if got := etcdRevision(t, cli); got != rev {
 				t.Errorf("etcd revision moved from %d to %d: Audit wrote to etcd", rev, got)

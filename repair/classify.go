@@ -35,6 +35,9 @@ type world struct {
 	// otherRanges counts the bitmaps stored for another range than their flag range, read as
 	// the bits of it their flag range serves.
 	otherRanges int
+	// stale are the bitmaps found in IPAddressOnly mode, which no allocator of that mode reads or
+	// writes: what a Legacy or DualWrite era left behind.
+	stale []StaleBitmap
 }
 
 // finding is a Finding with the objects it concerns, for the repair controller.
@@ -75,6 +78,7 @@ type invalidEntry struct {
 type result struct {
 	findings []finding // sorted as Report.Findings
 	counts   map[string]int
+	stale    []StaleBitmap
 }
 
 // classify judges w: each IP with a problem gets one finding, of the first Class that applies
@@ -439,7 +443,7 @@ func rangesString(bms []*bitmap.Allocator) string {
 
 // report builds the public Report of r.
 func (r result) report(mode featuregate.Mode) *Report {
-	rep := &Report{Mode: mode.String(), Counts: r.counts, Findings: make([]Finding, len(r.findings))}
+	rep := &Report{Mode: mode.String(), Counts: r.counts, Findings: make([]Finding, len(r.findings)), StaleBitmaps: r.stale}
 	for i, f := range r.findings {
 		rep.Findings[i] = f.Finding
 	}

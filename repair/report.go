@@ -101,6 +101,26 @@ type Report struct {
 	// Findings are sorted by IP (as addresses, IPv4 first; unparsable strings last), then by
 	// class precedence. Never nil: [] when consistent.
 	Findings []Finding `json:"findings"`
+	// StaleBitmaps are the bitmaps kube-apiserver's Legacy and DualWrite modes kept, found by an
+	// IPAddressOnly audit given Config.Bitmaps: no allocator of that mode reads or writes them, and
+	// no kube-apiserver release removes them. They are not findings (the allocations are in the
+	// IPAddress objects) and leave Consistent as it is. Empty in the other modes, where the
+	// bitmaps are in use.
+	StaleBitmaps []StaleBitmap `json:"staleBitmaps,omitempty"`
+}
+
+// StaleBitmap is a bitmap left in the store of a flag range in IPAddressOnly mode.
+type StaleBitmap struct {
+	// Range is the flag range whose store holds it, such as "10.96.0.0/16".
+	Range string `json:"range"`
+	// Key names where it is kept, such as "/registry/ranges/serviceips".
+	Key string `json:"key"`
+	// StoredRange is the range the bitmap was written for (another than Range if the flag changed).
+	StoredRange string `json:"storedRange"`
+	// Bits is the number of addresses of Range set in it.
+	Bits int `json:"bits"`
+	// Revision is the store's revision of it (etcd's mod revision for etcdstore).
+	Revision int64 `json:"revision"`
 }
 
 // Count keys of a Report that are not classes.

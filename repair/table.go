@@ -35,5 +35,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.IP, f.Class, svc, f.Detail)
 		}
 	}
+	if len(r.StaleBitmaps) > 0 {
+		fmt.Fprintf(tw, "\nStale bitmaps: IPAddressOnly mode neither reads nor writes them; a Legacy or DualWrite era left them.\n")
+		fmt.Fprintln(tw, "RANGE\tKEY\tSTORED RANGE\tBITS\tREVISION")
+		for _, b := range r.StaleBitmaps {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", b.Range, b.Key, b.StoredRange, b.Bits, b.Revision)
+		}
+	}
 	return tw.Flush()
 }
