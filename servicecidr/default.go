@@ -19,10 +19,10 @@ import (
 	networkingv1apply "k8s.io/client-go/applyconfigurations/networking/v1"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/component-base/compatibility"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/compatibility"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
