@@ -43,6 +43,27 @@ func waitNotReady(t *testing.T, a *Allocators) *NotReadyError {
 	return nre
 }
 
+// waitNotReadyFor waits until WaitReady answers a *NotReadyError of cause, failing t after
+// testenv.WaitTimeout. The allocators learn of a change of a ServiceCIDR from their informer after
+// the API server has it (a ServiceCIDR created without conditions is ready until they see the
+// Ready=False written after it), so a test that has just changed one waits for them to catch up.
+func waitNotReadyFor(t *testing.T, a *Allocators, cause error) *NotReadyError {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(testenv.WaitTimeout); time.Now().Before(deadline); {
+		ctx, cancel := context.WithTimeout(context.Background(), notReadyWait)
+		err := a.WaitReady(ctx)
+		cancel()
+		var nre *NotReadyError
+		if errors.As(err, &nre) && errors.Is(err, cause) {
+			return nre
+		}
+		last = err
+	}
+	t.Fatalf("WaitReady() = %v, want a *NotReadyError matching %v", last, cause)
+	return nil
+}
+
 // checkNotReady checks e against the cause, family and detail wanted.
 func checkNotReady(t *testing.T, e *NotReadyError, cause error, family corev1.IPFamily, detail string) {
 	t.Helper()
@@ -219,7 +240,7 @@ func TestWaitReadyOnKubeAPIServer(t *testing.T) {
 		t.Fatalf("set Ready=False: %v", err)
 	}
 	waitForCache(t, inf, sc)
-	e := waitNotReady(t, a)
+	e := waitNotReadyFor(t, a, ErrServiceCIDRNotReady)
 	checkNotReady(t, e, ErrServiceCIDRNotReady, corev1.IPv4Protocol, `ServiceCIDR "extra" [10.100.0.0/24] has condition Ready=False (reason "NetworkNotProgrammed", message "routes are missing")`)
 	if e.ServiceCIDR != "extra" || e.Condition == nil || e.Condition.Reason != "NetworkNotProgrammed" {
 		t.Errorf("ServiceCIDR = %q, Condition = %+v; want extra with reason NetworkNotProgrammed", e.ServiceCIDR, e.Condition)
