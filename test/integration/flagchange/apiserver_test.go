@@ -22,6 +22,7 @@ import (
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/repair"
+	"github.com/kube-ipam/clusterip/test/integration/internal/clustertest"
 )
 
 // The --service-cluster-ip-range of the first and of the second run of the flag-change tests
@@ -81,7 +82,7 @@ func TestLegacyStartsOverKubeAPIServersBitmapOfAnotherRange(t *testing.T) {
 	before := storedBitmapAfterLegacyRun(t, etcd, prefix)
 	ctx := context.Background()
 
-	cfg := clusterip.Config{Mode: featuregate.Legacy, Ranges: []netip.Prefix{netip.MustParsePrefix(flagAfter)}, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}}
+	cfg := clusterip.Config{Mode: featuregate.Legacy, Version: clustertest.StockVersion(t), Ranges: []netip.Prefix{netip.MustParsePrefix(flagAfter)}, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}}
 	a, err := clusterip.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("New(Legacy, %s) over kube-apiserver's bitmap of %s = %v, want nil", flagAfter, flagBefore, err)
@@ -168,7 +169,7 @@ func TestDualWriteAnswersAsKubeAPIServerOverABitmapOfAnotherRange(t *testing.T) 
 
 	stock := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{ServiceClusterIPRange: flagAfter, EtcdPrefix: prefix})
 	cidrs := waitForDefaultServiceCIDR(t, stock.Client)
-	cfg := clusterip.Config{Mode: featuregate.DualWrite, Ranges: []netip.Prefix{netip.MustParsePrefix(flagAfter)}, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}, Client: stock.Client}
+	cfg := clusterip.Config{Mode: featuregate.DualWrite, Version: clustertest.StockVersion(t), Ranges: []netip.Prefix{netip.MustParsePrefix(flagAfter)}, Bitmaps: etcdstore.Stores{Client: cli, Prefix: prefix}, Client: stock.Client}
 	ours := startFlagServer(t, cfg, stock.Client, cidrs)
 
 	tests := []struct {

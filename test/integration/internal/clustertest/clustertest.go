@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/compatibility"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip"
@@ -192,3 +193,15 @@ func InBitmapWindow(r netip.Prefix, ip netip.Addr) bool {
 
 // FamilyOf returns the IP family of ip.
 func FamilyOf(ip netip.Addr) corev1.IPFamily { return allocator.FamilyOf(ip) }
+
+// StockVersion returns the compatibility version of the stock kube-apiserver the tests run
+// (testenv.KubeAPIServerVersion, emulating its own minor): the Config.Version of allocators whose
+// answers a test compares with that server's.
+func StockVersion(t testing.TB) compatibility.EffectiveVersion {
+	t.Helper()
+	v, err := featuregate.KubeVersion(testenv.KubeAPIServerVersion, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
