@@ -159,7 +159,7 @@ func buildFork(ctx context.Context, root, work, out string) error {
 	if err := copyFile(filepath.Join(modDir, "go.sum"), filepath.Join(work, "go.sum")); err != nil {
 		return err
 	}
-	return goBuild(ctx, modDir, out, "the kube-apiserver "+KubeAPIServerVersion+" fork",
+	return goBuild(ctx, modDir, out, KubeAPIServerVersion, "the kube-apiserver "+KubeAPIServerVersion+" fork",
 		"-modfile", filepath.Join(work, "go.mod"), "-overlay", filepath.Join(work, "overlay.json"))
 }
 

@@ -1,6 +1,6 @@
-// Module kubeapiserver builds a real kube-apiserver for the integration tests.
+// Module v1.33.13 builds stock kube-apiserver v1.33.13 for the integration tests (written by ../new-release.sh).
 // It is a separate module so that k8s.io/kubernetes never enters the library's module graph.
-module github.com/kube-ipam/clusterip/internal/kubeapiserver
+module github.com/kube-ipam/clusterip/internal/kubeapiserver/v1.33.13
 
 go 1.24.0
 
@@ -161,4 +161,6 @@ replace (
 	k8s.io/mount-utils => k8s.io/mount-utils v0.33.13
 	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.33.13
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.33.13
+	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.33.13
+	k8s.io/sample-controller => k8s.io/sample-controller v0.33.13
 )
