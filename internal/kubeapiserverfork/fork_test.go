@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -38,23 +39,36 @@ var modeGates = []struct {
 	{featuregate.IPAddressOnly, "DisableAllocatorDualWrite=true"},
 }
 
+// releaseEnv names the environment variable that selects the release whose fork the tests run,
+// beside stock kube-apiserver of the same release, such as "v1.37.2". Defaults to
+// localcluster.KubeAPIServerVersion.
+const releaseEnv = "CLUSTERIP_FORK_RELEASE"
+
+// release returns the release the tests run, from releaseEnv.
+func release() string {
+	if r := os.Getenv(releaseEnv); r != "" {
+		return r
+	}
+	return localcluster.KubeAPIServerVersion
+}
+
 // forkBinary returns the fork's binary, building it if needed; it skips t in -short mode.
 func forkBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver fork test in -short mode")
 	}
-	bin, err := localcluster.KubeAPIServerForkBinary(context.Background())
+	bin, err := localcluster.KubeAPIServerForkReleaseBinary(context.Background(), release())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
 }
 
-// stockBinary returns the stock kube-apiserver v1.33.13, building it if needed.
+// stockBinary returns stock kube-apiserver of the same release, building it if needed.
 func stockBinary(t *testing.T) string {
 	t.Helper()
-	bin, err := localcluster.KubeAPIServerBinary(context.Background())
+	bin, err := localcluster.KubeAPIServerReleaseBinary(context.Background(), release())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +81,7 @@ func TestForkAnswersVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s --version: %v\n%s", bin, err, out)
 	}
-	if got, want := strings.TrimSpace(string(out)), "Kubernetes "+localcluster.KubeAPIServerVersion; got != want {
+	if got, want := strings.TrimSpace(string(out)), "Kubernetes "+release(); got != want {
 		t.Errorf("--version = %q, want %q", got, want)
 	}
 }

@@ -90,7 +90,7 @@ func TestUpstreamIntegration(t *testing.T) {
 			sides = append(sides, side)
 		}
 	}
-	dir, forkFlags, err := localcluster.KubeAPIServerForkGoFlags(context.Background(), t.TempDir())
+	dir, forkFlags, err := localcluster.KubeAPIServerForkGoFlags(context.Background(), release(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-// This file is not part of Kubernetes: the kube-apiserver fork of
-// github.com/kube-ipam/clusterip adds it to package k8s.io/kubernetes/pkg/registry/core/rest with
-// go build -overlay. It puts clusterip's allocators behind kube-apiserver's ipallocator.Interface,
-// and runs them and clusterip's repair controller in place of kube-apiserver's own.
+// This file is not part of Kubernetes: the kube-apiserver v1.33.13 fork of
+// github.com/kube-ipam/clusterip (forks/v1.33.13 in its repository) adds it to package
+// k8s.io/kubernetes/pkg/registry/core/rest. It puts clusterip's allocators behind kube-apiserver's
+// ipallocator.Interface, and runs them and clusterip's repair controller in place of
+// kube-apiserver's own.
 
 package rest
 
