@@ -30,14 +30,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/events"
+	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/tracing"
 	"k8s.io/klog/v2"
@@ -117,6 +120,14 @@ func clusterIPMode() featuregate.Mode {
 	return featuregate.IPAddressOnly
 }
 
+// clusterIPVersion returns the kube-apiserver version whose semantics the allocators must have,
+// as component-base's compatibility registry holds it for kube-apiserver: this binary's version
+// and the version it emulates (--emulated-version, the binary's own by default).
+func clusterIPVersion() (binary, emulated *version.Version) {
+	v := compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent)
+	return v.BinaryVersion(), v.EmulationVersion()
+}
+
 // newClusterIPAllocators checks the --service-cluster-ip-range flag as clusterip does and returns
 // the allocators of its families: the primary (the flag's first range), and every family's. It
 // registers the ServiceCIDR and IPAddress informers the allocators will use, so that the generic
@@ -166,6 +177,13 @@ func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 		Informers:  a.config.Informers,
 		Registerer: legacyregistry.Registerer(),
 	}
+	// The one place the fork tells the library which release's semantics to have: this binary's
+	// version and the version it emulates (clusterIPVersion). MERGE (issue 26 part 2): set them
+	// as clusterip.Config's Version here once the library has that field; until then the library
+	// answers as its default release does. The mode above already follows --emulated-version,
+	// through the server's own feature gates.
+	binary, emulated := clusterIPVersion()
+	klog.V(2).InfoS("ClusterIP allocators configured", "mode", a.mode, "binaryVersion", binary, "emulatedVersion", emulated)
 	client, err := kubernetes.NewForConfig(a.config.LoopbackClientConfig)
 	if err != nil {
 		return cfg, err
