@@ -120,12 +120,15 @@ func clusterIPMode() featuregate.Mode {
 	return featuregate.IPAddressOnly
 }
 
-// clusterIPVersion returns the kube-apiserver version whose semantics the allocators must have,
-// as component-base's compatibility registry holds it for kube-apiserver: this binary's version
-// and the version it emulates (--emulated-version, the binary's own by default).
+// clusterIPVersion returns the kube-apiserver version whose semantics the allocators must have:
+// this binary's version, as component-base's compatibility registry holds it for kube-apiserver,
+// and the version it emulates (--emulated-version, the binary's own by default), as the feature
+// gates hold it that select the mode. The gates are the process's, which every server in it
+// obeys; kube-apiserver's in-process test server keeps a compatibility registry of its own, but
+// sets the gates' emulated version from it.
 func clusterIPVersion() (binary, emulated *version.Version) {
-	v := compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent)
-	return v.BinaryVersion(), v.EmulationVersion()
+	binary = compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent).BinaryVersion()
+	return binary, utilfeature.DefaultMutableFeatureGate.EmulationVersion()
 }
 
 // newClusterIPAllocators checks the --service-cluster-ip-range flag as clusterip does and returns
