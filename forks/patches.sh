@@ -3,6 +3,12 @@
 #
 #	forks/patches.sh make v1.37.2    # (re)writes forks/v1.37.2/v1.37.2-clusterip.patch
 #	forks/patches.sh check           # every forks/v*/, or the releases named
+#	forks/patches.sh module v1.37.2  # writes forks/v1.37.2/go.mod and go.sum for a new release
+#
+# "module" writes the build module of a new release's fork: it requires k8s.io/kubernetes at the
+# release and the library (replaced by this checkout), replaces each staging module the release
+# names by its published v0.<minor>.<patch>, copies the release's go and godebug lines, and lets
+# "go mod tidy" pin everything else at what the release's go.mod says, plus what files/ imports.
 #
 # "make" builds the whole change from what the build applies, forks/<release>/patches/*.patch (the
 # upstream files changed) and forks/<release>/files/ (the files added, at their path in the
@@ -58,9 +64,49 @@ whole() {
 	"${git[@]}" diff --cached --no-color --no-ext-diff --no-renames
 }
 
+# module writes forks/$1/go.mod and go.sum.
+module() {
+	local rel=$1 gomod
+	[[ $rel =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { echo "patches.sh: $rel is not a release like v1.37.2" >&2; return 2; }
+	local staging=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}
+	gomod=$(cd "$forks" && go mod download -json "k8s.io/kubernetes@$rel" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+	[ -n "$gomod" ] || { echo "patches.sh: cannot download k8s.io/kubernetes@$rel" >&2; return 1; }
+	mkdir -p "$forks/$rel"
+	{
+		echo "// Module $rel builds the kube-apiserver $rel fork whose Service ClusterIP allocators are"
+		echo "// clusterip's, from the pristine k8s.io/kubernetes module plus patches/ and files/ (see README.md):"
+		echo "// its requirements are those of kube-apiserver and of files/, the versions a fork at $rel ends"
+		echo "// up with. It is a separate module so that k8s.io/kubernetes never enters the library's module graph."
+		echo "module github.com/kube-ipam/clusterip/forks/$rel"
+		echo
+		grep -E '^go [0-9]' "$gomod"
+		echo
+		grep -E '^godebug ' "$gomod" || true
+		echo
+		echo "tool k8s.io/kubernetes/cmd/kube-apiserver"
+		echo
+		echo "require ("
+		echo "	github.com/kube-ipam/clusterip v0.0.0"
+		echo "	k8s.io/kubernetes $rel"
+		echo ")"
+		echo
+		echo "replace github.com/kube-ipam/clusterip => ../.."
+		echo
+		echo "replace ("
+		sed -n 's|^\t\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*$|\t\1 => \1 '"$staging"'|p' "$gomod"
+		echo ")"
+	} >"$forks/$rel/go.mod"
+	(cd "$forks/$rel" && go mod tidy)
+	echo "wrote forks/$rel/go.mod and go.sum"
+}
+
 cmd=${1:-}
 shift || true
 case $cmd in
+module)
+	[ $# -gt 0 ] || { echo "usage: patches.sh module <release>..." >&2; exit 2; }
+	for rel in "$@"; do module "$rel"; done
+	;;
 make)
 	[ $# -gt 0 ] || { echo "usage: patches.sh make <release>..." >&2; exit 2; }
 	for rel in "$@"; do
@@ -98,7 +144,7 @@ check)
 	exit $status
 	;;
 *)
-	echo "usage: patches.sh make <release>... | check [<release>...]" >&2
+	echo "usage: patches.sh make <release>... | check [<release>...] | module <release>..." >&2
 	exit 2
 	;;
 esac
