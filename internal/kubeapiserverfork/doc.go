@@ -19,8 +19,8 @@
 //     files/pkg/registry/core/rest/clusterip_ipaddresses.go chooses how the allocators write
 //     their IPAddress objects (below).
 //
-// Where clusterip alone would behave otherwise than kube-apiserver v1.33, the adapter does as
-// kube-apiserver does: the allocators are built in the hook (clusterip.New may list IPAddress
+// Where clusterip alone would behave otherwise than kube-apiserver of the fork's release, the
+// adapter does as kube-apiserver does: the allocators are built in the hook (clusterip.New may list IPAddress
 // objects, which needs the server serving); a Service holding a ClusterIP without an IPAddress
 // object (a Legacy peer's) gets a repair pass within seconds, not at the next interval; and a
 // bitmap stored for another range than the flags does not stop start-up (DualWrite allocates
@@ -42,7 +42,7 @@
 // TestForkIPAddressObjectsMatchStock, TestForkAuditsAndAdmitsIPAddressWritesAsStock and
 // TestForkEncryptsIPAddressesAsStock compare both paths with stock.
 //
-// Answers that differ from stock v1.33.13's on purpose: a dry-run create of a Service asking for
+// Answers that differ from stock's on purpose, in every release: a dry-run create of a Service asking for
 // a ClusterIP that is already allocated is refused as the real create is (422, "failed to
 // allocate IP …: provided IP is already allocated"), where stock's dry run admits it
 // (TestForkErrorsMatchStock).
@@ -60,9 +60,12 @@
 //
 // The tests (skipped with -short) run from this directory with GOWORK=off, because this module
 // is not in the repository's go.work. They test the fork of one release beside stock
-// kube-apiserver of the same release, v1.33.13 unless CLUSTERIP_FORK_RELEASE names another:
+// kube-apiserver of the same release, v1.33.13 unless CLUSTERIP_FORK_RELEASE names another, in
+// each gate combination of that release (releaseModes; a v1.37 binary, for one, has no Legacy
+// mode and dual writes only at --emulated-version=1.34):
 //
 //	cd internal/kubeapiserverfork && GOWORK=off go test -v .
+//	cd internal/kubeapiserverfork && CLUSTERIP_FORK_RELEASE=v1.37.2 GOWORK=off go test -v .
 //
 // TestUpstreamIntegration also runs kube-apiserver's own integration tests of Service
 // ClusterIPs on the stock code and on the fork's, side by side (they start kube-apiserver
