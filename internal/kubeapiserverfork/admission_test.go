@@ -124,26 +124,27 @@ func ipAddressWrites(t *testing.T, s *testenv.KubeAPIServer, user, ip string) []
 // the answer stock gives; with the registry write path, an operator's choice, they are neither.
 func TestForkAuditsAndAdmitsIPAddressWritesAsStock(t *testing.T) {
 	sides := forkSides(t)
-	for _, mg := range modeGates {
-		if mg.mode == featuregate.Legacy {
-			continue
+	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
+		mg, ok := modeOf(t, mode)
+		if !ok {
+			t.Fatalf("kube-apiserver %s has no %s mode", release(), mode)
 		}
 		t.Run(mg.mode.String(), func(t *testing.T) {
-			auditsAndAdmits(t, mg.gates, sides)
+			auditsAndAdmits(t, mg, sides)
 		})
 	}
 }
 
-// auditsAndAdmits is TestForkAuditsAndAdmitsIPAddressWritesAsStock with the feature gates gates.
-func auditsAndAdmits(t *testing.T, gates string, sides []forkSide) {
+// auditsAndAdmits is TestForkAuditsAndAdmitsIPAddressWritesAsStock in mode mg.
+func auditsAndAdmits(t *testing.T, mg modeGate, sides []forkSide) {
 	const apiserverUser = "system:apiserver"
 	denied := map[string]answer{}
 	for _, side := range sides {
 		t.Run(side.name, func(t *testing.T) {
 			etcd := testenv.NewEtcd(t)
-			s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
-				Binary: side.bin, ServiceClusterIPRange: v4Range, FeatureGates: gates, Env: side.env, AuditLog: true,
-			})
+			opts := mg.options(side.bin, v4Range)
+			opts.Env, opts.AuditLog = side.env, true
+			s := testenv.NewKubeAPIServer(t, etcd, opts)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			denyIPAddresses(ctx, t, s)

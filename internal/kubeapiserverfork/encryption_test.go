@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -43,8 +45,20 @@ func forkSides(t *testing.T) []forkSide {
 	return []forkSide{{"stock", stock, nil}, {"fork", fork, nil}, {"fork/registry", fork, writePaths[1].env}}
 }
 
-// ipAddressOnlyGates are kube-apiserver v1.33's feature gates of IPAddressOnly mode.
-const ipAddressOnlyGates = "DisableAllocatorDualWrite=true"
+// ipAddressOnlyOptions returns the options of a kube-apiserver bin of the release under test in
+// IPAddressOnly mode, serving v4Range, with env added to its environment and an encryption
+// configuration.
+func ipAddressOnlyOptions(t *testing.T, bin string, env []string, encryptionConfig string) testenv.KubeAPIServerOptions {
+	t.Helper()
+	mg, ok := modeOf(t, featuregate.IPAddressOnly)
+	if !ok {
+		t.Fatalf("kube-apiserver %s has no IPAddressOnly mode", release())
+	}
+	opts := mg.options(bin, v4Range)
+	opts.Env = env
+	opts.ExtraArgs = append(slices.Clip(opts.ExtraArgs), "--encryption-provider-config="+encryptionConfig)
+	return opts
+}
 
 // aescbcKey is a named AES-CBC key of an EncryptionConfiguration.
 type aescbcKey struct{ name, secret string }
@@ -168,10 +182,7 @@ func TestForkEncryptsIPAddressesAsStock(t *testing.T) {
 				key := newAESCBCKey(t, "key1")
 				config := writeEncryptionConfig(t, t.TempDir(), everyResource, identity, key)
 				start := func(bin string, env []string) *testenv.KubeAPIServer {
-					return testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
-						Binary: bin, ServiceClusterIPRange: v4Range, FeatureGates: ipAddressOnlyGates, Env: env,
-						ExtraArgs: []string{"--encryption-provider-config=" + config},
-					})
+					return testenv.NewKubeAPIServer(t, etcd, ipAddressOnlyOptions(t, bin, env, config))
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
@@ -230,10 +241,7 @@ func TestForkIPAddressesSurviveKeyRotation(t *testing.T) {
 					bin string
 					env []string
 				}{{stock, nil}, {fork, wp.env}} {
-					servers = append(servers, testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
-						Binary: side.bin, ServiceClusterIPRange: v4Range, FeatureGates: ipAddressOnlyGates, Env: side.env,
-						ExtraArgs: []string{"--encryption-provider-config=" + config},
-					}))
+					servers = append(servers, testenv.NewKubeAPIServer(t, etcd, ipAddressOnlyOptions(t, side.bin, side.env, config)))
 				}
 			}
 			// ips are the Services' addresses, by Service name; even ones are stock's.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -28,15 +29,92 @@ import (
 	"github.com/kube-ipam/clusterip/repair"
 )
 
-// The feature gates of each mode, as kube-apiserver v1.33 reads them.
-var modeGates = []struct {
+// modeGate is an allocator mode and the flags that select it in kube-apiserver of one release.
+type modeGate struct {
 	mode  featuregate.Mode
-	gates string
-}{
-	{featuregate.DualWrite, ""}, // v1.33's default
-	{featuregate.Legacy, "MultiCIDRServiceAllocator=false"},
-	{featuregate.Legacy, "MultiCIDRServiceAllocator=false,DisableAllocatorDualWrite=true"},
-	{featuregate.IPAddressOnly, "DisableAllocatorDualWrite=true"},
+	gates string   // --feature-gates
+	args  []string // other flags, such as --emulated-version
+}
+
+// name names the mode and its flags in a subtest name.
+func (mg modeGate) name() string {
+	parts := []string{mg.mode.String()}
+	if mg.gates != "" {
+		parts = append(parts, strings.ReplaceAll(mg.gates, "=", "-"))
+	}
+	return strings.Join(append(parts, mg.args...), "/")
+}
+
+// options returns the options of a kube-apiserver bin in mode mg, serving the range cidr.
+func (mg modeGate) options(bin, cidr string) testenv.KubeAPIServerOptions {
+	return testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: cidr, FeatureGates: mg.gates, ExtraArgs: mg.args}
+}
+
+// releaseModes are, for each release with a fork, the flags of every gate combination that
+// selects a mode, as its kube-apiserver reads them, the release's default first. A binary
+// emulates down to its own minor minus 3: v1.35 and v1.36 reach Legacy only at
+// --emulated-version=1.33 (where networking.k8s.io/v1 is served, which the tests read) and dual
+// write at 1.33 or 1.34; a v1.37 binary emulates 1.34 at the lowest, where
+// MultiCIDRServiceAllocator is locked on: it has no Legacy mode, and dual write only at 1.34.
+var releaseModes = map[string][]modeGate{
+	"v1.33.13": {
+		{featuregate.DualWrite, "", nil},
+		{featuregate.Legacy, "MultiCIDRServiceAllocator=false", nil},
+		{featuregate.Legacy, "MultiCIDRServiceAllocator=false,DisableAllocatorDualWrite=true", nil},
+		{featuregate.IPAddressOnly, "DisableAllocatorDualWrite=true", nil},
+	},
+	"v1.35.4": laterModes(),
+	"v1.36.3": laterModes(),
+	"v1.37.2": {
+		{featuregate.IPAddressOnly, "", nil},
+		{featuregate.DualWrite, "DisableAllocatorDualWrite=false", []string{"--emulated-version=1.34"}},
+	},
+}
+
+// laterModes are the gate combinations of v1.35 and v1.36 (see releaseModes).
+func laterModes() []modeGate {
+	return []modeGate{
+		{featuregate.IPAddressOnly, "", nil},
+		{featuregate.DualWrite, "DisableAllocatorDualWrite=false", []string{"--emulated-version=1.34"}},
+		{featuregate.DualWrite, "", []string{"--emulated-version=1.33"}},
+		{featuregate.Legacy, "MultiCIDRServiceAllocator=false", []string{"--emulated-version=1.33"}},
+	}
+}
+
+// modeGates returns the modes of the release under test, failing t if the tests do not know its
+// flags.
+func modeGates(t *testing.T) []modeGate {
+	t.Helper()
+	mgs, ok := releaseModes[release()]
+	if !ok {
+		t.Fatalf("the tests know no feature gates of kube-apiserver %s (releaseModes)", release())
+	}
+	return mgs
+}
+
+// modeOf returns the first gate combination of mode in the release under test, and false if the
+// release has none.
+func modeOf(t *testing.T, mode featuregate.Mode) (modeGate, bool) {
+	t.Helper()
+	for _, mg := range modeGates(t) {
+		if mg.mode == mode {
+			return mg, true
+		}
+	}
+	return modeGate{}, false
+}
+
+// releaseEnv names the environment variable that selects the release whose fork the tests run,
+// beside stock kube-apiserver of the same release, such as "v1.37.2". Defaults to
+// localcluster.KubeAPIServerVersion.
+const releaseEnv = "CLUSTERIP_FORK_RELEASE"
+
+// release returns the release the tests run, from releaseEnv.
+func release() string {
+	if r := os.Getenv(releaseEnv); r != "" {
+		return r
+	}
+	return localcluster.KubeAPIServerVersion
 }
 
 // forkBinary returns the fork's binary, building it if needed; it skips t in -short mode.
@@ -45,17 +123,17 @@ func forkBinary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver fork test in -short mode")
 	}
-	bin, err := localcluster.KubeAPIServerForkBinary(context.Background())
+	bin, err := localcluster.KubeAPIServerForkReleaseBinary(context.Background(), release())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
 }
 
-// stockBinary returns the stock kube-apiserver v1.33.13, building it if needed.
+// stockBinary returns stock kube-apiserver of the same release, building it if needed.
 func stockBinary(t *testing.T) string {
 	t.Helper()
-	bin, err := localcluster.KubeAPIServerBinary(context.Background())
+	bin, err := localcluster.KubeAPIServerReleaseBinary(context.Background(), release())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +146,7 @@ func TestForkAnswersVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s --version: %v\n%s", bin, err, out)
 	}
-	if got, want := strings.TrimSpace(string(out)), "Kubernetes "+localcluster.KubeAPIServerVersion; got != want {
+	if got, want := strings.TrimSpace(string(out)), "Kubernetes "+release(); got != want {
 		t.Errorf("--version = %q, want %q", got, want)
 	}
 }
@@ -80,7 +158,7 @@ const (
 
 // TestForkAllocatesInEveryMode starts the fork in each mode with a dual-stack range and checks
 // that single- and dual-stack Services get addresses from the flag ranges, that a chosen free
-// address is granted and a taken one refused with v1.33's message, and that a Service's delete
+// address is granted and a taken one refused with kube-apiserver's message, and that a Service's delete
 // frees its addresses for reuse.
 func TestForkAllocatesInEveryMode(t *testing.T) {
 	bin := forkBinary(t)
@@ -88,12 +166,10 @@ func TestForkAllocatesInEveryMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mg := range modeGates {
-		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+	for _, mg := range modeGates(t) {
+		t.Run(mg.name(), func(t *testing.T) {
 			etcd := testenv.NewEtcd(t)
-			s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
-				Binary: bin, ServiceClusterIPRange: v4Range + "," + v6Range, FeatureGates: mg.gates,
-			})
+			s := testenv.NewKubeAPIServer(t, etcd, mg.options(bin, v4Range+","+v6Range))
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			svcs := s.Client.CoreV1().Services(metav1.NamespaceDefault)
@@ -185,7 +261,7 @@ func TestForkAllocatesInEveryMode(t *testing.T) {
 	}
 }
 
-// TestForkErrorsMatchStock asks the fork and stock kube-apiserver v1.33.13, in the same mode,
+// TestForkErrorsMatchStock asks the fork and stock kube-apiserver of its release, in the same mode,
 // for the same refused ClusterIPs, and compares the messages.
 func TestForkErrorsMatchStock(t *testing.T) {
 	fork := forkBinary(t)
@@ -193,7 +269,7 @@ func TestForkErrorsMatchStock(t *testing.T) {
 	cases := []struct {
 		name, first, ip string
 		dryRun          bool
-		// improved is the fork's answer where it knowingly differs from stock: v1.33's dry
+		// improved is the fork's answer where it knowingly differs from stock: stock's dry
 		// run admits a taken ClusterIP that the real request then refuses.
 		improved string
 	}{
@@ -204,12 +280,12 @@ func TestForkErrorsMatchStock(t *testing.T) {
 		{"broadcast address", "", "10.96.0.255", false, ""},
 		{"other family", "", "fd00::7", false, ""},
 	}
-	for _, mg := range modeGates {
-		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+	for _, mg := range modeGates(t) {
+		t.Run(mg.name(), func(t *testing.T) {
 			messages := map[string][]string{}
 			for _, bin := range []string{stock, fork} {
 				etcd := testenv.NewEtcd(t)
-				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: v4Range, FeatureGates: mg.gates})
+				s := testenv.NewKubeAPIServer(t, etcd, mg.options(bin, v4Range))
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				svcs := s.Client.CoreV1().Services(metav1.NamespaceDefault)
 				for i, c := range cases {
@@ -237,7 +313,7 @@ func TestForkErrorsMatchStock(t *testing.T) {
 					if got := messages[fork][i]; !strings.Contains(got, c.improved) {
 						t.Errorf("%s (%s): fork: %s, want %q", c.name, c.ip, got, c.improved)
 					}
-					t.Logf("%s: fork: %s; stock v1.33: %s", c.name, messages[fork][i], messages[stock][i])
+					t.Logf("%s: fork: %s; stock %s: %s", c.name, messages[fork][i], release(), messages[stock][i])
 					continue
 				}
 				if got, want := messages[fork][i], messages[stock][i]; got != want {
@@ -251,13 +327,13 @@ func TestForkErrorsMatchStock(t *testing.T) {
 }
 
 // TestForkFullRangeMatchesStock fills a /29 (6 addresses, 1 the kubernetes Service's) through
-// the fork and through stock kube-apiserver v1.33.13 in each mode and compares how many
+// the fork and through stock kube-apiserver of its release in each mode and compares how many
 // Services each admits and the refusal that follows.
 func TestForkFullRangeMatchesStock(t *testing.T) {
 	fork := forkBinary(t)
 	stock := stockBinary(t)
-	for _, mg := range modeGates {
-		t.Run(mg.mode.String()+"/"+strings.ReplaceAll(mg.gates, "=", "-"), func(t *testing.T) {
+	for _, mg := range modeGates(t) {
+		t.Run(mg.name(), func(t *testing.T) {
 			type outcome struct {
 				admitted int
 				refusal  string
@@ -265,7 +341,7 @@ func TestForkFullRangeMatchesStock(t *testing.T) {
 			got := map[string]outcome{}
 			for _, bin := range []string{stock, fork} {
 				etcd := testenv.NewEtcd(t)
-				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: bin, ServiceClusterIPRange: "10.96.0.0/29", FeatureGates: mg.gates})
+				s := testenv.NewKubeAPIServer(t, etcd, mg.options(bin, "10.96.0.0/29"))
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				testenv.WaitForKubernetesService(t, s.Client)
 				var o outcome
@@ -290,8 +366,10 @@ func TestForkFullRangeMatchesStock(t *testing.T) {
 	}
 }
 
-// TestForkBesideStockNoDuplicates runs the fork in DualWrite mode beside a stock kube-apiserver
-// v1.33.13 on one etcd, stock in Legacy mode and then in its default dual write. In each of 3
+// TestForkBesideStockNoDuplicates runs the fork beside a stock kube-apiserver of its release on
+// one etcd (forkPeers: v1.33.13's fork in DualWrite beside stock in Legacy mode and then in its
+// default dual write; v1.37.2's, both in DualWrite at --emulated-version=1.34, then both in
+// IPAddressOnly; v1.35.4's and v1.36.3's, the three). In each of 3
 // rounds both create Services concurrently until the range is nearly full, and no two Services
 // may get the same ClusterIP; between rounds the Services are deleted, beside the dual-writing
 // peer each server deleting the other's. Then it audits the cluster as "clusterip check" does
@@ -306,23 +384,15 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 		workers   = 8
 		rounds    = 3
 	)
-	for _, peer := range []struct {
-		name  string
-		gates string
-		// crossDelete makes the stock server delete the fork's Services between rounds, and the
-		// fork the stock's; otherwise the fork deletes all. A Legacy peer's delete of a fork's
-		// Service clears the bit and leaves its IPAddress object until repair frees it after its
-		// hold-off, so the next round would find the range full of such objects, as it would
-		// with a stock dual-writing server instead of the fork.
-		crossDelete bool
-	}{
-		{"stock-Legacy", "MultiCIDRServiceAllocator=false", false},
-		{"stock-DualWrite", "", true},
-	} {
-		t.Run("fork-DualWrite/"+peer.name, func(t *testing.T) {
+	peers, ok := forkPeers[release()]
+	if !ok {
+		t.Fatalf("the tests know no peers of the kube-apiserver %s fork (forkPeers)", release())
+	}
+	for _, peer := range peers {
+		t.Run("fork-"+peer.fork.mode.String()+"/stock-"+peer.stock.mode.String(), func(t *testing.T) {
 			etcd := testenv.NewEtcd(t)
-			f := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: fork, ServiceClusterIPRange: v4Range})
-			s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: stock, ServiceClusterIPRange: v4Range, FeatureGates: peer.gates})
+			f := testenv.NewKubeAPIServer(t, etcd, peer.fork.options(fork, v4Range))
+			s := testenv.NewKubeAPIServer(t, etcd, peer.stock.options(stock, v4Range))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			servers := []server{{"fork", f.Client}, {"stock", s.Client}}
@@ -361,7 +431,7 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 			// Audit as "clusterip check" does, in the fork's mode. A Legacy peer's Services
 			// have no IPAddress objects: the fork's repair creates them within seconds.
 			start := time.Now()
-			for rep := audit(ctx, t, etcd, f.Client); rep.Counts[string(repair.Missing)] > 0; rep = audit(ctx, t, etcd, f.Client) {
+			for rep := audit(ctx, t, peer.fork.mode, etcd, f.Client); rep.Counts[string(repair.Missing)] > 0; rep = audit(ctx, t, peer.fork.mode, etcd, f.Client) {
 				if time.Since(start) > 20*time.Second {
 					t.Fatalf("the fork left %d Services' IPs without IPAddress objects for 20 s", rep.Counts[string(repair.Missing)])
 				}
@@ -377,8 +447,8 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f = testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: fork, ServiceClusterIPRange: v4Range})
-			rep := audit(ctx, t, etcd, f.Client)
+			f = testenv.NewKubeAPIServer(t, etcd, peer.fork.options(fork, v4Range))
+			rep := audit(ctx, t, peer.fork.mode, etcd, f.Client)
 			if n := rep.Counts[string(repair.Missing)]; n != 0 {
 				t.Errorf("right after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
 			}
@@ -387,6 +457,39 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// forkPeer is a mode of the fork and one of the stock server beside it on one etcd.
+type forkPeer struct {
+	fork, stock modeGate
+	// crossDelete makes the stock server delete the fork's Services between rounds, and the
+	// fork the stock's; otherwise the fork deletes all. A Legacy peer's delete of a fork's
+	// Service clears the bit and leaves its IPAddress object until repair frees it after its
+	// hold-off, so the next round would find the range full of such objects, as it would
+	// with a stock dual-writing server instead of the fork.
+	crossDelete bool
+}
+
+// forkPeers are, for each release with a fork, the pairs TestForkBesideStockNoDuplicates runs.
+var forkPeers = map[string][]forkPeer{
+	"v1.33.13": {
+		{releaseModes["v1.33.13"][0], releaseModes["v1.33.13"][1], false}, // DualWrite, Legacy
+		{releaseModes["v1.33.13"][0], releaseModes["v1.33.13"][0], true},  // DualWrite, DualWrite
+	},
+	"v1.35.4": laterPeers("v1.35.4"),
+	"v1.36.3": laterPeers("v1.36.3"),
+	"v1.37.2": {
+		{releaseModes["v1.37.2"][1], releaseModes["v1.37.2"][1], true}, // DualWrite at emulated 1.34
+		{releaseModes["v1.37.2"][0], releaseModes["v1.37.2"][0], true}, // IPAddressOnly
+	},
+}
+
+// laterPeers are the pairs of v1.35 and v1.36: the fork in dual write at emulated 1.33 beside
+// stock in Legacy at emulated 1.33 (the skew of an upgrade from Legacy), both in dual write at
+// emulated 1.34, and both in IPAddressOnly.
+func laterPeers(rel string) []forkPeer {
+	m := releaseModes[rel]
+	return []forkPeer{{m[2], m[3], false}, {m[1], m[1], true}, {m[0], m[0], true}}
 }
 
 // server is a kube-apiserver under test, by name.
@@ -455,12 +558,15 @@ func countDuplicates(ctx context.Context, t *testing.T, c kubernetes.Interface) 
 	return len(list.Items), dups
 }
 
-// audit runs repair.Audit in DualWrite mode, logs the report in short and fails t for a
-// duplicate owner.
-func audit(ctx context.Context, t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface) *repair.Report {
+// audit runs repair.Audit in mode, logs the report in short and fails t for a duplicate owner.
+func audit(ctx context.Context, t *testing.T, mode featuregate.Mode, etcd *testenv.Etcd, c kubernetes.Interface) *repair.Report {
 	t.Helper()
 	rng, _ := clusterip.ParseRanges(v4Range)
-	rep, err := repair.Audit(ctx, clusterip.Config{Mode: featuregate.DualWrite, Ranges: rng, Bitmaps: etcdstore.Stores{Client: etcd.TestClient(t)}, Client: c})
+	cfg := clusterip.Config{Mode: mode, Ranges: rng, Client: c}
+	if mode != featuregate.IPAddressOnly {
+		cfg.Bitmaps = etcdstore.Stores{Client: etcd.TestClient(t)}
+	}
+	rep, err := repair.Audit(ctx, cfg)
 	if err != nil {
 		t.Fatalf("audit: %v", err)
 	}
@@ -483,15 +589,18 @@ func audit(ctx context.Context, t *testing.T, etcd *testenv.Etcd, c kubernetes.I
 func TestForkIPAddressObjectsMatchStock(t *testing.T) {
 	sides := forkSides(t)
 	const ip = "10.96.0.9"
-	for _, mg := range modeGates {
-		if mg.mode == featuregate.Legacy {
-			continue
+	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
+		mg, ok := modeOf(t, mode)
+		if !ok {
+			t.Fatalf("kube-apiserver %s has no %s mode", release(), mode)
 		}
 		t.Run(mg.mode.String(), func(t *testing.T) {
 			objs := map[string]*networkingv1.IPAddress{}
 			for _, side := range sides {
 				etcd := testenv.NewEtcd(t)
-				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: side.bin, ServiceClusterIPRange: v4Range, FeatureGates: mg.gates, Env: side.env})
+				opts := mg.options(side.bin, v4Range)
+				opts.Env = side.env
+				s := testenv.NewKubeAPIServer(t, etcd, opts)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				ipas := s.Client.NetworkingV1().IPAddresses()
 				w, err := ipas.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + ip})

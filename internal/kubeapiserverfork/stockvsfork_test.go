@@ -44,14 +44,17 @@ const (
 	churnPairs   = 60 // create+delete pairs per worker
 )
 
-// The modes measured, with the feature gates that give each in kube-apiserver v1.33.
-var benchModes = []struct {
-	mode  featuregate.Mode
-	gates string
-}{
-	{featuregate.Legacy, "MultiCIDRServiceAllocator=false"},
-	{featuregate.DualWrite, ""},
-	{featuregate.IPAddressOnly, "DisableAllocatorDualWrite=true"},
+// benchModes returns the modes measured, in this order, that the release under test has, each
+// with the first of its gate combinations in releaseModes.
+func benchModes(t *testing.T) []modeGate {
+	t.Helper()
+	var mgs []modeGate
+	for _, mode := range []featuregate.Mode{featuregate.Legacy, featuregate.DualWrite, featuregate.IPAddressOnly} {
+		if mg, ok := modeOf(t, mode); ok {
+			mgs = append(mgs, mg)
+		}
+	}
+	return mgs
 }
 
 // churnResult is one churn row: benchWorkers workers each create and delete churnPairs Services.
@@ -79,8 +82,8 @@ type scaleResult struct {
 	firstErr         string
 }
 
-// TestStockVsFork measures stock kube-apiserver v1.33.13 and the fork side by side, each in
-// Legacy, DualWrite and IPAddressOnly, each row on a fresh etcd and server with
+// TestStockVsFork measures stock kube-apiserver of its release and the fork side by side, each in
+// Legacy, DualWrite and IPAddressOnly (those of them the release has, see benchModes), each row on a fresh etcd and server with
 // --service-cluster-ip-range=10.96.0.0/16: churn (16 workers × 60 create+delete pairs, then
 // repair.Audit in the row's mode for stale bits and objects; and the CPU time each pair cost the
 // kube-apiserver, the etcd and the test process (its clients), which depends far less than the
@@ -185,11 +188,11 @@ type benchBinary struct{ side, bin string }
 // every binary of bins, in that order, each on a new etcd and a kube-apiserver of its own serving
 // benchRange with the mode's gates.
 func eachModeAndSide(t *testing.T, phase string, bins []benchBinary, measure func(t *testing.T, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer)) {
-	for _, mg := range benchModes {
+	for _, mg := range benchModes(t) {
 		for _, b := range bins {
 			t.Run(phase+"/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
 				etcd := testenv.NewEtcd(t)
-				s := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{Binary: b.bin, ServiceClusterIPRange: benchRange, FeatureGates: mg.gates})
+				s := testenv.NewKubeAPIServer(t, etcd, mg.options(b.bin, benchRange))
 				measure(t, mg.mode, b.side, etcd, s)
 			})
 		}

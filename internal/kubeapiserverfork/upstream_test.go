@@ -63,14 +63,14 @@ func (r *upstreamRun) count(st string) int {
 	return n
 }
 
-// TestUpstreamIntegration runs kube-apiserver v1.33.13's own integration tests of Service
-// ClusterIPs on the fork's code and on the stock code, side by side: they start kube-apiserver
-// in-process, so each side is built with the same go command, module file and -trimpath, the
-// fork's with the fork's patches and overlay (-overlay) and stock's without; both dial the
-// embedded etcd this test starts (KUBE_INTEGRATION_ETCD_URL). It logs a table of every test and
-// subtest, stock's result beside the fork's, and the counts of each side (passed, failed,
-// skipped, started without a result). A test that fails on the fork, or whose result differs
-// from stock's, fails this test unless upstreamDifferences lists it.
+// TestUpstreamIntegration runs kube-apiserver's own integration tests of Service ClusterIPs, of
+// the release under test (CLUSTERIP_FORK_RELEASE), on the fork's code and on the stock code, side
+// by side: they start kube-apiserver in-process, so each side is built with the same go command,
+// module file and -trimpath, the fork's with the fork's patches and new files (-overlay) and
+// stock's without; both dial the embedded etcd this test starts (KUBE_INTEGRATION_ETCD_URL). It
+// logs a table of every test and subtest, stock's result beside the fork's, and the counts of
+// each side (passed, failed, skipped, started without a result). A test that fails on the fork,
+// or whose result differs from stock's, fails this test unless upstreamDifferences lists it.
 func TestUpstreamIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping upstream integration tests in -short mode")
@@ -90,7 +90,7 @@ func TestUpstreamIntegration(t *testing.T) {
 			sides = append(sides, side)
 		}
 	}
-	dir, forkFlags, err := localcluster.KubeAPIServerForkGoFlags(context.Background(), t.TempDir())
+	dir, forkFlags, err := localcluster.KubeAPIServerForkGoFlags(context.Background(), release(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,19 +11,44 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
 
-// KubeAPIServerVersion is the version of the kube-apiserver that
-// [KubeAPIServerBinary] builds. It is v1.33 because v1.34 and later lock the
-// MultiCIDRServiceAllocator feature gate on, and the interop tests need a
+// KubeAPIServerVersion is the release of the kube-apiserver that
+// [KubeAPIServerBinary] builds, the default of [KubeAPIServerReleaseBinary]
+// and [KubeAPIServerOptions.Release]. It is v1.33 because v1.34 and later lock
+// the MultiCIDRServiceAllocator feature gate on, and the interop tests need a
 // peer that still runs the legacy bitmap allocator.
 const KubeAPIServerVersion = "v1.33.13"
 
+// kubeAPIServerReleases are the releases [KubeAPIServerReleaseBinary] builds,
+// oldest first: one per supported minor, each from its nested module
+// internal/kubeapiserver/<release>.
+var kubeAPIServerReleases = []string{"v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2"}
+
+// KubeAPIServerReleases returns the kube-apiserver releases that
+// [KubeAPIServerReleaseBinary] builds, oldest first; [KubeAPIServerVersion] is
+// one of them. The caller may change the slice.
+func KubeAPIServerReleases() []string { return slices.Clone(kubeAPIServerReleases) }
+
 // KubeAPIServerEnv names the environment variable that, when set, gives the
-// path of a kube-apiserver binary to use instead of the cached build.
+// path of a kube-apiserver binary to use instead of the cached build of
+// [KubeAPIServerVersion]. See [KubeAPIServerReleaseEnv] for the other releases.
 const KubeAPIServerEnv = "CLUSTERIP_KUBE_APISERVER"
+
+// KubeAPIServerReleaseEnv returns the name of the environment variable that,
+// when set, gives the path of a kube-apiserver binary to use instead of the
+// cached build of release: CLUSTERIP_KUBE_APISERVER_V1_37 for "v1.37.2", one per
+// minor. For [KubeAPIServerVersion], [KubeAPIServerEnv] comes first.
+func KubeAPIServerReleaseEnv(release string) string {
+	minor := strings.TrimPrefix(release, "v")
+	if i := strings.LastIndexByte(minor, '.'); i > 0 && strings.Count(minor, ".") == 2 {
+		minor = minor[:i]
+	}
+	return KubeAPIServerEnv + "_V" + strings.ReplaceAll(minor, ".", "_")
+}
 
 // modulePath is the path of the library's module, whose go.mod marks the
 // repository root.
@@ -38,31 +63,63 @@ var processStart = time.Now()
 // other builds and tests (load 15-23) the same build took 44 minutes.
 const buildEstimate = "about 7 minutes and 2 GiB of RAM on 2 idle cores, longer on a busy machine"
 
-// KubeAPIServerBinary returns the path of a kube-apiserver binary: the value
-// of $CLUSTERIP_KUBE_APISERVER if it is set, else
-// <repo root>/.cache/kube-apiserver-v1.33.13/kube-apiserver.
-//
-// If the cached binary is missing, KubeAPIServerBinary builds it from the
-// nested module internal/kubeapiserver with "go build", which takes about
-// 7 minutes and 2 GiB of RAM on 2 cores; it says so once on stderr when it
-// starts. Concurrent callers, in this process or in other test binaries, wait
-// on a file lock in .cache and build it once; if a build failed since the
-// calling process started, they return its error instead of building again.
-// The build runs at a lower CPU priority, and cancelling ctx stops the wait
-// or the build. It fails if the repository root cannot be found from the
-// source location or the working directory.
+// KubeAPIServerBinary returns the path of a kube-apiserver [KubeAPIServerVersion]
+// binary, as [KubeAPIServerReleaseBinary] does for that release.
 func KubeAPIServerBinary(ctx context.Context) (string, error) {
-	if p, set, err := envBinary(); set {
+	return KubeAPIServerReleaseBinary(ctx, KubeAPIServerVersion)
+}
+
+// KubeAPIServerReleaseBinary returns the path of a stock kube-apiserver binary of
+// release, one of [KubeAPIServerReleases]; "" means [KubeAPIServerVersion]. It is
+// the value of $CLUSTERIP_KUBE_APISERVER (for [KubeAPIServerVersion] only) or of
+// [KubeAPIServerReleaseEnv] if set, else
+// <repo root>/.cache/kube-apiserver-<release>/kube-apiserver.
+//
+// If the cached binary is missing, KubeAPIServerReleaseBinary builds it from the
+// nested module internal/kubeapiserver/<release> with "go build", which takes
+// about 7 minutes and 2 GiB of RAM on 2 cores (v1.37, 10 minutes); it says so
+// once on stderr when it starts. The binary answers --version with release.
+// Concurrent callers, in this process or in other test binaries, wait on a file
+// lock in .cache and build it once; if a build failed since the calling process
+// started, they return its error instead of building again. The build runs at a
+// lower CPU priority, and cancelling ctx stops the wait or the build. It fails
+// for a release that is not supported, and if the repository root cannot be
+// found from the source location or the working directory.
+func KubeAPIServerReleaseBinary(ctx context.Context, release string) (string, error) {
+	release, err := checkRelease(release)
+	if err != nil {
+		return "", err
+	}
+	if p, set, err := envBinary(release); set {
 		return p, err
 	}
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	modDir := filepath.Join(root, "internal", "kubeapiserver")
-	return cachedBuild(ctx, filepath.Join(root, ".cache"), func(ctx context.Context, out string) error {
-		return goBuild(ctx, modDir, out, "kube-apiserver "+KubeAPIServerVersion)
-	}, notify)
+	modDir := stockModuleDir(root, release)
+	return cachedBuildAt(ctx, cachedReleaseBinary(filepath.Join(root, ".cache"), release), "kube-apiserver "+release, buildEstimate,
+		func(ctx context.Context, out string) error {
+			return goBuild(ctx, modDir, out, release, "kube-apiserver "+release)
+		}, notify)
+}
+
+// checkRelease returns release, or [KubeAPIServerVersion] for "", and an error
+// naming the supported releases if it is not one of them.
+func checkRelease(release string) (string, error) {
+	if release == "" {
+		return KubeAPIServerVersion, nil
+	}
+	if !slices.Contains(kubeAPIServerReleases, release) {
+		return "", fmt.Errorf("localcluster: kube-apiserver %s is not a supported release (%s)",
+			release, strings.Join(kubeAPIServerReleases, ", "))
+	}
+	return release, nil
+}
+
+// stockModuleDir returns the nested module that builds stock kube-apiserver release.
+func stockModuleDir(root, release string) string {
+	return filepath.Join(root, "internal", "kubeapiserver", release)
 }
 
 // CachedKubeAPIServerBinary returns the path of the kube-apiserver binary that
@@ -73,7 +130,7 @@ func KubeAPIServerBinary(ctx context.Context) (string, error) {
 // also fails if the repository root cannot be found. It is for callers that
 // use a kube-apiserver only when one is at hand, such as "clusterip bench".
 func CachedKubeAPIServerBinary() (string, error) {
-	if p, set, err := envBinary(); set {
+	if p, set, err := envBinary(KubeAPIServerVersion); set {
 		return p, err
 	}
 	root, err := repoRoot()
@@ -88,22 +145,36 @@ func CachedKubeAPIServerBinary() (string, error) {
 	return bin, nil
 }
 
-// envBinary returns $CLUSTERIP_KUBE_APISERVER and whether it is set; if it
-// is set, err reports a missing file.
-func envBinary() (path string, set bool, err error) {
-	p := os.Getenv(KubeAPIServerEnv)
-	if p == "" {
-		return "", false, nil
+// envBinary returns the binary the environment names for release
+// ($CLUSTERIP_KUBE_APISERVER for [KubeAPIServerVersion], then
+// [KubeAPIServerReleaseEnv]) and whether one is set; if one is, err reports a
+// missing file.
+func envBinary(release string) (path string, set bool, err error) {
+	names := []string{KubeAPIServerReleaseEnv(release)}
+	if release == KubeAPIServerVersion {
+		names = append([]string{KubeAPIServerEnv}, names...)
 	}
-	if _, err := os.Stat(p); err != nil {
-		return "", true, fmt.Errorf("localcluster: $%s: %w", KubeAPIServerEnv, err)
+	for _, name := range names {
+		p := os.Getenv(name)
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", true, fmt.Errorf("localcluster: $%s: %w", name, err)
+		}
+		return p, true, nil
 	}
-	return p, true, nil
+	return "", false, nil
 }
 
 // cachedBinary returns where the build of [KubeAPIServerVersion] is cached under cacheDir.
 func cachedBinary(cacheDir string) string {
-	return filepath.Join(cacheDir, "kube-apiserver-"+KubeAPIServerVersion, "kube-apiserver")
+	return cachedReleaseBinary(cacheDir, KubeAPIServerVersion)
+}
+
+// cachedReleaseBinary returns where the stock build of release is cached under cacheDir.
+func cachedReleaseBinary(cacheDir, release string) string {
+	return filepath.Join(cacheDir, "kube-apiserver-"+release, "kube-apiserver")
 }
 
 // cachedBuild returns <cacheDir>/kube-apiserver-<version>/kube-apiserver,
@@ -178,13 +249,15 @@ func cachedBuildAt(ctx context.Context, bin, what, estimate string, build func(c
 	return bin, nil
 }
 
-// goBuild builds kube-apiserver from the module in modDir into out, with flags (such as the
+// goBuild builds kube-apiserver release from the module in modDir into out, with flags (such as the
 // fork's -modfile and -overlay) before the common ones, and names what it builds in its error.
 // The stock and fork builds share this one command line, so that they compile the same packages
 // with the same flags and share the compile cache.
-func goBuild(ctx context.Context, modDir, out, what string, flags ...string) error {
-	ldflags := "-X k8s.io/component-base/version.gitVersion=" + KubeAPIServerVersion +
-		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33"
+func goBuild(ctx context.Context, modDir, out, release, what string, flags ...string) error {
+	major, minor, _ := strings.Cut(strings.TrimPrefix(release, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	ldflags := "-X k8s.io/component-base/version.gitVersion=" + release +
+		" -X k8s.io/component-base/version.gitMajor=" + major + " -X k8s.io/component-base/version.gitMinor=" + minor
 	args := append([]string{"build"}, flags...)
 	args = append(args, "-trimpath", "-o", out, "-ldflags", ldflags, "k8s.io/kubernetes/cmd/kube-apiserver")
 	return runGo(ctx, modDir, what, args...)

@@ -30,16 +30,106 @@ func TestKubeAPIServerBinaryFromEnv(t *testing.T) {
 	}
 }
 
+func TestKubeAPIServerReleaseBinaryFromEnv(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kube-apiserver")
+	if err := os.WriteFile(bin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, env, release string
+		want               string // "" for an error
+	}{
+		{"the release's own variable", "CLUSTERIP_KUBE_APISERVER_V1_37", "v1.37.2", bin},
+		{"a missing file", "CLUSTERIP_KUBE_APISERVER_V1_36", "v1.36.3", ""},
+		{"the default release's variable", "CLUSTERIP_KUBE_APISERVER_V1_33", "v1.33.13", bin},
+		{"the historic variable for the default release", KubeAPIServerEnv, "", bin},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, r := range KubeAPIServerReleases() {
+				t.Setenv(KubeAPIServerReleaseEnv(r), "")
+			}
+			t.Setenv(KubeAPIServerEnv, "")
+			val := bin
+			if tt.want == "" {
+				val = bin + ".missing"
+			}
+			t.Setenv(tt.env, val)
+			got, err := KubeAPIServerReleaseBinary(context.Background(), tt.release)
+			if tt.want == "" {
+				if err == nil || !strings.Contains(err.Error(), tt.env) {
+					t.Errorf("KubeAPIServerReleaseBinary(%q) with a missing $%s = %q, %v, want an error naming it", tt.release, tt.env, got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("KubeAPIServerReleaseBinary(%q) with $%s = %q, %v, want %q, nil", tt.release, tt.env, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestKubeAPIServerReleaseEnvIsPerMinor(t *testing.T) {
+	for _, tt := range []struct{ release, want string }{
+		{"v1.33.13", "CLUSTERIP_KUBE_APISERVER_V1_33"},
+		{"v1.37.2", "CLUSTERIP_KUBE_APISERVER_V1_37"},
+	} {
+		if got := KubeAPIServerReleaseEnv(tt.release); got != tt.want {
+			t.Errorf("KubeAPIServerReleaseEnv(%q) = %q, want %q", tt.release, got, tt.want)
+		}
+	}
+}
+
+func TestKubeAPIServerReleaseBinaryRefusesUnsupportedRelease(t *testing.T) {
+	// v1.34 is served by the module proxy but past its end of life and not built.
+	got, err := KubeAPIServerReleaseBinary(context.Background(), "v1.34.4")
+	if err == nil || !strings.Contains(err.Error(), "not a supported release") || !strings.Contains(err.Error(), "v1.37.2") {
+		t.Errorf("KubeAPIServerReleaseBinary(v1.34.4) = %q, %v, want an error naming the supported releases", got, err)
+	}
+}
+
+// TestEachReleaseHasItsPinnedModule checks that each release's nested module requires
+// k8s.io/kubernetes at that release, replaces the staging modules by the same release's, and has
+// its go.sum: the build runs offline from what the repository pins.
+func TestEachReleaseHasItsPinnedModule(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range KubeAPIServerReleases() {
+		t.Run(r, func(t *testing.T) {
+			dir := stockModuleDir(root, r)
+			mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			staging := "v0" + strings.TrimPrefix(r, "v1")
+			for _, want := range []string{
+				"module github.com/kube-ipam/clusterip/internal/kubeapiserver/" + r + "\n",
+				"\tk8s.io/kubernetes " + r + " ",
+				"\tk8s.io/apiserver => k8s.io/apiserver " + staging + "\n",
+				"\tk8s.io/component-base => k8s.io/component-base " + staging + "\n",
+			} {
+				if !strings.Contains(string(mod), want) {
+					t.Errorf("%s/go.mod has no line %q", dir, strings.TrimSpace(want))
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "go.sum")); err != nil {
+				t.Error(err)
+			}
+			if isModuleRoot(dir) {
+				t.Errorf("isModuleRoot(%s) = true, want false", dir)
+			}
+		})
+	}
+}
+
 func TestRepoRootFindsLibraryModule(t *testing.T) {
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "internal", "kubeapiserver", "go.mod")); err != nil {
-		t.Errorf("repoRoot() = %s, which has no internal/kubeapiserver/go.mod: %v", root, err)
-	}
-	if isModuleRoot(filepath.Join(root, "internal", "kubeapiserver")) {
-		t.Errorf("isModuleRoot(nested kubeapiserver module) = true, want false")
+	if _, err := os.Stat(filepath.Join(stockModuleDir(root, KubeAPIServerVersion), "go.mod")); err != nil {
+		t.Errorf("repoRoot() = %s, which has no nested module for kube-apiserver %s: %v", root, KubeAPIServerVersion, err)
 	}
 }
 

@@ -11,9 +11,12 @@
 //
 // A kube-apiserver binary is built from source once per clone (about
 // 7 minutes and 2 GiB of RAM on 2 cores) from the nested module
-// internal/kubeapiserver and cached under .cache/ at the repository root; see
-// [KubeAPIServerBinary]. Set $CLUSTERIP_KUBE_APISERVER ([KubeAPIServerEnv])
-// to use another binary.
+// internal/kubeapiserver/v1.33.13 and cached under .cache/ at the repository
+// root; see [KubeAPIServerBinary]. Set $CLUSTERIP_KUBE_APISERVER
+// ([KubeAPIServerEnv]) to use another binary. Every other supported release
+// ([KubeAPIServerReleases]) is built the same way from its own nested module
+// when a caller asks for it ([KubeAPIServerReleaseBinary],
+// [KubeAPIServerOptions.Release]).
 //
 // The etcd server is go.etcd.io/etcd/server/v3 v3.5.21's embedded server
 // wrapped in a small command, the nested module internal/localcluster/etcdserver,

@@ -32,8 +32,14 @@ import (
 // bitmap and IPAddress objects ("dual write").
 type KubeAPIServerOptions struct {
 	// Binary is the kube-apiserver to run. Defaults to the result of
-	// [KubeAPIServerBinary], which may build it.
+	// [KubeAPIServerReleaseBinary] for Release, which may build it.
 	Binary string
+	// Release is the stock kube-apiserver release to run when Binary is empty,
+	// one of [KubeAPIServerReleases], such as "v1.37.2"; it is ignored when
+	// Binary is set. Defaults to [KubeAPIServerVersion]. The other fields'
+	// defaults are the same for every release, but the server's own defaults
+	// (feature gates, which allocator runs) are its release's.
+	Release string
 	// ServiceClusterIPRange is the --service-cluster-ip-range flag: one CIDR,
 	// or an IPv4 and an IPv6 CIDR separated by a comma. Defaults to
 	// "10.96.0.0/24".
@@ -130,7 +136,8 @@ const kubeAPIServerStopGrace = 10 * time.Second
 
 // StartKubeAPIServer starts a kube-apiserver that stores its objects in etcd
 // and waits until its /readyz reports ready. If opts.Binary is empty it may
-// build the binary first, within ctx; see [KubeAPIServerBinary]. The caller
+// build the binary of opts.Release first, within ctx; see
+// [KubeAPIServerReleaseBinary]. The caller
 // must [KubeAPIServer.Close] it. On failure the error includes the end of the server's log.
 func StartKubeAPIServer(ctx context.Context, etcd EtcdServers, opts KubeAPIServerOptions) (*KubeAPIServer, error) {
 	if opts.ServiceClusterIPRange == "" {
@@ -151,7 +158,7 @@ func StartKubeAPIServer(ctx context.Context, etcd EtcdServers, opts KubeAPIServe
 		}
 	}
 	if opts.Binary == "" {
-		bin, err := KubeAPIServerBinary(ctx)
+		bin, err := KubeAPIServerReleaseBinary(ctx, opts.Release)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,48 @@ func TestKubeAPIServerDualWrite(t *testing.T) {
 	}
 	if got, want := cidr.Spec.CIDRs, []string{"10.96.0.0/24"}; len(got) != 1 || got[0] != want[0] {
 		t.Errorf("ServiceCIDR kubernetes CIDRs = %v, want %v", got, want)
+	}
+}
+
+// TestKubeAPIServerRelease137 starts stock kube-apiserver v1.37.2 by its release and checks that
+// it is that release, by --version and by /version, and that it allocates as v1.37 does by
+// default: IPAddress objects only (IPAddressOnly), no bitmap in etcd.
+func TestKubeAPIServerRelease137(t *testing.T) {
+	const release = "v1.37.2"
+	etcd := testenv.NewEtcd(t)
+	s := testenv.NewKubeAPIServer(t, etcd, localcluster.KubeAPIServerOptions{Release: release})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	bin, err := localcluster.KubeAPIServerReleaseBinary(ctx, release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	if got, want := strings.TrimSpace(string(out)), "Kubernetes "+release; err != nil || got != want {
+		t.Errorf("%s --version = %q, %v, want %q", bin, got, err, want)
+	}
+	v, err := s.Client.Discovery().ServerVersion() // GET /version
+	if err != nil {
+		t.Fatalf("ServerVersion() error = %v", err)
+	}
+	if v.GitVersion != release || v.Major != "1" || v.Minor != "37" {
+		t.Errorf("/version = %s (major %q, minor %q), want %s (major \"1\", minor \"37\")", v.GitVersion, v.Major, v.Minor, release)
+	}
+
+	svc, err := s.Client.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService("web", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Service: %v", err)
+	}
+	if _, err := s.Client.NetworkingV1().IPAddresses().Get(ctx, svc.Spec.ClusterIP, metav1.GetOptions{}); err != nil {
+		t.Errorf("get IPAddress %s: %v", svc.Spec.ClusterIP, err)
+	}
+	resp, err := etcd.TestClient(t).Get(ctx, "/registry/ranges/serviceips")
+	if err != nil {
+		t.Fatalf("etcd Get: %v", err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Errorf("etcd key /registry/ranges/serviceips: %d values, want none (v1.37 allocates from IPAddress objects only)", len(resp.Kvs))
 	}
 }
 

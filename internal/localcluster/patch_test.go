@@ -93,8 +93,8 @@ func TestParsePatchRejectsMalformed(t *testing.T) {
 	}
 }
 
-// TestForkPatchesApplyToPristineKubernetes applies the fork module's patches to the
-// k8s.io/kubernetes module it requires, as the fork's build does.
+// TestForkPatchesApplyToPristineKubernetes applies each fork's patches to the k8s.io/kubernetes
+// module its build module requires, as the fork's build does.
 func TestForkPatchesApplyToPristineKubernetes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the k8s.io/kubernetes module (go mod download)")
@@ -103,29 +103,51 @@ func TestForkPatchesApplyToPristineKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modDir := filepath.Join(root, filepath.FromSlash(forkModuleDir))
-	dir, err := kubernetesModuleDir(t.Context(), modDir)
-	if err != nil {
-		t.Fatal(err)
+	for _, release := range forkReleases(t, root) {
+		t.Run(release, func(t *testing.T) {
+			modDir := forkDir(root, release)
+			dir, err := kubernetesModuleDir(t.Context(), modDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "@" + release; !strings.HasSuffix(dir, want) {
+				t.Errorf("forks/%s requires k8s.io/kubernetes at %s, want %s", release, dir, release)
+			}
+			work := t.TempDir()
+			link := filepath.Join(work, "kubernetes")
+			if err := os.Symlink(dir, link); err != nil {
+				t.Fatal(err)
+			}
+			replace, err := forkOverlay(modDir, release, dir, link, filepath.Join(work, "patched"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{
+				"pkg/registry/core/rest/storage_core.go",
+				"pkg/registry/core/service/storage/alloc.go",
+				"pkg/registry/core/rest/clusterip.go",
+			} {
+				if _, ok := replace[filepath.Join(link, filepath.FromSlash(f))]; !ok {
+					t.Errorf("overlay has no replacement of %s; it has %v", f, replace)
+				}
+			}
+		})
 	}
-	work := t.TempDir()
-	link := filepath.Join(work, "kubernetes")
-	if err := os.Symlink(dir, link); err != nil {
-		t.Fatal(err)
-	}
-	replace, err := forkOverlay(modDir, dir, link, filepath.Join(work, "patched"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{
-		"pkg/registry/core/rest/storage_core.go",
-		"pkg/registry/core/service/storage/alloc.go",
-		"pkg/registry/core/rest/clusterip.go",
-	} {
-		if _, ok := replace[filepath.Join(link, filepath.FromSlash(f))]; !ok {
-			t.Errorf("overlay has no replacement of %s; it has %v", f, replace)
+}
+
+// forkReleases returns the releases with a fork folder under root, failing t if there is none.
+func forkReleases(t *testing.T, root string) []string {
+	t.Helper()
+	var rels []string
+	for _, r := range KubeAPIServerReleases() {
+		if _, err := os.Stat(filepath.Join(forkDir(root, r), "go.mod")); err == nil {
+			rels = append(rels, r)
 		}
 	}
+	if len(rels) == 0 {
+		t.Fatalf("no fork under %s", filepath.Join(root, forksDir))
+	}
+	return rels
 }
 
 // TestPatchZeroContextHunks applies hunks without context lines, as "diff -U0" writes them. A

@@ -22,16 +22,28 @@ const KubeAPIServerVersion = localcluster.KubeAPIServerVersion
 // binary exists, to start; it never covers a build.
 const startTimeout = 2 * time.Minute
 
-// withBinary returns opts with Binary set, building kube-apiserver if needed. The build is bounded
+// withBinary returns opts with Binary set, building kube-apiserver opts.Release if needed. The build is bounded
 // only by the test binary's -timeout (and [Main] builds before that starts), never by a deadline
 // of its own: it takes minutes on a new machine.
 func withBinary(opts KubeAPIServerOptions) (KubeAPIServerOptions, error) {
 	if opts.Binary != "" {
 		return opts, nil
 	}
-	bin, err := localcluster.KubeAPIServerBinary(context.Background())
+	bin, err := localcluster.KubeAPIServerReleaseBinary(context.Background(), opts.Release)
 	opts.Binary = bin
 	return opts, err
+}
+
+// describe names the kube-apiserver opts start in log lines: its binary if the caller chose
+// one, else its release.
+func describe(opts KubeAPIServerOptions) string {
+	switch {
+	case opts.Binary != "":
+		return "kube-apiserver " + opts.Binary
+	case opts.Release != "":
+		return "kube-apiserver " + opts.Release
+	}
+	return "kube-apiserver " + KubeAPIServerVersion
 }
 
 // NewKubeAPIServer starts a kube-apiserver against etcd for the test t and closes it when t
@@ -44,6 +56,7 @@ func NewKubeAPIServer(t testing.TB, etcd *Etcd, opts KubeAPIServerOptions) *Kube
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
+	what := describe(opts)
 	opts, err := withBinary(opts)
 	if err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
@@ -55,7 +68,7 @@ func NewKubeAPIServer(t testing.TB, etcd *Etcd, opts KubeAPIServerOptions) *Kube
 	if err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
-	t.Logf("kube-apiserver %s ready in %v at %s", opts.Binary, time.Since(start).Round(time.Millisecond), s.Config.Host)
+	t.Logf("%s ready in %v at %s", what, time.Since(start).Round(time.Millisecond), s.Config.Host)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("--- end of %s:\n%s", s.LogPath, s.LogTail(100))

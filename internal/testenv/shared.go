@@ -51,7 +51,7 @@ func (s *Shared) KubeAPIServer(t testing.TB) *KubeAPIServer {
 			return
 		}
 		if s.api, s.err = localcluster.StartKubeAPIServer(ctx, s.etcd, opts); s.err == nil {
-			fmt.Fprintf(os.Stderr, "kube-apiserver %s ready in %v\n", KubeAPIServerVersion, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(os.Stderr, "%s ready in %v\n", describe(s.Options), time.Since(start).Round(time.Millisecond))
 		}
 	})
 	if s.err != nil {

@@ -1,6 +1,6 @@
-// This file is not part of Kubernetes: the kube-apiserver fork of
-// github.com/kube-ipam/clusterip adds it to package k8s.io/kubernetes/pkg/registry/core/rest with
-// go build -overlay, beside clusterip.go.
+// This file is not part of Kubernetes: the kube-apiserver v1.33.13 fork of
+// github.com/kube-ipam/clusterip (forks/v1.33.13 in its repository) adds it to package
+// k8s.io/kubernetes/pkg/registry/core/rest, beside clusterip.go.
 
 package rest
 

@@ -1,7 +1,8 @@
-// This file is not part of Kubernetes: the kube-apiserver fork of
-// github.com/kube-ipam/clusterip adds it to package k8s.io/kubernetes/pkg/registry/core/rest with
-// go build -overlay. It puts clusterip's allocators behind kube-apiserver's ipallocator.Interface,
-// and runs them and clusterip's repair controller in place of kube-apiserver's own.
+// This file is not part of Kubernetes: the kube-apiserver v1.33.13 fork of
+// github.com/kube-ipam/clusterip (forks/v1.33.13 in its repository) adds it to package
+// k8s.io/kubernetes/pkg/registry/core/rest. It puts clusterip's allocators behind kube-apiserver's
+// ipallocator.Interface, and runs them and clusterip's repair controller in place of
+// kube-apiserver's own.
 
 package rest
 
@@ -29,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/server/egressselector"
@@ -118,6 +120,17 @@ func clusterIPMode() featuregate.Mode {
 	return featuregate.IPAddressOnly
 }
 
+// clusterIPVersion returns the kube-apiserver version whose semantics the allocators must have:
+// this binary's version, as component-base's compatibility registry holds it for kube-apiserver,
+// and the version it emulates (--emulated-version, the binary's own by default), as the feature
+// gates hold it that select the mode. The gates are the process's, which every server in it
+// obeys; kube-apiserver's in-process test server keeps a compatibility registry of its own, but
+// sets the gates' emulated version from it.
+func clusterIPVersion() (binary, emulated *version.Version) {
+	binary = compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent).BinaryVersion()
+	return binary, utilfeature.DefaultMutableFeatureGate.EmulationVersion()
+}
+
 // newClusterIPAllocators checks the --service-cluster-ip-range flag as clusterip does and returns
 // the allocators of its families: the primary (the flag's first range), and every family's. It
 // registers the ServiceCIDR and IPAddress informers the allocators will use, so that the generic
@@ -160,18 +173,24 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 // creates and deletes go to the IPAddress registry in this process with clusterIPWritesRegistry),
 // and the server's shared informer factory. The caller closes the etcd client.
 func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
-	// The library behaves as this kube-apiserver: its binary version and --emulated-version, and
-	// the one gate of the library's validation that --feature-gates may set besides the mode's.
 	cfg := clusterip.Config{
-		Version: compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent),
-		FeatureGates: map[string]bool{
-			string(features.StrictIPCIDRValidation): utilfeature.DefaultFeatureGate.Enabled(features.StrictIPCIDRValidation),
-		},
 		Mode:       a.mode,
 		Ranges:     a.ranges,
 		Informers:  a.config.Informers,
 		Registerer: legacyregistry.Registerer(),
 	}
+	// The one place the fork tells the library which release's semantics to have: this binary's
+	// version and the version it emulates (clusterIPVersion), and the one gate of the library's
+	// validation that --feature-gates may set besides the mode's. The mode above already follows
+	// --emulated-version, through the server's own feature gates.
+	binary, emulated := clusterIPVersion()
+	v := basecompatibility.NewEffectiveVersion(binary, false, version.MajorMinor(0, 0), version.MajorMinor(0, 0))
+	v.SetEmulationVersion(emulated)
+	cfg.Version = v
+	cfg.FeatureGates = map[string]bool{
+		string(features.StrictIPCIDRValidation): utilfeature.DefaultFeatureGate.Enabled(features.StrictIPCIDRValidation),
+	}
+	klog.V(2).InfoS("ClusterIP allocators configured", "mode", a.mode, "binaryVersion", binary, "emulatedVersion", emulated)
 	client, err := kubernetes.NewForConfig(a.config.LoopbackClientConfig)
 	if err != nil {
 		return cfg, err
