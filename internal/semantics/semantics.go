@@ -1,8 +1,8 @@
 // Package semantics decides, for a kube-apiserver release, each behaviour of ClusterIP allocation
-// that changed between the supported releases: the answers a Service create or update gets, how
-// allocation moves between ranges, which ClusterIP spellings validation accepts, and what the
-// repair loops do. Every such fact lives here, named after what it decides; the packages that act
-// on them ask a Semantics.
+// that changed between the supported releases and that the library follows: the answers a Service
+// create or update gets, which ClusterIP spellings validation accepts, and what the
+// default-ServiceCIDR controller does. Every such fact lives here, named after what it decides;
+// the packages that act on them ask a Semantics.
 package semantics
 
 import (
@@ -77,22 +77,8 @@ func (s Semantics) FieldValuesAsJSON() bool { return s.binaryAtLeast(34) }
 // IPv4-mapped IPv6 form is refused (StrictIPCIDRValidation, on by default from 1.36).
 func (s Semantics) StrictClusterIPs() bool { return s.strictIP }
 
-// RepairRetriesForbidden reports whether the IPAddress repair loop retries its first pass on
-// Forbidden as well as on Conflict: in 1.33.13 and from 1.36, not in 1.34 and 1.35.
-func (s Semantics) RepairRetriesForbidden() bool {
-	if s.binary == nil {
-		return true
-	}
-	m := s.binary.Minor()
-	return m != 34 && m != 35
-}
-
 // DefaultServiceCIDRReportsMismatchFirst reports whether the default-ServiceCIDR controller
 // reports ranges that differ from its flags whatever the Ready condition says, and sets an
 // Unknown condition to True (from 1.34); before, a condition that is not True was reported
 // instead and left alone.
 func (s Semantics) DefaultServiceCIDRReportsMismatchFirst() bool { return s.binaryAtLeast(34) }
-
-// RepairHoldsExternalName reports whether the IPAddress repair loop waits 60 s before it deals
-// with an IPAddress whose Service is still of type ExternalName (from 1.36, kubernetes#135503).
-func (s Semantics) RepairHoldsExternalName() bool { return s.binaryAtLeast(36) }
