@@ -74,10 +74,14 @@ func run(ctx context.Context, kubeconfig, flagRange string, defaultCIDR bool) er
 	}
 	defer allocs.Close()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	factory.Start(ctx.Done()) // after New, which registers the informers it needs
-	defer factory.Shutdown()
-	go func() { _ = allocs.Run(ctx) }()
+	ran := make(chan error, 1)
+	go func() { ran <- allocs.Run(ctx) }()
+	defer func() {
+		cancel() // stops Run and the informers
+		<-ran
+		factory.Shutdown() // waits for the informers' goroutines, which the cancel stopped
+	}()
 	readyCtx, cancelReady := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelReady()
 	if err := allocs.WaitReady(readyCtx); err != nil {
