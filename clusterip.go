@@ -79,10 +79,7 @@ type Allocators struct {
 // kube-apiserver refuses for the mode (see Config.Ranges). New reads the bitmaps and lists
 // IPAddress objects, but starts no goroutine: start cfg.Informers after New and call Run.
 func New(ctx context.Context, cfg Config) (*Allocators, error) {
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
-	version, gate, err := cfg.gates()
+	version, gate, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/compatibility"
+	basefeaturegate "k8s.io/component-base/featuregate"
 	netutils "k8s.io/utils/net"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -220,14 +221,25 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// check returns the first problem New would have with c.
-func (c *Config) check() error {
+// check returns the first problem New would have with c, and otherwise the kube-apiserver c
+// describes and its feature gates (see gates), which New builds the allocators with.
+func (c *Config) check() (compatibility.EffectiveVersion, basefeaturegate.FeatureGate, error) {
 	if err := c.Validate(); err != nil {
-		return err
+		return nil, nil, err
 	}
-	if _, _, err := c.gates(); err != nil {
-		return err
+	version, gate, err := c.gates()
+	if err != nil {
+		return nil, nil, err
 	}
+	if err := c.checkStores(); err != nil {
+		return nil, nil, err
+	}
+	return version, gate, nil
+}
+
+// checkStores returns the first problem c has for its Mode besides the gates: a range too large
+// for a bitmap, or a store, client or option the Mode needs or does not take.
+func (c *Config) checkStores() error {
 	if c.Mode != featuregate.IPAddressOnly {
 		if err := checkBitmapRanges(c.Ranges); err != nil {
 			return err
