@@ -83,7 +83,8 @@ func (s *Allocator) chosenError(name string, requested []string, ip string, err 
 }
 
 // nextError is kube-apiserver's answer to a family it could not give a fresh address, for the
-// Service named name whose clusterIPs were requested as requested. A full range (or, as in every
+// Service named name whose clusterIPs were requested as requested (fresh addresses "", as stock
+// v1.37.2 shows them: [""] for a Service that asked for none). A full range (or, as in every
 // release, no ready ServiceCIDR) is a 500, "failed to allocate a serviceIP: range is full", which
 // names the Service from 1.36. Any other error is, from 1.35, a 422 Invalid at spec.clusterIPs,
 // "failed to allocate IP: <error>", where an API server's refusal of the IPAddress object keeps
@@ -96,7 +97,7 @@ func (s *Allocator) nextError(name string, requested []string, err error) *apier
 	full := errors.Is(err, allocator.ErrFull) || errors.Is(err, allocator.ErrNotReady)
 	if !full && s.sem.InvalidOnAllocateNextError() {
 		text := nextErrorText(err)
-		if refused {
+		if status != nil {
 			text = status.Status().Message
 		}
 		return s.newInvalid(name, field.ErrorList{field.Invalid(pathClusterIPs, requested, "failed to allocate IP: "+text)})

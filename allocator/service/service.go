@@ -283,7 +283,7 @@ func (s *Allocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, 
 	if svc.Spec.ClusterIPs[i] == "" {
 		ip, err := a.AllocateNext(ctx, owner)
 		if err != nil {
-			return s.nextError(svc.Name, asRequested(requested), err)
+			return s.nextError(svc.Name, requested, err)
 		}
 		svc.Spec.ClusterIPs[i] = ip.String()
 		if !txn.dryRun {
@@ -346,19 +346,6 @@ func (s *Allocator) updateClusterIPs(ctx context.Context, svc, old *corev1.Servi
 		}
 	}
 	return nil
-}
-
-// asRequested returns clusterIPs as a client sent them: requested without the "" entries that
-// stand for fresh addresses at its end, nil when nothing is left.
-func asRequested(requested []string) []string {
-	n := len(requested)
-	for n > 0 && requested[n-1] == "" {
-		n--
-	}
-	if n == 0 {
-		return nil
-	}
-	return requested[:n]
 }
 
 // parseAll returns the addresses among ips that parse, read with allocator.ParseClusterIP.

@@ -80,8 +80,8 @@ func TestServiceAnswersFollowTheRelease(t *testing.T) {
 			Causes:  []metav1.StatusCause{{Message: "failed to allocate a serviceIP: range is full"}}}},
 		{name: "a refused IPAddress is Invalid", release: "1.35.4", alloc: refusing{err: fmt.Errorf("ipaddress: create IPAddress 10.96.0.20: %w", refusal)}, want: statusOf{
 			Code: 422, Reason: metav1.StatusReasonInvalid,
-			Message: `Service "svc" is invalid: spec.clusterIPs: Invalid value: null: failed to allocate IP: ` + refusalText,
-			Causes:  []metav1.StatusCause{invalid("spec.clusterIPs", "Invalid value: null: failed to allocate IP: "+refusalText)}}},
+			Message: `Service "svc" is invalid: spec.clusterIPs: Invalid value: [""]: failed to allocate IP: ` + refusalText,
+			Causes:  []metav1.StatusCause{invalid("spec.clusterIPs", "Invalid value: [\"\"]: failed to allocate IP: "+refusalText)}}},
 		{name: "a full range", release: "1.35.4", alloc: refusing{err: allocator.ErrFull}, want: statusOf{
 			Code: 500, Reason: metav1.StatusReasonInternalError,
 			Message: "Internal error occurred: failed to allocate a serviceIP: range is full",
