@@ -242,10 +242,13 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 // from the dynamic band if the index has a free address there, else from the static band; inside a
 // band it starts at a random offset and takes the next free one, wrapping around. If the address
 // turns out to exist already (the informer had not shown it yet), AllocateNext marks it allocated
-// and picks another; it returns the zero Addr and allocator.ErrFull once the index has no free
-// address left. Any other API error is returned at once, wrapped with %w, as are ctx's errors;
-// allocator.ErrNotReady while not Ready; an *allocator.OwnerError, before any API call, for an
-// owner without a Resource or a Name.
+// and picks another. Once the index has no free address left, it reads the IPAddress objects from
+// the API server in one consistent List and tries the addresses the List shows free (deletes the
+// informer has not shown yet); it returns the zero Addr and allocator.ErrFull only when none is.
+// So ErrFull means the range was full during the call, not that the informer was behind. Any
+// other API error is returned at once, wrapped with %w, as are ctx's errors; allocator.ErrNotReady
+// while not Ready; an *allocator.OwnerError, before any API call, for an owner without a Resource
+// or a Name.
 func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	if err := allocator.CheckOwner(owner); err != nil {
 		return netip.Addr{}, err
@@ -260,7 +263,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (ne
 		}
 		off, wait, ok := a.pickAndBegin()
 		if !ok {
-			return netip.Addr{}, allocator.ErrFull
+			return a.allocateUnseen(ctx, owner)
 		}
 		if wait != nil {
 			// The picked address has a Release in flight; see how it ends, then pick again.
