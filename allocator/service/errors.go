@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -88,9 +90,10 @@ func (s *Allocator) chosenError(name string, requested []string, ip string, err 
 // release, no ready ServiceCIDR) is a 500, "failed to allocate a serviceIP: range is full", which
 // names the Service from 1.36. Any other error is, from 1.35, a 422 Invalid at spec.clusterIPs,
 // "failed to allocate IP: <error>", where an API server's refusal of the IPAddress object keeps
-// the server's own text; before 1.35 kube-apiserver's IPAddress allocator went on to the next
-// address after such a refusal, so the answer was the full range's (clusterip stops at the first
-// refusal instead of trying every address, and answers the same).
+// the server's own text. Before 1.35 such a refusal was the 500's reason in DualWrite, and in
+// IPAddressOnly kube-apiserver's IPAddress allocator went on to the next address after it, so the
+// answer was the full range's (clusterip stops at the first refusal instead of trying every
+// address, and answers the same).
 func (s *Allocator) nextError(name string, requested []string, err error) *apierrors.StatusError {
 	var status apierrors.APIStatus
 	refused := errors.As(err, &status)
@@ -103,8 +106,11 @@ func (s *Allocator) nextError(name string, requested []string, err error) *apier
 		return s.newInvalid(name, field.ErrorList{field.Invalid(pathClusterIPs, requested, "failed to allocate IP: "+text)})
 	}
 	text := nextErrorText(err)
-	if full || refused {
+	switch {
+	case full || (refused && s.sem.RefusedAddressReadsAsFull()):
 		text = textFull
+	case refused:
+		text = status.Status().Message
 	}
 	if s.sem.FullErrorNamesService() {
 		return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP for Service %q: %s", name, text))
@@ -207,4 +213,36 @@ func v133Value(v any) string {
 		return t.String()
 	}
 	return fmt.Sprintf("%#v", v)
+}
+
+// ownerRefusal returns err, an error of a's AllocateNext, as the API server's refusal of the
+// IPAddress object kube-apiserver's allocator would have tried to create, when err refuses the
+// owner (a Service without a name): clusterip refuses such an owner before it writes anything,
+// where kube-apiserver creates the object and the server refuses it, "IPAddress.networking.k8s.io
+// "<ip>" is invalid: spec.parentRef.name: Required value", naming the address it picked. The
+// address named is the one a's dry run picks; if the dry run finds the range full, the answer is
+// its error, as kube-apiserver's is. Any other err is returned as it is.
+func ownerRefusal(ctx context.Context, a allocator.Interface, err error) error {
+	var oe *allocator.OwnerError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	stand := allocator.Owner{Resource: "services", Namespace: oe.Owner.Namespace, Name: "-"}
+	ip, dryErr := a.DryRun().AllocateNext(ctx, stand)
+	if dryErr != nil {
+		if errors.Is(dryErr, allocator.ErrFull) {
+			return dryErr
+		}
+		return err
+	}
+	var el field.ErrorList
+	parent := field.NewPath("spec", "parentRef")
+	if oe.Owner.Resource == "" {
+		el = append(el, field.Required(parent.Child("resource"), ""))
+	}
+	if oe.Owner.Name == "" {
+		el = append(el, field.Required(parent.Child("name"), ""))
+	}
+	refusal := apierrors.NewInvalid(schema.GroupKind{Group: "networking.k8s.io", Kind: "IPAddress"}, ip.String(), el)
+	return fmt.Errorf("%w (%w)", refusal, oe)
 }

@@ -50,6 +50,7 @@ func TestServiceAnswersFollowTheRelease(t *testing.T) {
 	tests := []struct {
 		name    string
 		release string
+		gates   map[string]bool     // --feature-gates; nil: the release's defaults
 		alloc   allocator.Interface // nil: a bitmap of 10.96.0.0/24
 		ips     []string            // clusterIPs asked for
 		want    statusOf            // Code 0: success
@@ -74,7 +75,11 @@ func TestServiceAnswersFollowTheRelease(t *testing.T) {
 			Message: `Service "svc" is invalid: spec.clusterIPs: Invalid value: ["10.96.0.0"]: failed to allocate IP 10.96.0.0: the provided IP (10.96.0.0) is not in the valid range. The range of valid IPs is 10.96.0.0/24`,
 			Causes: []metav1.StatusCause{invalid("spec.clusterIPs",
 				`Invalid value: ["10.96.0.0"]: failed to allocate IP 10.96.0.0: the provided IP (10.96.0.0) is not in the valid range. The range of valid IPs is 10.96.0.0/24`)}}},
-		{name: "a refused IPAddress reads as a full range", release: "1.33.13", alloc: refusing{err: refusal}, want: statusOf{
+		{name: "a refused IPAddress is the reason in DualWrite", release: "1.33.13", alloc: refusing{err: refusal}, want: statusOf{
+			Code: 500, Reason: metav1.StatusReasonInternalError,
+			Message: "Internal error occurred: failed to allocate a serviceIP: " + refusalText,
+			Causes:  []metav1.StatusCause{{Message: "failed to allocate a serviceIP: " + refusalText}}}},
+		{name: "a refused IPAddress reads as a full range in IPAddressOnly", release: "1.33.13", gates: map[string]bool{"DisableAllocatorDualWrite": true}, alloc: refusing{err: refusal}, want: statusOf{
 			Code: 500, Reason: metav1.StatusReasonInternalError,
 			Message: "Internal error occurred: failed to allocate a serviceIP: range is full",
 			Causes:  []metav1.StatusCause{{Message: "failed to allocate a serviceIP: range is full"}}}},
@@ -101,12 +106,18 @@ func TestServiceAnswersFollowTheRelease(t *testing.T) {
 			if a == nil {
 				a = mustBitmap(t, "10.96.0.0/24")
 			}
-			sa := service.NewWithOptions(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{corev1.IPv4Protocol: a}, optionsOf(t, tt.release))
+			opts := optionsOf(t, tt.release)
+			gate, err := featuregate.NewGate(opts.Version, tt.gates)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.FeatureGate = gate
+			sa := service.NewWithOptions(corev1.IPv4Protocol, map[corev1.IPFamily]allocator.Interface{corev1.IPv4Protocol: a}, opts)
 			svc := matrixService("svc", matrixSpec{})
 			if len(tt.ips) > 0 {
 				svc.Spec.ClusterIP, svc.Spec.ClusterIPs = tt.ips[0], tt.ips
 			}
-			_, err := sa.Allocate(ctx, svc, false)
+			_, err = sa.Allocate(ctx, svc, false)
 			if tt.want.Code == 0 {
 				if err != nil {
 					t.Fatalf("Allocate() = %v, want success", err)

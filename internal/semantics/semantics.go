@@ -20,6 +20,7 @@ type Semantics struct {
 	binary   *version.Version
 	emulated *version.Version
 	strictIP bool
+	mode     featuregate.Mode
 }
 
 // Of returns the semantics of kube-apiserver v with the feature gates gate (from
@@ -29,15 +30,21 @@ func Of(v compatibility.EffectiveVersion, gate basefeaturegate.FeatureGate) Sema
 	if v == nil {
 		v = featuregate.DefaultVersion()
 	}
-	s := Semantics{binary: v.BinaryVersion(), emulated: v.EmulationVersion()}
+	s := Semantics{binary: v.BinaryVersion(), emulated: v.EmulationVersion(), mode: featuregate.IPAddressOnly}
+	defaults, err := featuregate.NewGate(v, nil)
+	if err == nil {
+		s.strictIP = defaults.Enabled(featuregate.StrictIPCIDRValidation)
+		if m, err := featuregate.ModeOf(defaults); err == nil {
+			s.mode = m
+		}
+	}
 	if gate != nil {
 		if _, ok := gate.DeepCopy().GetAllVersioned()[featuregate.StrictIPCIDRValidation]; ok {
 			s.strictIP = gate.Enabled(featuregate.StrictIPCIDRValidation)
-			return s
 		}
-	}
-	if g, err := featuregate.NewGate(v, nil); err == nil {
-		s.strictIP = g.Enabled(featuregate.StrictIPCIDRValidation)
+		if m, err := featuregate.ModeOf(gate); err == nil {
+			s.mode = m
+		}
 	}
 	return s
 }
@@ -64,6 +71,16 @@ func (s Semantics) binaryAtLeast(minor uint) bool {
 // kubernetes#135499). Before, kube-apiserver's IPAddress allocator went on to the next address on
 // any error and so answered 500 "range is full".
 func (s Semantics) InvalidOnAllocateNextError() bool { return s.binaryAtLeast(35) }
+
+// RefusedAddressReadsAsFull reports whether an IPAddress the API server refuses to create (for
+// an owner without a name, say) during dynamic allocation ends in the full range's 500: before
+// 1.35, kube-apiserver's IPAddress allocator went on to the next address after any such error, so
+// in IPAddressOnly every address was refused in turn. In DualWrite before 1.35 the refusal came
+// after the bitmap had given the address and was the answer itself, "failed to allocate a
+// serviceIP: <refusal>"; from 1.35 it is InvalidOnAllocateNextError's 422.
+func (s Semantics) RefusedAddressReadsAsFull() bool {
+	return !s.binaryAtLeast(35) && s.mode == featuregate.IPAddressOnly
+}
 
 // FullErrorNamesService reports whether the 500 of a full range names the Service: "failed to
 // allocate a serviceIP for Service \"<name>\": range is full" (from 1.36).
