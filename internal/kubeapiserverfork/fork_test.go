@@ -369,94 +369,154 @@ func TestForkFullRangeMatchesStock(t *testing.T) {
 // TestForkBesideStockNoDuplicates runs the fork beside a stock kube-apiserver of its release on
 // one etcd (forkPeers: v1.33.13's fork in DualWrite beside stock in Legacy mode and then in its
 // default dual write; v1.37.2's, both in DualWrite at --emulated-version=1.34, then both in
-// IPAddressOnly; v1.35.4's and v1.36.3's, the three). In each of 3
-// rounds both create Services concurrently until the range is nearly full, and no two Services
-// may get the same ClusterIP; between rounds the Services are deleted, beside the dual-writing
-// peer each server deleting the other's. Then it audits the cluster as "clusterip check" does
-// until the fork's repair has created the IPAddress objects of a Legacy peer's Services, stops
-// the fork while stock creates more, and audits right after the fork is ready again: it reports
-// ready only after its first repair pass, so nothing may be missing then.
+// IPAddressOnly; v1.35.4's and v1.36.3's, the three), creating and deleting Services from both
+// as besideStock does: no two Services may ever get the same ClusterIP.
 func TestForkBesideStockNoDuplicates(t *testing.T) {
 	fork := forkBinary(t)
 	stock := stockBinary(t)
-	const (
-		perServer = 120 // of the 254 addresses of the /24, 1 taken by the kubernetes Service
-		workers   = 8
-		rounds    = 3
-	)
 	peers, ok := forkPeers[release()]
 	if !ok {
 		t.Fatalf("the tests know no peers of the kube-apiserver %s fork (forkPeers)", release())
 	}
 	for _, peer := range peers {
 		t.Run("fork-"+peer.fork.mode.String()+"/stock-"+peer.stock.mode.String(), func(t *testing.T) {
-			etcd := testenv.NewEtcd(t)
-			f := testenv.NewKubeAPIServer(t, etcd, peer.fork.options(fork, v4Range))
-			s := testenv.NewKubeAPIServer(t, etcd, peer.stock.options(stock, v4Range))
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			besideStock(t, fork, stock, peer)
+		})
+	}
+}
+
+// TestForkBesidePreviousReleaseNoDuplicates runs the fork beside stock kube-apiserver of the
+// previous minor release on one etcd, the skew of the rolling upgrade a user does next (skewPeers:
+// v1.37.2's fork beside stock v1.36.3, both in their default IPAddressOnly, then both in dual
+// write at --emulated-version=1.34), as TestForkBesideStockNoDuplicates does beside its own
+// release, and then one repair pass of the fork's mode must leave an audit with no finding.
+func TestForkBesidePreviousReleaseNoDuplicates(t *testing.T) {
+	skew, ok := skewPeers[release()]
+	if !ok {
+		t.Skipf("no previous release is paired with the kube-apiserver %s fork (skewPeers)", release())
+	}
+	fork := forkBinary(t)
+	stock, err := localcluster.KubeAPIServerReleaseBinary(context.Background(), skew.stock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, peer := range skew.peers {
+		t.Run("fork-"+release()+"-"+peer.fork.name()+"/stock-"+skew.stock+"-"+peer.stock.name(), func(t *testing.T) {
+			etcd, f := besideStock(t, fork, stock, peer)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			servers := []server{{"fork", f.Client}, {"stock", s.Client}}
-
-			created, dups := 0, 0
-			for round := range rounds {
-				start := time.Now()
-				names := map[string][]string{}
-				for _, srv := range servers {
-					for i := range perServer {
-						names[srv.name] = append(names[srv.name], fmt.Sprintf("%s-%d-%d", srv.name, round, i))
-					}
-				}
-				parallel(t, workers, servers, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
-					_, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
-					return err
-				})
-				created += 2 * perServer
-				n, d := countDuplicates(ctx, t, f.Client)
-				dups += d
-				t.Logf("round %d: %d Services created by each server with %d workers each in %v; %d Services hold %d duplicated ClusterIPs",
-					round, perServer, workers, time.Since(start).Round(time.Millisecond), n, d)
-				if round == rounds-1 {
-					break
-				}
-				deleters := []server{{"fork", f.Client}, {"stock", f.Client}}
-				if peer.crossDelete {
-					deleters = []server{{"fork", s.Client}, {"stock", f.Client}}
-				}
-				parallel(t, workers, deleters, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
-					return c.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{})
-				})
+			rng, _ := clusterip.ParseRanges(v4Range)
+			cfg := clusterip.Config{Mode: peer.fork.mode, Ranges: rng, Client: f.Client}
+			if peer.fork.mode != featuregate.IPAddressOnly {
+				cfg.Bitmaps = etcdstore.Stores{Client: etcd.TestClient(t)}
 			}
-			t.Logf("%d Services created in %d rounds, %d duplicate ClusterIPs", created, rounds, dups)
-
-			// Audit as "clusterip check" does, in the fork's mode. A Legacy peer's Services
-			// have no IPAddress objects: the fork's repair creates them within seconds.
-			start := time.Now()
-			for rep := audit(ctx, t, peer.fork.mode, etcd, f.Client); rep.Counts[string(repair.Missing)] > 0; rep = audit(ctx, t, peer.fork.mode, etcd, f.Client) {
-				if time.Since(start) > 20*time.Second {
-					t.Fatalf("the fork left %d Services' IPs without IPAddress objects for 20 s", rep.Counts[string(repair.Missing)])
-				}
-				time.Sleep(time.Second)
+			c, err := repair.NewController(cfg, repair.Options{LeakGrace: -1})
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("no IPAddress object missing %v after the last create", time.Since(start).Round(100*time.Millisecond))
-
-			// Stop the fork, let stock create Services meanwhile, and start the fork again:
-			// ready means its first repair pass is done, so nothing is missing then.
-			f.Stop()
-			for i := range 10 {
-				if _, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("while-fork-down-%d", i), ""), metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
+			if _, err := c.RunOnce(ctx); err != nil {
+				t.Errorf("one repair pass: %v", err)
 			}
-			f = testenv.NewKubeAPIServer(t, etcd, peer.fork.options(fork, v4Range))
-			rep := audit(ctx, t, peer.fork.mode, etcd, f.Client)
-			if n := rep.Counts[string(repair.Missing)]; n != 0 {
-				t.Errorf("right after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
-			}
-			if _, d := countDuplicates(ctx, t, f.Client); d != 0 {
-				t.Errorf("%d duplicates after the restart", d)
+			if rep := audit(ctx, t, peer.fork.mode, etcd, f.Client); !rep.Consistent {
+				t.Errorf("after one repair pass: %d findings %v, want none", len(rep.Findings), rep.Counts)
 			}
 		})
 	}
+}
+
+// skewPeers are, for a release with a fork, the stock release of the previous minor and the
+// pairs TestForkBesidePreviousReleaseNoDuplicates runs: the fork's modes and the stock's.
+var skewPeers = map[string]struct {
+	stock string
+	peers []forkPeer
+}{
+	"v1.37.2": {"v1.36.3", []forkPeer{
+		{releaseModes["v1.37.2"][0], releaseModes["v1.36.3"][0], true}, // IPAddressOnly, both defaults
+		{releaseModes["v1.37.2"][1], releaseModes["v1.36.3"][1], true}, // DualWrite at emulated 1.34
+	}},
+}
+
+// besideStock runs kube-apiserver binaries fork and stock in peer's modes on one etcd. In each
+// of 3 rounds both create Services concurrently until the range is nearly full, and no two
+// Services may get the same ClusterIP; between rounds the Services are deleted (see
+// forkPeer.crossDelete). Then it audits the cluster as "clusterip check" does until the fork's
+// repair has created the IPAddress objects of a Legacy peer's Services, stops the fork while
+// stock creates more, and audits right after the fork is ready again: it reports ready only
+// after its first repair pass, so nothing may be missing then. It returns the etcd and the fork,
+// running.
+func besideStock(t *testing.T, fork, stock string, peer forkPeer) (*testenv.Etcd, *testenv.KubeAPIServer) {
+	t.Helper()
+	const (
+		perServer = 120 // of the 254 addresses of the /24, 1 taken by the kubernetes Service
+		workers   = 8
+		rounds    = 3
+	)
+	etcd := testenv.NewEtcd(t)
+	f := testenv.NewKubeAPIServer(t, etcd, peer.fork.options(fork, v4Range))
+	s := testenv.NewKubeAPIServer(t, etcd, peer.stock.options(stock, v4Range))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	servers := []server{{"fork", f.Client}, {"stock", s.Client}}
+
+	created, dups := 0, 0
+	for round := range rounds {
+		start := time.Now()
+		names := map[string][]string{}
+		for _, srv := range servers {
+			for i := range perServer {
+				names[srv.name] = append(names[srv.name], fmt.Sprintf("%s-%d-%d", srv.name, round, i))
+			}
+		}
+		parallel(t, workers, servers, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
+			_, err := c.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
+			return err
+		})
+		created += 2 * perServer
+		n, d := countDuplicates(ctx, t, f.Client)
+		dups += d
+		t.Logf("round %d: %d Services created by each server with %d workers each in %v; %d Services hold %d duplicated ClusterIPs",
+			round, perServer, workers, time.Since(start).Round(time.Millisecond), n, d)
+		if round == rounds-1 {
+			break
+		}
+		deleters := []server{{"fork", f.Client}, {"stock", f.Client}}
+		if peer.crossDelete {
+			deleters = []server{{"fork", s.Client}, {"stock", f.Client}}
+		}
+		parallel(t, workers, deleters, names, func(ctx context.Context, c kubernetes.Interface, name string) error {
+			return c.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{})
+		})
+	}
+	t.Logf("%d Services created in %d rounds, %d duplicate ClusterIPs", created, rounds, dups)
+
+	// Audit as "clusterip check" does, in the fork's mode. A Legacy peer's Services
+	// have no IPAddress objects: the fork's repair creates them within seconds.
+	start := time.Now()
+	for rep := audit(ctx, t, peer.fork.mode, etcd, f.Client); rep.Counts[string(repair.Missing)] > 0; rep = audit(ctx, t, peer.fork.mode, etcd, f.Client) {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("the fork left %d Services' IPs without IPAddress objects for 20 s", rep.Counts[string(repair.Missing)])
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("no IPAddress object missing %v after the last create", time.Since(start).Round(100*time.Millisecond))
+
+	// Stop the fork, let stock create Services meanwhile, and start the fork again:
+	// ready means its first repair pass is done, so nothing is missing then.
+	f.Stop()
+	for i := range 10 {
+		if _, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("while-fork-down-%d", i), ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f = testenv.NewKubeAPIServer(t, etcd, peer.fork.options(fork, v4Range))
+	rep := audit(ctx, t, peer.fork.mode, etcd, f.Client)
+	if n := rep.Counts[string(repair.Missing)]; n != 0 {
+		t.Errorf("right after the fork's restart: %d Services' IPs missing, want 0 (its first repair pass creates them before it is ready)", n)
+	}
+	if _, d := countDuplicates(ctx, t, f.Client); d != 0 {
+		t.Errorf("%d duplicates after the restart", d)
+	}
+	return etcd, f
 }
 
 // forkPeer is a mode of the fork and one of the stock server beside it on one etcd.
