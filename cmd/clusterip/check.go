@@ -331,8 +331,8 @@ const (
 const defaultServiceCIDR = "kubernetes"
 
 // flagRanges finds kube-apiserver's --service-cluster-ip-range: the ranges of the bitmaps'
-// RangeAllocation objects in etcd, primary first, or without etcd the CIDRs of the "kubernetes"
-// ServiceCIDR.
+// RangeAllocation objects in etcd, primary first, or without etcd or a bitmap in it the CIDRs of
+// the "kubernetes" ServiceCIDR.
 func (o *checkOptions) flagRanges(ctx context.Context, client kubernetes.Interface, etcd *clientv3.Client, host string) ([]netip.Prefix, error) {
 	var cidrs []string
 	var from string
@@ -347,7 +347,8 @@ func (o *checkOptions) flagRanges(ctx context.Context, client kubernetes.Interfa
 			}
 		}
 		from = "the RangeAllocation objects under --etcd-prefix " + o.etcdPrefix
-	} else {
+	}
+	if len(cidrs) == 0 { // no etcd, or no bitmap in it: a cluster that only ran IPAddressOnly
 		sc, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, defaultServiceCIDR, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("API server at %s has no ServiceCIDR %q to read the Service CIDRs from: give --etcd-servers to read them from the bitmaps", host, defaultServiceCIDR)
@@ -406,7 +407,8 @@ func (o *checkOptions) modeFor(v string) (featuregate.Mode, error) {
 	return mode, nil
 }
 
-// etcdClient connects to --etcd-servers and checks that the bitmaps are under --etcd-prefix.
+// etcdClient connects to --etcd-servers and checks that --etcd-prefix is kube-apiserver's: it holds
+// the bitmap, or (a cluster that only ran IPAddressOnly has none) other objects.
 // Every call of the client it returns is bounded by --request-timeout.
 func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	cfg := clientv3.Config{Endpoints: o.etcdServers, DialTimeout: o.requestTimeout, Logger: zap.NewNop()}
@@ -432,9 +434,19 @@ func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error)
 		}
 		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdServers, ","), err)
 	}
-	if resp.Count == 0 {
+	if resp.Count > 0 {
+		return client, nil
+	}
+	// A cluster that has only ever run IPAddressOnly (the default from 1.35) has no bitmap: the
+	// prefix is kube-apiserver's if it holds anything else.
+	under, err := client.Get(ctx, strings.TrimSuffix(o.etcdPrefix, "/")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("etcd at %s has no RangeAllocation at %s: is --etcd-prefix %s kube-apiserver's?", strings.Join(o.etcdServers, ","), key, o.etcdPrefix)
+		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdServers, ","), err)
+	}
+	if under.Count == 0 {
+		client.Close()
+		return nil, fmt.Errorf("etcd at %s holds nothing under %s: is --etcd-prefix %s kube-apiserver's?", strings.Join(o.etcdServers, ","), o.etcdPrefix, o.etcdPrefix)
 	}
 	return client, nil
 }
