@@ -34,10 +34,11 @@
 //     already holds the address, when it replaces the object with the Service's own.
 //
 // The tests of this package check these against real kube-apiserver v1.33.13 and v1.37.2. In
-// DualWrite mode (v1.33's default) kube-apiserver picks an address from its bitmap first and then
-// creates the IPAddress object; if that address is reserved the create fails and so does the
-// Service's (read from the v1.33.13 source, not tested here): use reservations in IPAddressOnly
-// mode. In Legacy mode nothing reads IPAddress objects and a reservation has no effect.
+// DualWrite mode (v1.33's default) kube-apiserver picks an address from its bitmap, which knows
+// nothing of reservations, and then creates the IPAddress object; if that address is reserved the
+// create gets AlreadyExists and the Service's create fails with 500 "provided IP is already
+// allocated" (checked against v1.33.13 too): use reservations in IPAddressOnly mode. In Legacy
+// mode nothing reads IPAddress objects and a reservation has no effect.
 //
 // This module's own allocators (package ipaddress, servicecidr) count every IPAddress in range as
 // allocated whoever manages it, and package repair never reports an object it does not manage as

@@ -333,3 +333,31 @@ func TestStockRepairLeavesAReservationAlone(t *testing.T) {
 		t.Errorf("FromObject(the reservation 70 s on) = %+v, %v; want %+v, true", back, ok, r)
 	}
 }
+
+// TestStockDualWriteFailsAServiceWhoseAddressIsReserved shows why reservations are for
+// IPAddressOnly clusters: stock kube-apiserver v1.33.13 in its default DualWrite mode picks a
+// Service's address from its bitmap, which knows nothing of reservations, and when the pick is
+// reserved the IPAddress create gets AlreadyExists and the Service's create fails with a 500. With
+// 5 of the 13 free addresses reserved, that happens by the 9th create at the latest.
+func TestStockDualWriteFailsAServiceWhoseAddressIsReserved(t *testing.T) {
+	t.Parallel()
+	sc := startStock(t, "v1.33.13", "")
+	ctx := context.Background()
+	for i, ip := range []netip.Addr{sc.free[1], sc.free[3], sc.free[5], sc.free[8], sc.free[12]} {
+		if err := sc.res.Reserve(ctx, reservation.Reservation{Addr: ip, Name: fmt.Sprintf("block-%d", i)}); err != nil {
+			t.Fatalf("Reserve(%s) = %v", ip, err)
+		}
+	}
+	for i := range len(sc.free) - 5 + 1 {
+		_, err := sc.api.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService(fmt.Sprintf("dw-%d", i), ""), metav1.CreateOptions{})
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "provided IP is already allocated") {
+			t.Fatalf("create #%d = %v, want the InternalError \"provided IP is already allocated\"", i+1, err)
+		}
+		t.Logf("create #%d failed: %v", i+1, err)
+		return
+	}
+	t.Errorf("%d creates all succeeded; want one to fail on a reserved address", len(sc.free)-5+1)
+}
