@@ -113,12 +113,15 @@ func (v ServerVersion) Emulated() string {
 }
 
 // String describes v for messages: "v1.37.2 emulating 1.34 at 10.0.0.2:6443".
-func (v ServerVersion) String() string {
+func (v ServerVersion) String() string { return v.version() + " at " + v.Endpoint }
+
+// version describes the version of v: "v1.37.2 emulating 1.34", or "v1.30.14" before 1.31.
+func (v ServerVersion) version() string {
 	s := v.Info.GitVersion
 	if e := v.Emulated(); e != s {
 		s += " emulating " + e
 	}
-	return s + " at " + v.Endpoint
+	return s
 }
 
 // ReadServerVersions reads GET /version of the servers CheckBitmapWriters accounts live by: at
@@ -221,7 +224,7 @@ func CheckBitmapWriters(live []APIServer, versions []ServerVersion) error {
 			return &BitmapWriterError{Server: v.Endpoint, Reason: fmt.Sprintf("its /version (gitVersion %q, emulation %q.%q) does not say which version it emulates: %v",
 				v.Info.GitVersion, v.Info.EmulationMajor, v.Info.EmulationMinor, err)}
 		case can:
-			return &BitmapWriterError{Server: v.Endpoint, Reason: fmt.Sprintf("kube-apiserver %s: below 1.35 it can run Legacy or DualWrite, which write the bitmaps", v)}
+			return &BitmapWriterError{Server: v.Endpoint, Reason: fmt.Sprintf("kube-apiserver %s: below 1.35 it can run Legacy or DualWrite, which write the bitmaps", v.version())}
 		}
 	}
 	if slices.ContainsFunc(live, func(s APIServer) bool { return s.PeerAddress == "" }) {

@@ -76,7 +76,7 @@ func TestBitmapsAreLeftWhileAServerMayWriteThem(t *testing.T) {
 			name:     "a server emulating 1.34: refused, naming it",
 			leases:   []runtime.Object{identityLease("apiserver-a", peerA, fresh), identityLease("apiserver-b", peerB, fresh)},
 			versions: []ServerVersion{at(peerA, "v1.37.2", "1.37"), at(peerB, "v1.37.2", "1.34")},
-			want:     &BitmapWriterError{Server: peerB, Reason: "kube-apiserver v1.37.2 emulating 1.34 at 10.0.0.2:6443: below 1.35 it can run Legacy or DualWrite"},
+			want:     &BitmapWriterError{Server: peerB, Reason: "kube-apiserver v1.37.2 emulating 1.34: below 1.35 it can run Legacy or DualWrite"},
 		},
 		{
 			name:     "a server whose version was not read at its peer address: refused, naming it",
@@ -169,7 +169,7 @@ func TestBitmapsAreLeftWhileAServerMayWriteThem(t *testing.T) {
 			name:     "a server before 1.31 reports no emulation: judged by its own version",
 			leases:   []runtime.Object{identityLease("apiserver-a", "", fresh)},
 			versions: []ServerVersion{at(urlA, "v1.30.14", "")},
-			want:     &BitmapWriterError{Server: urlA, Reason: "kube-apiserver v1.30.14 at https://10.0.0.1:6443: below 1.35"},
+			want:     &BitmapWriterError{Server: urlA, Reason: "kube-apiserver v1.30.14: below 1.35"},
 		},
 		{
 			name:     "a version that does not parse: refused",
