@@ -299,6 +299,13 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 			return apiError(host, err)
 		}
 		if o.removeStaleBitmaps {
+			// Again, right before: the passes may have taken minutes, and a server may have come.
+			if writers, err = o.checkBitmapWriters(ctx, client, restConfig); err != nil {
+				return err
+			}
+			if writers.refusal != nil {
+				return writers.refusal
+			}
 			if err := removeStaleBitmaps(ctx, cfg, writers, stderr); err != nil {
 				return apiError(host, err)
 			}

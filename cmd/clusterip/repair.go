@@ -46,8 +46,9 @@ the URLs of --apiserver-endpoints, which must be as many as the live Leases. Nam
 vouch that the list is complete and that each URL reaches one server, not a load balancer. If a
 server emulates below 1.35, or one is not accounted for, repair changes nothing and exits 2 saying
 which and why; a stopped server's Lease stays live for an hour. Otherwise, after its passes,
-repair deletes each stale bitmap with a compare-and-delete at the revision an audit has just
-read, so one written since stays (exit 2), and names on stderr each it removed. With --dry-run it
+it checks the servers again and deletes each stale bitmap with a compare-and-delete at the
+revision an audit has just read, so one written since stays (exit 2), and names on stderr each
+it removed. With --dry-run it
 says on stderr which it would remove and why it may, or exits 2 with why it may not.
 
 Permissions: repair reads what check reads, and creates, updates and deletes IPAddress objects:
