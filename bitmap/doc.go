@@ -12,7 +12,8 @@
 // Restore use kube-apiserver's RangeAllocation encoding. Load reads a stored bitmap, and Modify
 // changes one with compare-and-swap, retried on conflicts, for callers that change a stored bitmap
 // by hand (bootstrap, repair); Project reads a bitmap stored for another range as the new range
-// keeps it.
+// keeps it. A Store that is also a Deleter removes its snapshot with compare-and-delete, for
+// repair to remove a bitmap no server uses any more.
 //
 // New accepts IPv4 ranges down to a /8 (MinIPv4Bits); NewPersistent accepts IPv4 ranges only down
 // to a /12 (MaxPersistentHostBits), kube-apiserver's own cap, because a wider snapshot is too large

@@ -28,3 +28,14 @@ type Store interface {
 type Stores interface {
 	Store(i int) Store
 }
+
+// Deleter is implemented by a Store that can remove its snapshot with compare-and-delete, such as
+// etcdstore.Store. It is optional: no allocator deletes a bitmap, and repair removes one only
+// where the mode no longer uses it (see repair.RemoveStaleBitmaps).
+type Deleter interface {
+	// Delete removes the stored snapshot if the stored revision is still rev. If the revision
+	// has moved on (the snapshot was written or removed since) it returns an error wrapping
+	// ErrConflict, a *ConflictError where the Store can tell what is stored now, and removes
+	// nothing. rev 0 succeeds only if nothing is stored, and then changes nothing.
+	Delete(ctx context.Context, rev int64) error
+}

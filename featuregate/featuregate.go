@@ -154,3 +154,52 @@ func ModeFor(v string) (Mode, error) {
 	}
 	return ModeOf(gate)
 }
+
+// CanWriteBitmaps reports whether kube-apiserver emulating version v (such as "1.34" or
+// "v1.33.13"; only major and minor count) can run in a Mode that writes the bitmaps, Legacy or
+// DualWrite, by default or with some --feature-gates: below 1.35 it can (at 1.34 only with
+// DisableAllocatorDualWrite=false), from 1.35 it cannot, as both gates are locked on there and it
+// runs IPAddressOnly whatever its flags say. A kube-apiserver older than 1.31 emulates nothing: v
+// is its own version. It returns an error if v does not parse.
+//
+// The answer is derived from the gates' versioned specs, as ModeFor's is, so that their locks are
+// stated once.
+func CanWriteBitmaps(v string) (bool, error) {
+	parsed, err := version.ParseGeneric(v)
+	if err != nil {
+		return false, fmt.Errorf("featuregate: kube-apiserver version %q: %w", v, err)
+	}
+	emulated := version.MajorMinor(parsed.Major(), parsed.Minor())
+	all := specs()
+	for _, m := range []Mode{Legacy, DualWrite} {
+		overrides, err := GatesFor(m)
+		if err != nil {
+			return false, err
+		}
+		if canSet(all, emulated, overrides) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// canSet reports whether kube-apiserver emulating v accepts every value of overrides: a gate
+// locked at v takes only its default, and one that does not exist yet at v is off and cannot be
+// turned on.
+func canSet(all map[featuregate.Feature]featuregate.VersionedSpecs, v *version.Version, overrides map[string]bool) bool {
+	for name, on := range overrides {
+		var spec *featuregate.FeatureSpec
+		for i, s := range all[featuregate.Feature(name)] { // oldest first
+			if !s.Version.GreaterThan(v) {
+				spec = &all[featuregate.Feature(name)][i]
+			}
+		}
+		switch {
+		case spec == nil && on:
+			return false
+		case spec != nil && spec.LockToDefault && spec.Default != on:
+			return false
+		}
+	}
+	return true
+}

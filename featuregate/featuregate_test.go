@@ -1,6 +1,7 @@
 package featuregate_test
 
 import (
+	"fmt"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/version"
@@ -111,6 +112,72 @@ func TestModeForRejectsGarbage(t *testing.T) {
 	for _, v := range []string{"", "one.two", "latest"} {
 		if got, err := featuregate.ModeFor(v); err == nil {
 			t.Errorf("ModeFor(%q) = %v, nil; want an error", v, got)
+		}
+	}
+}
+
+// TestCanWriteBitmapsUntilBothGatesAreLocked: kube-apiserver writes the bitmaps in Legacy and
+// DualWrite mode, which it reaches by default up to 1.33 and at 1.34 with
+// DisableAllocatorDualWrite=false; from 1.35 both gates are locked on and nothing it is given
+// makes it write them.
+func TestCanWriteBitmapsUntilBothGatesAreLocked(t *testing.T) {
+	tests := []struct {
+		version string
+		want    bool
+	}{
+		{"1.20", true}, // before either gate: Legacy only
+		{"1.30", true},
+		{"1.32", true},
+		{"v1.33.13", true},
+		{"1.34", true}, // IPAddressOnly by default, DualWrite with DisableAllocatorDualWrite=false
+		{"1.34.0-alpha.1", true},
+		{"1.35", false},
+		{"v1.37.2", false},
+		{"1.40", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.version, func(t *testing.T) {
+			got, err := featuregate.CanWriteBitmaps(tt.version)
+			if err != nil {
+				t.Fatalf("CanWriteBitmaps(%q) error = %v", tt.version, err)
+			}
+			if got != tt.want {
+				t.Errorf("CanWriteBitmaps(%q) = %v, want %v", tt.version, got, tt.want)
+			}
+		})
+	}
+	for _, v := range []string{"", "one.two", "latest"} {
+		if got, err := featuregate.CanWriteBitmaps(v); err == nil {
+			t.Errorf("CanWriteBitmaps(%q) = %v, nil; want an error", v, got)
+		}
+	}
+}
+
+// TestCanWriteBitmapsAgreesWithTheGatesKubeAPIServerAccepts: for every supported release at
+// every version it emulates, CanWriteBitmaps says true exactly when NewGate, which refuses what
+// that kube-apiserver refuses at start-up, accepts the gates of Legacy or DualWrite.
+func TestCanWriteBitmapsAgreesWithTheGatesKubeAPIServerAccepts(t *testing.T) {
+	for _, release := range featuregate.SupportedReleases() {
+		bin := version.MustParse(release + ".0")
+		for minor := bin.Minor(); minor+3 >= bin.Minor() && minor >= 31; minor-- {
+			emulated := fmt.Sprintf("1.%d", minor)
+			v, err := featuregate.KubeVersion(bin.String(), emulated)
+			if err != nil {
+				t.Fatalf("KubeVersion(%s, %s) error = %v", bin, emulated, err)
+			}
+			accepted := false
+			for _, m := range []featuregate.Mode{featuregate.Legacy, featuregate.DualWrite} {
+				overrides, _ := featuregate.GatesFor(m)
+				if gate, err := featuregate.NewGate(v, overrides); err == nil {
+					if got, _ := featuregate.ModeOf(gate); got == m {
+						accepted = true
+					}
+				}
+			}
+			got, err := featuregate.CanWriteBitmaps(emulated)
+			if err != nil || got != accepted {
+				t.Errorf("kube-apiserver %s emulating %s: CanWriteBitmaps = %v, %v; want %v (what NewGate accepts)", bin, emulated, got, err, accepted)
+			}
 		}
 	}
 }

@@ -54,6 +54,15 @@
 //     stale bit (no IPAddress, no Service) is cleared once seen so for the hold-off and a live Get
 //     finds no IPAddress, and the bit of a leaked IPAddress goes with it.
 //
+// # Stale bitmaps
+//
+// An IPAddressOnly audit given the bitmaps' store reports the bitmaps a Legacy or DualWrite era
+// left behind ([Report.StaleBitmaps]); the Controller leaves them. [RemoveStaleBitmaps] deletes
+// them, each with a compare-and-delete at the revision the audit read, once
+// [CheckBitmapWriters] has found that no live kube-apiserver can write them again: every server
+// that [LiveAPIServers] lists from its identity Lease is accounted for by a /version
+// ([ReadServerVersions]) that emulates 1.35 or later, where both allocator gates are locked on.
+//
 // Invalid, duplicate and out-of-range ClusterIPs only get an Event. Each cause of an Event (the
 // object, the address and the reason) is reported once, while passes keep finding it, and again
 // if it comes back after a pass that did not find it (see [Options.Recorder]).

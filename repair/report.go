@@ -103,9 +103,9 @@ type Report struct {
 	Findings []Finding `json:"findings"`
 	// StaleBitmaps are the bitmaps kube-apiserver's Legacy and DualWrite modes kept, found by an
 	// IPAddressOnly audit given Config.Bitmaps: no allocator of that mode reads or writes them, and
-	// no kube-apiserver release removes them. They are not findings (the allocations are in the
-	// IPAddress objects) and leave Consistent as it is. Empty in the other modes, where the
-	// bitmaps are in use.
+	// no kube-apiserver release removes them (RemoveStaleBitmaps does, once no server can write
+	// them). They are not findings (the allocations are in the IPAddress objects) and leave
+	// Consistent as it is. Empty in the other modes, where the bitmaps are in use.
 	StaleBitmaps []StaleBitmap `json:"staleBitmaps,omitempty"`
 }
 

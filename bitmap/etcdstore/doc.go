@@ -7,7 +7,8 @@
 // --etcd-prefix (default "/registry"); see ServiceIPsKey and SecondaryServiceIPsKey. The value is
 // a core/v1 RangeAllocation in kube-apiserver's storage encoding: protobuf behind the "k8s\x00"
 // envelope by default, JSON on request (WithFormat(JSON)); both are read. Updates are compare-and-swap
-// transactions on the key's ModRevision, which is the Store revision.
+// transactions on the key's ModRevision, which is the Store revision, and Delete (bitmap.Deleter)
+// is a compare-and-delete on it, for a bitmap no server uses any more.
 //
 // This replaces the RangeAllocation storage of kube-apiserver's
 // pkg/registry/core/service/allocator/storage, without its lock held across etcd calls.

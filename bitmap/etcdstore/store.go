@@ -298,6 +298,38 @@ func (s *Store) Update(ctx context.Context, rev int64, snap bitmap.Snapshot) (in
 	if resp.Succeeded {
 		return resp.Header.Revision, nil
 	}
+	return 0, s.conflict(resp, rev)
+}
+
+var _ bitmap.Deleter = (*Store)(nil)
+
+// Delete removes the key if its ModRevision is still rev, in one etcd transaction (rev 0: only if
+// the key does not exist, which changes nothing). If the key has moved on, written or deleted
+// since, it returns an error wrapping a *bitmap.ConflictError carrying what is stored now (Rev 0
+// if nothing is; plain bitmap.ErrConflict if the value does not decode) and deletes nothing.
+// Other errors are etcd's, wrapped; after one of those the delete may or may not have happened.
+// An invalid Store returns ErrInvalidStore.
+func (s *Store) Delete(ctx context.Context, rev int64) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(s.key), "=", rev)).
+		Then(clientv3.OpDelete(s.key)).
+		Else(clientv3.OpGet(s.key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: delete %s: %w", s.key, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	return s.conflict(resp, rev)
+}
+
+// conflict returns the error of a transaction on s's key that failed its comparison with rev:
+// one wrapping a *bitmap.ConflictError with what its Else branch, a Get of the key, read.
+func (s *Store) conflict(resp *clientv3.TxnResponse, rev int64) error {
 	var kvs []*mvccpb.KeyValue
 	if len(resp.Responses) > 0 {
 		if rr := resp.Responses[0].GetResponseRange(); rr != nil {
@@ -305,11 +337,11 @@ func (s *Store) Update(ctx context.Context, rev int64, snap bitmap.Snapshot) (in
 		}
 	}
 	if len(kvs) == 0 {
-		return 0, fmt.Errorf("etcdstore: %s: %w", s.key, &bitmap.ConflictError{})
+		return fmt.Errorf("etcdstore: %s: %w", s.key, &bitmap.ConflictError{})
 	}
 	cur, derr := Decode(kvs[0].Value)
 	if derr != nil {
-		return 0, fmt.Errorf("etcdstore: %s changed since revision %d: %w", s.key, rev, bitmap.ErrConflict)
+		return fmt.Errorf("etcdstore: %s changed since revision %d: %w", s.key, rev, bitmap.ErrConflict)
 	}
-	return 0, fmt.Errorf("etcdstore: %s: %w", s.key, &bitmap.ConflictError{Current: cur, Rev: kvs[0].ModRevision})
+	return fmt.Errorf("etcdstore: %s: %w", s.key, &bitmap.ConflictError{Current: cur, Rev: kvs[0].ModRevision})
 }

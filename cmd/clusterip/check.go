@@ -38,9 +38,12 @@ The etcd flags are kube-apiserver's (--etcd-servers, --etcd-cafile, --etcd-certf
 --etcd-keyfile, --etcd-prefix): copy their values from its command line.
 
 The Service CIDRs are found in the cluster: the ranges of the bitmaps' RangeAllocation objects
-under --etcd-prefix, or without etcd the "kubernetes" ServiceCIDR. --mode auto judges by the mode
-kube-apiserver runs in by default at its version (Legacy up to 1.32, DualWrite in 1.33,
-IPAddressOnly from 1.34); give --mode if its feature gates differ (in any case: ipaddressonly is IPAddressOnly).
+under --etcd-prefix, or without etcd (or in IPAddressOnly mode, when no bitmap is left) the
+"kubernetes" ServiceCIDR. --mode auto judges by the mode kube-apiserver runs in by default at its
+version (Legacy up to 1.32, DualWrite in 1.33, IPAddressOnly from 1.34); give --mode if its
+feature gates differ (in any case: ipaddressonly is IPAddressOnly). In IPAddressOnly mode the
+bitmaps a Legacy or DualWrite era left are listed as stale; "clusterip repair
+--remove-stale-bitmaps" removes them.
 
 -o json and -o yaml print the report alone; -o table adds the repair plan: what "clusterip repair"
 does about each finding, with the hold-off of --leak-grace.
@@ -54,7 +57,8 @@ anything, check asks the API server whether it has them (SelfSubjectAccessReview
 it lacks.
 
 Exit codes: 0 consistent; 1 inconsistencies found; 2 could not run (bad flags, no kubeconfig,
-an unreachable or silent API server or etcd, no RangeAllocation under --etcd-prefix, missing RBAC
+an unreachable or silent API server or etcd, no RangeAllocation under --etcd-prefix outside
+IPAddressOnly mode, missing RBAC
 permissions), with one line on stderr saying why.
 
 Deprecated, working until the next release with a warning on stderr: --repair (use "clusterip
@@ -83,6 +87,9 @@ type checkOptions struct {
 
 	repair bool // repair, then audit again ("clusterip repair", or the deprecated "check --repair")
 	dryRun bool // with repair, audit and print the plan but change nothing
+
+	removeStaleBitmaps bool     // with repair, remove the stale bitmaps once no server can write them
+	apiserverEndpoints []string // with removeStaleBitmaps, the servers' endpoints, for Leases without peer addresses
 }
 
 var (
@@ -171,6 +178,13 @@ func (o *checkOptions) validate() error {
 		return errors.New("--etcd-cafile, --etcd-certfile and --etcd-keyfile need --etcd-servers")
 	case !strings.HasPrefix(o.etcdPrefix, "/"):
 		return fmt.Errorf("--etcd-prefix %q: want an absolute key prefix such as /registry", o.etcdPrefix)
+	case o.removeStaleBitmaps && len(o.etcdServers) == 0:
+		return errors.New("--remove-stale-bitmaps needs --etcd-servers: the bitmaps are in etcd")
+	case len(o.apiserverEndpoints) > 0 && !o.removeStaleBitmaps:
+		return errors.New("--apiserver-endpoints goes with --remove-stale-bitmaps: it names the servers whose versions decide it")
+	}
+	if err := checkEndpoints(o.apiserverEndpoints); err != nil {
+		return err
 	}
 	o.mode = mode
 	return nil
@@ -212,10 +226,11 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 		return err
 	}
 	ctx := cmd.Context()
-	client, host, err := o.kubeClient()
+	client, restConfig, err := o.kubeClient()
 	if err != nil {
 		return err
 	}
+	host := restConfig.Host
 	var etcd *clientv3.Client
 	if len(o.etcdServers) > 0 {
 		if etcd, err = o.etcdClient(ctx); err != nil {
@@ -231,6 +246,9 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.removeStaleBitmaps && mode != featuregate.IPAddressOnly {
+		return fmt.Errorf("--remove-stale-bitmaps needs an IPAddressOnly audit, and kube-apiserver %s with --mode %s is audited in %s mode, where the bitmaps are in use", info.GitVersion, o.mode, mode)
+	}
 	cfg := cip.Config{Mode: mode, Client: client}
 	if etcd != nil {
 		cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: o.etcdPrefix}
@@ -245,13 +263,33 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 			note = fmt.Sprintf("the bitmaps were not read (no --etcd-servers): DualWrite mode (kube-apiserver %s, --mode %s) audited as IPAddressOnly, the IPAddress objects only", info.GitVersion, o.mode)
 		}
 	}
+	var bitmapCIDRs []string
+	if etcd != nil {
+		if bitmapCIDRs, err = o.bitmapRanges(ctx, etcd); err != nil {
+			return err
+		}
+		if bitmapCIDRs == nil && cfg.Mode != featuregate.IPAddressOnly {
+			return fmt.Errorf("etcd at %s has no RangeAllocation at %s, which kube-apiserver keeps in %s mode: is --etcd-prefix %s kube-apiserver's?",
+				strings.Join(o.etcdServers, ","), etcdstore.ServiceIPsKey(o.etcdPrefix), cfg.Mode, o.etcdPrefix)
+		}
+	}
 	write := o.repair && !o.dryRun
-	need := neededPermissions(cfg.Mode, write, etcd != nil)
+	need := neededPermissions(cfg.Mode, write, bitmapCIDRs != nil)
 	if err := checkAccess(ctx, client, host, fmt.Sprintf("%s in %s mode", o.verb(), cfg.Mode), need); err != nil {
 		return err
 	}
-	if cfg.Ranges, err = o.flagRanges(ctx, client, etcd, host); err != nil {
+	if cfg.Ranges, err = o.flagRanges(ctx, client, bitmapCIDRs, host); err != nil {
 		return err
+	}
+	// Before anything changes: whether a kube-apiserver may still write the bitmaps.
+	var writers *bitmapWriters
+	if o.removeStaleBitmaps {
+		if writers, err = o.checkBitmapWriters(ctx, client, restConfig); err != nil {
+			return err
+		}
+		if writers.refusal != nil && !o.dryRun {
+			return writers.refusal
+		}
 	}
 	if write {
 		rctx, cancel := context.WithTimeout(ctx, o.repairTimeout)
@@ -259,6 +297,18 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 		cancel()
 		if err != nil {
 			return apiError(host, err)
+		}
+		if o.removeStaleBitmaps {
+			// Again, right before: the passes may have taken minutes, and a server may have come.
+			if writers, err = o.checkBitmapWriters(ctx, client, restConfig); err != nil {
+				return err
+			}
+			if writers.refusal != nil {
+				return writers.refusal
+			}
+			if err := removeStaleBitmaps(ctx, cfg, writers, stderr); err != nil {
+				return apiError(host, err)
+			}
 		}
 	}
 	rep, err := repair.Audit(ctx, cfg)
@@ -269,7 +319,15 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 		return fmt.Errorf("print the report: %w", err)
 	}
 	if o.dryRun {
-		fmt.Fprintf(stderr, "clusterip: dry run: nothing was changed; %s\n", dryRunSummary(rep))
+		fmt.Fprintf(stderr, "clusterip: dry run: nothing was changed; %s\n", o.dryRunSummary(rep))
+		if o.removeStaleBitmaps {
+			if err := dryRunStaleBitmaps(rep, writers, stderr); err != nil {
+				return err
+			}
+			if len(rep.StaleBitmaps) > 0 {
+				return &exitError{code: exitProblem}
+			}
+		}
 	}
 	if !rep.Consistent {
 		return &exitError{code: exitProblem}
@@ -278,26 +336,27 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 }
 
 // kubeClient builds a client from the kubeconfig by kubectl's loading rules: --kubeconfig, else
-// $KUBECONFIG, else ~/.kube/config, with --context. It returns the API server's address too.
-func (o *checkOptions) kubeClient() (kubernetes.Interface, string, error) {
+// $KUBECONFIG, else ~/.kube/config, with --context. It returns the client's config too, whose
+// Host is the API server's address.
+func (o *checkOptions) kubeClient() (kubernetes.Interface, *rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = o.kubeconfig
 	kubeConfig := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
 	restConfig, err := kubeConfig.ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
-		return nil, "", errors.New("kubeconfig: none found ($KUBECONFIG is unset and ~/.kube/config is absent or empty): give --kubeconfig")
+		return nil, nil, errors.New("kubeconfig: none found ($KUBECONFIG is unset and ~/.kube/config is absent or empty): give --kubeconfig")
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	moveURLCredentials(restConfig)
 	restConfig.Timeout = o.requestTimeout
 	restConfig.QPS, restConfig.Burst = 50, 100 // kubectl's QPS; repair makes a few calls per finding
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return client, restConfig.Host, nil
+	return client, restConfig, nil
 }
 
 // moveURLCredentials moves a user name and password written into the server URL
@@ -330,25 +389,33 @@ const (
 // --service-cluster-ip-range flag.
 const defaultServiceCIDR = "kubernetes"
 
-// flagRanges finds kube-apiserver's --service-cluster-ip-range: the ranges of the bitmaps'
-// RangeAllocation objects in etcd, primary first, or without etcd or a bitmap in it the CIDRs of
-// the "kubernetes" ServiceCIDR.
-func (o *checkOptions) flagRanges(ctx context.Context, client kubernetes.Interface, etcd *clientv3.Client, host string) ([]netip.Prefix, error) {
+// bitmapRanges returns the ranges of the bitmaps' RangeAllocation objects in etcd, primary
+// first, or nil if there is no primary one: an IPAddressOnly cluster may have none, never having
+// had a dual-write era or its stale bitmaps having been removed.
+func (o *checkOptions) bitmapRanges(ctx context.Context, etcd *clientv3.Client) ([]string, error) {
 	var cidrs []string
-	var from string
-	if etcd != nil {
-		for _, key := range []string{etcdstore.ServiceIPsKey(o.etcdPrefix), etcdstore.SecondaryServiceIPsKey(o.etcdPrefix)} {
-			snap, rev, err := etcdstore.New(etcd, key).Get(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("etcd: read the RangeAllocation at %s: %w", key, err)
-			}
-			if rev != 0 {
-				cidrs = append(cidrs, snap.Range)
-			}
+	for i, key := range []string{etcdstore.ServiceIPsKey(o.etcdPrefix), etcdstore.SecondaryServiceIPsKey(o.etcdPrefix)} {
+		snap, rev, err := etcdstore.New(etcd, key).Get(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("etcd: read the RangeAllocation at %s: %w", key, err)
 		}
-		from = "the RangeAllocation objects under --etcd-prefix " + o.etcdPrefix
+		if rev == 0 && i == 0 {
+			return nil, nil
+		}
+		if rev != 0 {
+			cidrs = append(cidrs, snap.Range)
+		}
 	}
-	if len(cidrs) == 0 { // no etcd, or no bitmap in it: a cluster that only ran IPAddressOnly
+	return cidrs, nil
+}
+
+// flagRanges finds kube-apiserver's --service-cluster-ip-range: bitmapCIDRs, the ranges of the
+// bitmaps' RangeAllocation objects in etcd (see bitmapRanges), or without them the CIDRs of the
+// "kubernetes" ServiceCIDR.
+func (o *checkOptions) flagRanges(ctx context.Context, client kubernetes.Interface, bitmapCIDRs []string, host string) ([]netip.Prefix, error) {
+	cidrs := bitmapCIDRs
+	from := "the RangeAllocation objects under --etcd-prefix " + o.etcdPrefix
+	if cidrs == nil {
 		sc, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, defaultServiceCIDR, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("API server at %s has no ServiceCIDR %q to read the Service CIDRs from: give --etcd-servers to read them from the bitmaps", host, defaultServiceCIDR)
@@ -388,10 +455,7 @@ func apiError(host string, err error) error {
 // emulatedVersion returns the version whose defaults kube-apiserver runs with: the one it
 // emulates (--emulated-version, which /version reports from 1.31), else its own.
 func emulatedVersion(info *version.Info) string {
-	if info.EmulationMajor != "" && info.EmulationMinor != "" {
-		return info.EmulationMajor + "." + info.EmulationMinor
-	}
-	return info.GitVersion
+	return repair.ServerVersion{Info: *info}.Emulated()
 }
 
 // modeFor returns the --mode asked for, or with auto the default mode of kube-apiserver at
@@ -407,9 +471,9 @@ func (o *checkOptions) modeFor(v string) (featuregate.Mode, error) {
 	return mode, nil
 }
 
-// etcdClient connects to --etcd-servers and checks that --etcd-prefix is kube-apiserver's: it holds
-// the bitmap, or (a cluster that only ran IPAddressOnly has none) other objects.
-// Every call of the client it returns is bounded by --request-timeout.
+// etcdClient connects to --etcd-servers and checks that --etcd-prefix is kube-apiserver's: that
+// the primary bitmap is under it, or, as on an IPAddressOnly cluster without bitmaps, some other
+// key. Every call of the client it returns is bounded by --request-timeout.
 func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	cfg := clientv3.Config{Endpoints: o.etcdServers, DialTimeout: o.requestTimeout, Logger: zap.NewNop()}
 	if o.etcdCAFile != "" || o.etcdCertFile != "" {
@@ -434,19 +498,13 @@ func (o *checkOptions) etcdClient(ctx context.Context) (*clientv3.Client, error)
 		}
 		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdServers, ","), err)
 	}
-	if resp.Count > 0 {
-		return client, nil
-	}
-	// A cluster that has only ever run IPAddressOnly (the default from 1.35) has no bitmap: the
-	// prefix is kube-apiserver's if it holds anything else.
-	under, err := client.Get(ctx, strings.TrimSuffix(o.etcdPrefix, "/")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("etcd at %s unreachable: %w", strings.Join(o.etcdServers, ","), err)
-	}
-	if under.Count == 0 {
-		client.Close()
-		return nil, fmt.Errorf("etcd at %s holds nothing under %s: is --etcd-prefix %s kube-apiserver's?", strings.Join(o.etcdServers, ","), o.etcdPrefix, o.etcdPrefix)
+	if resp.Count == 0 {
+		// An IPAddressOnly cluster may have no bitmap; a kube-apiserver's prefix has other keys.
+		resp, err := client.Get(ctx, strings.TrimSuffix(o.etcdPrefix, "/")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		if err != nil || len(resp.Kvs) == 0 {
+			client.Close()
+			return nil, fmt.Errorf("etcd at %s has no RangeAllocation at %s: is --etcd-prefix %s kube-apiserver's?", strings.Join(o.etcdServers, ","), key, o.etcdPrefix)
+		}
 	}
 	return client, nil
 }

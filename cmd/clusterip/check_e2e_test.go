@@ -216,7 +216,7 @@ func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
 			want string
 		}{
 			{"wrong prefix", []string{"check", "--kubeconfig", kubeconfig, "--etcd-servers", e.Endpoints()[0], "--etcd-prefix", "/elsewhere"},
-				"holds nothing under /elsewhere: is --etcd-prefix /elsewhere kube-apiserver's?"},
+				"has no RangeAllocation at /elsewhere/ranges/serviceips: is --etcd-prefix /elsewhere kube-apiserver's?"},
 			{"Legacy without etcd", []string{"check", "--kubeconfig", kubeconfig, "--mode", "Legacy"}, "give --etcd-servers"},
 			{"--mode in another case", []string{"check", "--kubeconfig", kubeconfig, "--mode", "lEGACY"},
 				"in Legacy mode (kube-apiserver v1.33.13, --mode Legacy) the allocations are only in the bitmaps: give --etcd-servers"},

@@ -215,6 +215,25 @@ func TestCheckAndRepairCouldNotRunExitTwoWithOneLine(t *testing.T) {
 	t.Run("check has no --dry-run: it never writes", func(t *testing.T) {
 		checkCouldNotRun(t, []string{"check", "--dry-run"}, "unknown flag: --dry-run")
 	})
+	t.Run("check has no --remove-stale-bitmaps: it never writes", func(t *testing.T) {
+		checkCouldNotRun(t, []string{"check", "--remove-stale-bitmaps"}, "unknown flag: --remove-stale-bitmaps")
+	})
+	staleTests := []struct {
+		name string
+		args []string // after the verb
+		want string
+	}{
+		{"--remove-stale-bitmaps without etcd", []string{"--remove-stale-bitmaps"}, "--remove-stale-bitmaps needs --etcd-servers: the bitmaps are in etcd"},
+		{"--apiserver-endpoints alone", []string{"--etcd-servers", "http://127.0.0.1:1", "--apiserver-endpoints", "https://10.0.0.2:6443"},
+			"--apiserver-endpoints goes with --remove-stale-bitmaps"},
+		{"an endpoint that is no URL", []string{"--etcd-servers", "http://127.0.0.1:1", "--remove-stale-bitmaps", "--apiserver-endpoints", "https://10.0.0.2:6443,10.0.0.3:6443"},
+			`--apiserver-endpoints "10.0.0.3:6443": want the URL of one kube-apiserver, such as https://10.0.0.2:6443`},
+		{"an endpoint with a path", []string{"--etcd-servers", "http://127.0.0.1:1", "--remove-stale-bitmaps", "--apiserver-endpoints", "https://lb.example/k8s"},
+			`--apiserver-endpoints "https://lb.example/k8s": want the URL of one kube-apiserver`},
+	}
+	for _, tt := range staleTests {
+		t.Run("repair "+tt.name, func(t *testing.T) { checkCouldNotRun(t, append([]string{"repair"}, tt.args...), tt.want) })
+	}
 }
 
 // TestPreviousSpellingsWarnAndStillWork runs the spellings this release replaced: each still

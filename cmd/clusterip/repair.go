@@ -34,13 +34,32 @@ delete that record while its Service is being created, and the Service then hold
 that another Service can be given. Use 0 only on a cluster where nothing allocates meanwhile
 (kube-apiserver's own repair waits 60s); the default 1m covers an allocation in flight.
 
+--remove-stale-bitmaps also removes the bitmaps a Legacy or DualWrite era left in etcd
+(<--etcd-prefix>/ranges/serviceips and .../secondaryserviceips), which check lists as stale in
+IPAddressOnly mode; it needs --etcd-servers and an IPAddressOnly audit, and is off by default. A
+kube-apiserver that emulates a version below 1.35 can still run Legacy or DualWrite and write
+them, so before it changes anything repair counts the live kube-apiservers by their identity
+Leases in kube-system and reads each one's /version with the kubeconfig's credentials: at the
+peer address every Lease advertises (kube-apiserver writes one with its
+UnknownVersionInteroperabilityProxy gate, on by default from 1.36), or, if a Lease has none, at
+the URLs of --apiserver-endpoints, which must be as many as the live Leases. Naming them, you
+vouch that the list is complete and that each URL reaches one server, not a load balancer. If a
+server emulates below 1.35, or one is not accounted for, repair changes nothing and exits 2 saying
+which and why; a stopped server's Lease stays live for an hour. Otherwise, after its passes,
+it checks the servers again and deletes each stale bitmap with a compare-and-delete at the
+revision an audit has just read, so one written since stays (exit 2), and names on stderr each
+it removed. With --dry-run it
+says on stderr which it would remove and why it may, or exits 2 with why it may not.
+
 Permissions: repair reads what check reads, and creates, updates and deletes IPAddress objects:
 the ClusterRoles clusterip-check and clusterip-check-repair in deploy/rbac of the clusterip
 repository grant exactly that. It names any permission it lacks before it changes anything.
+--remove-stale-bitmaps also lists leases.coordination.k8s.io in kube-system.
 
 Exit codes: 0 consistent after the repair (with --dry-run: nothing to repair); 1 inconsistencies
-remain (with --dry-run: there is something to repair, listed in the plan); 2 could not run (as
-check, and past --repair-timeout), with one line on stderr saying why.`
+remain (with --dry-run: there is something to repair, listed in the plan, or with
+--remove-stale-bitmaps a stale bitmap to remove); 2 could not run (as check, past
+--repair-timeout, or a stale bitmap that may not be removed), with one line on stderr saying why.`
 
 const repairExample = `  # See what repair would change, changing nothing
   clusterip repair --dry-run --etcd-servers https://10.0.0.2:2379 \
@@ -48,7 +67,13 @@ const repairExample = `  # See what repair would change, changing nothing
 
   # Repair, freeing leaks held for 5 minutes or more, then audit again
   clusterip repair --leak-grace 5m --etcd-servers https://10.0.0.2:2379 \
-      --etcd-cafile ca.crt --etcd-certfile client.crt --etcd-keyfile client.key`
+      --etcd-cafile ca.crt --etcd-certfile client.crt --etcd-keyfile client.key
+
+  # Repair and remove the stale bitmaps of an IPAddressOnly cluster of three kube-apiservers
+  # whose identity Leases advertise no peer address
+  clusterip repair --remove-stale-bitmaps --etcd-servers https://10.0.0.2:2379 \
+      --etcd-cafile ca.crt --etcd-certfile client.crt --etcd-keyfile client.key \
+      --apiserver-endpoints https://10.0.0.2:6443,https://10.0.0.3:6443,https://10.0.0.4:6443`
 
 func newRepairCommand() *cobra.Command {
 	o := newCheckOptions()
@@ -64,16 +89,30 @@ func newRepairCommand() *cobra.Command {
 		},
 	}
 	o.addFlags(cmd)
-	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "audit and print what repair would change, and change nothing")
+	f := cmd.Flags()
+	f.BoolVar(&o.dryRun, "dry-run", false, "audit and print what repair would change, and change nothing")
+	f.BoolVar(&o.removeStaleBitmaps, "remove-stale-bitmaps", false, "in IPAddressOnly mode, with --etcd-servers, also remove the bitmaps a Legacy or DualWrite era left in etcd, once no live kube-apiserver can write them (see above)")
+	f.StringSliceVar(&o.apiserverEndpoints, "apiserver-endpoints", nil, "with --remove-stale-bitmaps, the URL of every kube-apiserver (comma-separated, one per server, not a load balancer), for identity Leases without peer addresses")
 	return cmd
 }
 
-// dryRunSummary says what a dry run's audit rep leaves for repair.
-func dryRunSummary(rep *repair.Report) string {
-	if len(rep.Findings) == 0 {
-		return "there is nothing to repair"
+// dryRunSummary says what a dry run's audit rep leaves for repair: its findings, and with
+// --remove-stale-bitmaps its stale bitmaps.
+func (o *checkOptions) dryRunSummary(rep *repair.Report) string {
+	stale := 0
+	if o.removeStaleBitmaps {
+		stale = len(rep.StaleBitmaps)
 	}
-	return fmt.Sprintf("without --dry-run, repair would act on %s, as the repair plan of -o table says", count(len(rep.Findings), "finding"))
+	switch {
+	case len(rep.Findings) == 0 && stale == 0:
+		return "there is nothing to repair"
+	case stale == 0:
+		return fmt.Sprintf("without --dry-run, repair would act on %s, as the repair plan of -o table says", count(len(rep.Findings), "finding"))
+	case len(rep.Findings) == 0:
+		return fmt.Sprintf("without --dry-run, repair would remove %s, if no kube-apiserver can write them", count(stale, "stale bitmap"))
+	}
+	return fmt.Sprintf("without --dry-run, repair would act on %s, as the repair plan of -o table says, and remove %s, if no kube-apiserver can write them",
+		count(len(rep.Findings), "finding"), count(stale, "stale bitmap"))
 }
 
 // maxFailedPasses is how many repair passes in a row may fail (a compare-and-swap that lost to a
