@@ -22,6 +22,7 @@ import (
 	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/reservation"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
@@ -115,7 +116,16 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 		}
 	}
 	a.version = version
-	a.services = service.NewWithOptions(a.families[0], a.allocs, service.Options{Version: version, FeatureGate: gate})
+	opts := service.Options{Version: version, FeatureGate: gate}
+	if cfg.Reservations {
+		claimer, err := reservation.NewClaimer(cfg.Client, cfg.Informers.Networking().V1().IPAddresses(), cfg.ManagedBy)
+		if err != nil {
+			a.Close()
+			return nil, &ConfigError{Field: "Reservations", Reason: "the IPAddress informer", Err: err}
+		}
+		opts.Reserved = claimer
+	}
+	a.services = service.NewWithOptions(a.families[0], a.allocs, opts)
 	return a, nil
 }
 

@@ -84,6 +84,15 @@ type Config struct {
 	// it in Legacy mode). Defaults to false. See servicecidr.DefaultController.
 	DefaultServiceCIDR bool
 
+	// Reservations makes Services().Allocate give a Service created without a ClusterIP the
+	// address reserved for it (package reservation: a reservation kept For its namespace and
+	// name), claiming the reservation's IPAddress object in one update, so that no other
+	// allocator can take the address at any instant. New adds an index to the IPAddress informer
+	// of Informers. Only in IPAddressOnly mode, the mode in which kube-apiserver, too, keeps its
+	// hands off reserved addresses (New refuses it in the others). Defaults to false: no
+	// reservation is looked up, and reserved addresses are only held.
+	Reservations bool
+
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's
 	// kube_apiserver_clusterip_allocator_* metrics with its names, labels and buckets (one
 	// series per ServiceCIDR prefix where ServiceCIDRs are served), and clusterip_allocator_*
@@ -247,6 +256,9 @@ func (c *Config) checkStores() error {
 	}
 	if c.Mode != featuregate.IPAddressOnly && c.Bitmaps == nil {
 		return &ConfigError{Field: "Bitmaps", Reason: "required in " + c.Mode.String() + " mode, to hold the bitmaps (etcdstore.Stores for kube-apiserver's, in its etcd)"}
+	}
+	if c.Mode != featuregate.IPAddressOnly && c.Reservations {
+		return &ConfigError{Field: "Reservations", Reason: "only in IPAddressOnly mode: a bitmap knows nothing of reservations, and kube-apiserver in DualWrite mode fails a Service's create whose bitmap pick is reserved"}
 	}
 	if c.Mode == featuregate.Legacy && c.DefaultServiceCIDR {
 		return &ConfigError{Field: "DefaultServiceCIDR", Reason: "only in DualWrite and IPAddressOnly mode: Legacy mode serves no ServiceCIDR (kube-apiserver runs its default-ServiceCIDR controller only with MultiCIDRServiceAllocator on)"}

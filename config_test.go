@@ -39,6 +39,7 @@ func TestNewNamesTheMissingField(t *testing.T) {
 		{name: "IPAddressOnly without client", cfg: Config{Mode: featuregate.IPAddressOnly, Ranges: v4, Informers: inf}, field: "Client"},
 		{name: "IPAddressOnly without informers", cfg: Config{Mode: featuregate.IPAddressOnly, Ranges: v4, Client: client}, field: "Informers"},
 		{name: "Legacy with DefaultServiceCIDR", cfg: Config{Mode: featuregate.Legacy, Ranges: v4, Bitmaps: etcdstore.Stores{Client: etcd}, DefaultServiceCIDR: true}, field: "DefaultServiceCIDR"},
+		{name: "DualWrite with Reservations", cfg: Config{Mode: featuregate.DualWrite, Ranges: v4, Bitmaps: etcdstore.Stores{Client: etcd}, Client: client, Informers: inf, Reservations: true}, field: "Reservations"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

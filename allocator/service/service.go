@@ -39,6 +39,7 @@ type Allocator struct {
 	primary  corev1.IPFamily
 	families map[corev1.IPFamily]allocator.Interface
 	sem      semantics.Semantics
+	reserved Reserved
 }
 
 // Options adjusts an Allocator built by NewWithOptions. The zero Options gives the answers of the
@@ -52,6 +53,22 @@ type Options struct {
 	// FeatureGate, if not nil and it knows StrictIPCIDRValidation (see featuregate.NewGate),
 	// decides that gate as the registry runs it; otherwise its default at Version applies.
 	FeatureGate basefeaturegate.FeatureGate
+
+	// Reserved, if not nil, gives a Service created without a ClusterIP of a family the address
+	// reserved for it in that family (package reservation's Claimer), before any dynamic
+	// allocation; a Service that asks for its reserved address by spec.clusterIP(s) is refused
+	// as for any address held, as kube-apiserver refuses it. Nil: no reservation is looked up.
+	Reserved Reserved
+}
+
+// Reserved gives a Service the address reserved for it, as package reservation's Claimer does.
+// owner is the Service, as allocator.ServiceOwner gives it.
+type Reserved interface {
+	// Claim makes the address reserved for owner in family owner's allocation and returns it,
+	// with an undo that makes it the reservation again; the zero Addr when none is reserved.
+	Claim(ctx context.Context, family corev1.IPFamily, owner allocator.Owner) (netip.Addr, func(context.Context) error, error)
+	// Reserved returns the address Claim would give, changing nothing (for a dry run).
+	Reserved(family corev1.IPFamily, owner allocator.Owner) (netip.Addr, bool)
 }
 
 // New returns an Allocator for a cluster whose default family is primary (the family of the
@@ -65,7 +82,7 @@ func New(primary corev1.IPFamily, families map[corev1.IPFamily]allocator.Interfa
 // NewWithOptions is New with the kube-apiserver release, and its feature gates, whose answers the
 // Allocator gives.
 func NewWithOptions(primary corev1.IPFamily, families map[corev1.IPFamily]allocator.Interface, opts Options) *Allocator {
-	s := &Allocator{primary: primary, families: make(map[corev1.IPFamily]allocator.Interface, len(families)), sem: semantics.Of(opts.Version, opts.FeatureGate)}
+	s := &Allocator{primary: primary, families: make(map[corev1.IPFamily]allocator.Interface, len(families)), sem: semantics.Of(opts.Version, opts.FeatureGate), reserved: opts.Reserved}
 	for f, a := range families {
 		if a != nil {
 			s.families[f] = a
@@ -86,6 +103,8 @@ type Transaction struct {
 	dryRun    bool
 	done      bool
 	allocated []netip.Addr // taken by the call; released by Revert
+	claimed   []netip.Addr // reservations the call claimed; made reservations again by Revert
+	unclaim   []func(context.Context) error
 	released  []netip.Addr // dropped by an update; released by Commit
 }
 
@@ -121,20 +140,34 @@ func (t *Transaction) Revert(ctx context.Context) error {
 		return nil
 	}
 	t.done = true
-	if t.dryRun || len(t.allocated) == 0 {
+	if t.dryRun || len(t.allocated)+len(t.unclaim) == 0 {
 		return nil
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), allocator.UndoTimeout)
 	defer cancel()
-	return t.s.release(uctx, t.allocated)
+	errs := []error{t.s.release(uctx, t.allocated)}
+	for _, undo := range t.unclaim {
+		errs = append(errs, undo(uctx))
+	}
+	return errors.Join(errs...)
 }
 
-// Allocated returns the addresses the call took, in family order.
+// Allocated returns the addresses the call took by allocation, in family order; addresses
+// claimed from reservations are in Claimed.
 func (t *Transaction) Allocated() []netip.Addr {
 	if t == nil {
 		return nil
 	}
 	return slices.Clone(t.allocated)
+}
+
+// Claimed returns the addresses the call took from reservations kept for the Service (see
+// Options.Reserved), which Revert makes reservations again.
+func (t *Transaction) Claimed() []netip.Addr {
+	if t == nil {
+		return nil
+	}
+	return slices.Clone(t.claimed)
 }
 
 // Released returns the addresses Commit releases.
@@ -280,6 +313,19 @@ func (s *Allocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, 
 		a = a.DryRun()
 	}
 	owner := allocator.ServiceOwner(svc)
+	if svc.Spec.ClusterIPs[i] == "" && s.reserved != nil {
+		ip, undo, err := s.claim(ctx, family, owner, txn.dryRun)
+		if err != nil {
+			return s.nextError(svc.Name, requested, err)
+		}
+		if ip.IsValid() {
+			svc.Spec.ClusterIPs[i] = ip.String()
+			if undo != nil {
+				txn.claimed, txn.unclaim = append(txn.claimed, ip), append(txn.unclaim, undo)
+			}
+			return nil
+		}
+	}
 	if svc.Spec.ClusterIPs[i] == "" {
 		ip, err := a.AllocateNext(ctx, owner)
 		if err != nil {
@@ -583,4 +629,14 @@ func dropTypeDependentFields(svc, old *corev1.Service) {
 	if policyOf(old) == policyOf(svc) {
 		svc.Spec.IPFamilyPolicy = nil
 	}
+}
+
+// claim returns the address reserved for owner in family and the undo of its claim (see
+// Options.Reserved); a dry run only looks it up, with no undo.
+func (s *Allocator) claim(ctx context.Context, family corev1.IPFamily, owner allocator.Owner, dryRun bool) (netip.Addr, func(context.Context) error, error) {
+	if dryRun {
+		ip, _ := s.reserved.Reserved(family, owner)
+		return ip, nil, nil
+	}
+	return s.reserved.Claim(ctx, family, owner)
 }

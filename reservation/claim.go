@@ -1,0 +1,190 @@
+package reservation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-ipam/clusterip/allocator"
+)
+
+// forServiceIndex is the name of the informer index Claimer adds: the namespace/name of the
+// Service a reservation is kept for.
+const forServiceIndex = "clusterip.kube-ipam.io/reserved-for-service"
+
+// claimAttempts bounds how often Claim and an undo read the object again after a Conflict.
+const claimAttempts = 5
+
+// Claimer gives a Service created without a ClusterIP the address reserved for it: the
+// reservation kept For its namespace and name, of the family asked for, that has not expired.
+// Claiming turns the reservation's IPAddress object into the Service's allocation in one update,
+// guarded by its resourceVersion: the managed-by label becomes the allocator's and the
+// annotations go; the object, its name and its parentRef (which already names the Service) stay,
+// so no other allocator can take the address at any instant. allocator/service uses a Claimer
+// through its Options.Reserved.
+//
+// A Claimer reads reservations from an IPAddress informer, to which NewClaimer adds an index.
+// Create it before the informer starts. A Claimer is safe for concurrent use.
+type Claimer struct {
+	client    networkingv1client.IPAddressInterface
+	informer  cache.SharedIndexInformer
+	managedBy string
+	now       func() time.Time
+}
+
+// NewClaimer returns a Claimer that reads reservations from informer and updates them with
+// client, labelling a claimed object managed by managedBy, the allocator's label (empty means
+// kube-apiserver's "ipallocator.k8s.io", as package ipaddress writes it). It adds an index to
+// informer, which fails once the informer has started. A nil client or informer is an error
+// matching allocator.ErrInvalid.
+func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAddressInformer, managedBy string) (*Claimer, error) {
+	if client == nil || informer == nil {
+		return nil, fmt.Errorf("reservation: NewClaimer needs a client and an IPAddress informer: %w", allocator.ErrInvalid)
+	}
+	if managedBy == "" {
+		managedBy = allocatorManagedBy
+	}
+	inf := informer.Informer()
+	err := inf.AddIndexers(cache.Indexers{forServiceIndex: func(obj any) ([]string, error) {
+		ipa, ok := obj.(*networkingv1.IPAddress)
+		if !ok || !IsReservation(ipa) {
+			return nil, nil
+		}
+		r, ok := FromObject(ipa)
+		if !ok || r.For.Name == "" {
+			return nil, nil
+		}
+		return []string{r.For.String()}, nil
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("reservation: index the IPAddress informer: %w", err)
+	}
+	return &Claimer{client: client.NetworkingV1().IPAddresses(), informer: inf, managedBy: managedBy, now: time.Now}, nil
+}
+
+// allocatorManagedBy is kube-apiserver's managed-by label, package ipaddress's default.
+const allocatorManagedBy = "ipallocator.k8s.io"
+
+// Reserved returns the address reserved for owner (a Service, by namespace and name) in family,
+// as the informer shows it, and whether there is one. Of several, the lowest address is given. A
+// dry run of a Service create shows it.
+func (c *Claimer) Reserved(family corev1.IPFamily, owner allocator.Owner) (netip.Addr, bool) {
+	r, ok := c.lookup(family, owner)
+	return r.Addr, ok
+}
+
+// lookup returns the reservation Reserved names.
+func (c *Claimer) lookup(family corev1.IPFamily, owner allocator.Owner) (Reservation, bool) {
+	if owner.Group != "" || owner.Resource != serviceResource || owner.Name == "" {
+		return Reservation{}, false
+	}
+	objs, err := c.informer.GetIndexer().ByIndex(forServiceIndex, owner.Namespace+"/"+owner.Name)
+	if err != nil {
+		return Reservation{}, false
+	}
+	var found []Reservation
+	now := c.now()
+	for _, obj := range objs {
+		ipa, ok := obj.(*networkingv1.IPAddress)
+		if !ok {
+			continue
+		}
+		r, ok := FromObject(ipa)
+		if ok && !r.Expired(now) && allocator.FamilyOf(r.Addr) == family {
+			found = append(found, r)
+		}
+	}
+	if len(found) == 0 {
+		return Reservation{}, false
+	}
+	slices.SortFunc(found, func(a, b Reservation) int { return a.Addr.Compare(b.Addr) })
+	return found[0], true
+}
+
+// Claim gives owner the address reserved for it in family (see Reserved): it updates the
+// reservation's object into owner's allocation and returns the address, with an undo that turns
+// the object back into the reservation it was (for a Service create that then fails). It returns
+// the zero Addr, a nil undo and nil when nothing is reserved for owner; allocator.ErrNotReady
+// (wrapped) before the informer has synced; and an API error, wrapped, when the update fails for
+// another reason than a Conflict. After a Conflict it reads the object again: one that is no
+// longer a reservation for owner (claimed or released meanwhile) is not claimed.
+func (c *Claimer) Claim(ctx context.Context, family corev1.IPFamily, owner allocator.Owner) (netip.Addr, func(context.Context) error, error) {
+	if !c.informer.HasSynced() {
+		return netip.Addr{}, nil, fmt.Errorf("reservation: the IPAddress informer has not synced: %w", allocator.ErrNotReady)
+	}
+	r, ok := c.lookup(family, owner)
+	if !ok {
+		return netip.Addr{}, nil, nil
+	}
+	for range claimAttempts {
+		obj, err := c.client.Get(ctx, r.Addr.String(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return netip.Addr{}, nil, nil
+		}
+		if err != nil {
+			return netip.Addr{}, nil, fmt.Errorf("reservation: read the reservation of %s: %w", r.Addr, err)
+		}
+		live, ok := FromObject(obj)
+		if !ok || live.For != r.For || live.Expired(c.now()) {
+			return netip.Addr{}, nil, nil
+		}
+		claimed := obj.DeepCopy()
+		claimed.Labels[networkingv1.LabelManagedBy] = c.managedBy
+		delete(claimed.Annotations, AnnotationExpires)
+		delete(claimed.Annotations, AnnotationReason)
+		_, err = c.client.Update(ctx, claimed, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			return r.Addr, func(ctx context.Context) error { return c.unclaim(ctx, live) }, nil
+		case apierrors.IsConflict(err):
+			continue
+		}
+		return netip.Addr{}, nil, fmt.Errorf("reservation: claim %s for %s: %w", r.Addr, owner, err)
+	}
+	return netip.Addr{}, nil, fmt.Errorf("reservation: claim %s for %s: the object kept changing", r.Addr, owner)
+}
+
+// unclaim turns the object of r.Addr back into the reservation r, if it is still the claimed
+// allocation of r's Service (the allocator's label, r's parentRef).
+func (c *Claimer) unclaim(ctx context.Context, r Reservation) error {
+	want, err := ObjectFor(r)
+	if err != nil {
+		return err
+	}
+	for range claimAttempts {
+		obj, err := c.client.Get(ctx, r.Addr.String(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reservation: read %s to restore its reservation: %w", r.Addr, err)
+		}
+		if obj.Labels[networkingv1.LabelManagedBy] != c.managedBy || obj.Spec.ParentRef == nil || ownerOf(obj.Spec.ParentRef) != r.Owner() {
+			return nil // not our claim any more
+		}
+		back := obj.DeepCopy()
+		back.Labels = want.Labels
+		back.Annotations = want.Annotations
+		_, err = c.client.Update(ctx, back, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err):
+			continue
+		}
+		return fmt.Errorf("reservation: restore the reservation of %s: %w", r.Addr, err)
+	}
+	return errors.New("reservation: restore the reservation of " + r.Addr.String() + ": the object kept changing")
+}

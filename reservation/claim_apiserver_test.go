@@ -1,0 +1,154 @@
+package reservation_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+
+	"github.com/kube-ipam/clusterip"
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/reservation"
+)
+
+// TestRegistryGivesAServiceTheAddressReservedForIt runs the library's IPAddressOnly allocators
+// with Config.Reservations beside a real stock kube-apiserver v1.37.2, as a registry on the
+// library (or the fork) does: a Service created without a ClusterIP gets the address reserved for
+// its namespace and name, in one update of the reservation's object, which then is the Service's
+// allocation (kube-apiserver's managed-by label, the parentRef unchanged); a dry run shows it and
+// changes nothing; a create that fails after the claim makes the reservation again; a Service
+// with no reservation, or with one that has expired, gets another address; and while the
+// reservation stands, stock refuses the address to anyone who asks for it.
+func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
+	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v, err := featuregate.KubeVersion("1.37.2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf := informers.NewSharedInformerFactory(api.Client, 0)
+	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Version: v, Reservations: true,
+		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Informers: inf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	inf.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done; inf.Shutdown() }()
+	if err := a.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rc, err := reservation.New(api.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := types.NamespacedName{Namespace: "default", Name: "web"}
+	kept, expired := netip.MustParseAddr("10.96.0.20"), netip.MustParseAddr("10.96.0.21")
+	if err := rc.Reserve(ctx, reservation.Reservation{Addr: kept, For: web, Reason: "clients pin it"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Reserve(ctx, reservation.Reservation{Addr: expired, For: types.NamespacedName{Namespace: "default", Name: "late"}, Expires: time.Now().Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ipas := api.Client.NetworkingV1().IPAddresses()
+	testenv.WaitFor(t, "the informer to show the reservations", func() bool {
+		_, ok := claimerView(ctx, t, a, "web")
+		return ok
+	})
+
+	// A dry run shows the reserved address and claims nothing.
+	dry := fresh("web")
+	if _, err := a.Services().Allocate(ctx, dry, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := dry.Spec.ClusterIPs; len(got) != 1 || got[0] != kept.String() {
+		t.Errorf("dry run of default/web: clusterIPs %v, want [%s]", got, kept)
+	}
+	if obj, err := ipas.Get(ctx, kept.String(), metav1.GetOptions{}); err != nil || !reservation.IsReservation(obj) {
+		t.Fatalf("after the dry run, %s = %v, %v; want the reservation still", kept, obj, err)
+	}
+
+	// The create claims it; a create that fails afterwards makes it the reservation again.
+	svc := fresh("web")
+	txn, err := a.Services().Allocate(ctx, svc, false)
+	if err != nil {
+		t.Fatalf("Allocate(default/web) = %v", err)
+	}
+	if got := svc.Spec.ClusterIPs; len(got) != 1 || got[0] != kept.String() {
+		t.Fatalf("default/web got %v, want [%s], the address reserved for it", got, kept)
+	}
+	obj, err := ipas.Get(ctx, kept.String(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reservation.IsReservation(obj) || obj.Labels[networkingv1.LabelManagedBy] != "ipallocator.k8s.io" ||
+		obj.Spec.ParentRef.Namespace != "default" || obj.Spec.ParentRef.Name != "web" || obj.Annotations[reservation.AnnotationReason] != "" {
+		t.Errorf("claimed object %s: labels %v, annotations %v, parentRef %+v; want the Service's allocation", kept, obj.Labels, obj.Annotations, obj.Spec.ParentRef)
+	}
+	if err := txn.Revert(ctx); err != nil {
+		t.Fatalf("Revert() = %v", err)
+	}
+	obj, err = ipas.Get(ctx, kept.String(), metav1.GetOptions{})
+	if r, ok := reservation.FromObject(obj); err != nil || !ok || r.For != web || r.Reason != "clients pin it" {
+		t.Fatalf("after Revert, %s = %+v (%v); want the reservation for default/web again", kept, obj, err)
+	}
+
+	// Claimed for good this time (the registry would now store the Service).
+	svc = fresh("web")
+	if _, err := a.Services().Allocate(ctx, svc, false); err != nil || svc.Spec.ClusterIPs[0] != kept.String() {
+		t.Fatalf("Allocate(default/web) again = %v, %v; want %s", svc.Spec.ClusterIPs, err, kept)
+	}
+
+	// Anyone else asking for a reserved address is refused, by stock and by the library.
+	other := fresh("other")
+	other.Spec.ClusterIP, other.Spec.ClusterIPs = expired.String(), []string{expired.String()}
+	_, stockErr := api.Client.CoreV1().Services("default").Create(ctx, other, metav1.CreateOptions{})
+	_, libErr := a.Services().Allocate(ctx, other.DeepCopy(), false)
+	for side, err := range map[string]error{"stock": stockErr, "library": libErr} {
+		var se *apierrors.StatusError
+		if !errors.As(err, &se) || se.Status().Code != 422 {
+			t.Errorf("%s: a Service asking for reserved %s got %v, want 422", side, expired, err)
+		}
+	}
+
+	// An expired reservation is not given, nor is a reservation to another Service.
+	for _, name := range []string{"late", "nobody"} {
+		s := fresh(name)
+		if _, err := a.Services().Allocate(ctx, s, false); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Spec.ClusterIPs[0]; got == kept.String() || got == expired.String() {
+			t.Errorf("default/%s got reserved %s", name, got)
+		}
+	}
+}
+
+// fresh returns a ClusterIP Service default/name asking for any address.
+func fresh(name string) *corev1.Service {
+	return testenv.ClusterIPService(name, "")
+}
+
+// claimerView reports the address the allocators' claimer shows reserved for default/name, by a
+// dry run.
+func claimerView(ctx context.Context, t *testing.T, a *clusterip.Allocators, name string) (string, bool) {
+	t.Helper()
+	s := fresh(name)
+	if _, err := a.Services().Allocate(ctx, s, true); err != nil {
+		t.Fatal(err)
+	}
+	ip := s.Spec.ClusterIPs[0]
+	return ip, ip == "10.96.0.20"
+}
