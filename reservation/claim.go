@@ -12,6 +12,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
@@ -187,4 +189,62 @@ func (c *Claimer) unclaim(ctx context.Context, r Reservation) error {
 		return fmt.Errorf("reservation: restore the reservation of %s: %w", r.Addr, err)
 	}
 	return errors.New("reservation: restore the reservation of " + r.Addr.String() + ": the object kept changing")
+}
+
+// CheckService returns the field error of svc's [AnnotationReleasePolicy] annotation if it does
+// not parse (see [ParseReleasePolicy]), at metadata.annotations[<key>], so that a create or
+// update carrying it is refused before anything is allocated; nil otherwise.
+func (c *Claimer) CheckService(svc *corev1.Service) *field.Error {
+	if _, err := ReleasePolicyOf(svc.Annotations); err != nil {
+		var ie *InvalidError
+		reason := err.Error()
+		if errors.As(err, &ie) {
+			reason = ie.Reason
+		}
+		return field.Invalid(field.NewPath("metadata", "annotations").Key(AnnotationReleasePolicy), svc.Annotations[AnnotationReleasePolicy], reason)
+	}
+	return nil
+}
+
+// Retain keeps ip, one of the ClusterIPs of svc, which is being deleted, as svc's release policy
+// says (see [ReleasePolicy]): with "Retain" it updates the IPAddress object of ip, the Service's
+// allocation, into a reservation kept for svc's namespace and name, with the policy's end, in one
+// update guarded by the object's resourceVersion, so no allocator can take the address at any
+// instant; it reports true. It reports false, changing nothing, when the policy is "Release", the
+// annotation does not parse, or the object is not svc's allocation (another parent, or none):
+// the caller then releases ip as usual. An API error other than a Conflict is returned.
+func (c *Claimer) Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr) (bool, error) {
+	policy, err := ReleasePolicyOf(svc.Annotations)
+	if err != nil || !policy.Retain {
+		return false, nil
+	}
+	r := Reservation{Addr: ip, For: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, Expires: policy.Expires(c.now())}
+	want, err := ObjectFor(r)
+	if err != nil {
+		return false, nil
+	}
+	for range claimAttempts {
+		obj, err := c.client.Get(ctx, ip.String(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reservation: read %s to retain it: %w", ip, err)
+		}
+		if obj.Labels[networkingv1.LabelManagedBy] != c.managedBy || obj.Spec.ParentRef == nil || ownerOf(obj.Spec.ParentRef) != r.Owner() {
+			return false, nil
+		}
+		kept := obj.DeepCopy()
+		kept.Labels = want.Labels
+		kept.Annotations = want.Annotations
+		_, err = c.client.Update(ctx, kept, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsConflict(err):
+			continue
+		}
+		return false, fmt.Errorf("reservation: retain %s for %s: %w", ip, r.For, err)
+	}
+	return false, fmt.Errorf("reservation: retain %s for %s: the object kept changing", ip, r.For)
 }

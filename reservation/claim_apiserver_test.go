@@ -3,6 +3,7 @@ package reservation_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -151,4 +152,96 @@ func claimerView(ctx context.Context, t *testing.T, a *clusterip.Allocators, nam
 	}
 	ip := s.Spec.ClusterIPs[0]
 	return ip, ip == "10.96.0.20"
+}
+
+// TestRegistryKeepsADeletedServicesAddressesForItsReturn runs the library's IPAddressOnly
+// allocators with Config.Reservations beside a real stock kube-apiserver v1.37.2 serving both
+// families, as a registry on the library does, through a Velero-style delete and recreate: a
+// dual-stack Service whose release policy is "Retain" is deleted, its two addresses become
+// reservations kept for its namespace and name in the same update that ends the allocation (no
+// instant in which they are free), nobody else gets them, and the Service created again under
+// that name gets both back. A malformed policy is refused with 422 at its annotation, and nothing
+// is allocated.
+func TestRegistryKeepsADeletedServicesAddressesForItsReturn(t *testing.T) {
+	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24,fd00:10:96::/112"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf := informers.NewSharedInformerFactory(api.Client, 0)
+	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Reservations: true,
+		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24"), netip.MustParsePrefix("fd00:10:96::/112")}, Client: api.Client, Informers: inf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	inf.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done; inf.Shutdown() }()
+	if err := a.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dualStack := func(name, policy string) *corev1.Service {
+		s := fresh(name)
+		pol := corev1.IPFamilyPolicyRequireDualStack
+		s.Spec.IPFamilyPolicy = &pol
+		if policy != "" {
+			s.Annotations = map[string]string{reservation.AnnotationReleasePolicy: policy}
+		}
+		return s
+	}
+
+	bad := dualStack("web", "Keep")
+	_, err = a.Services().Allocate(ctx, bad, false)
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) || se.Status().Code != 422 || se.Status().Details == nil || len(se.Status().Details.Causes) != 1 ||
+		se.Status().Details.Causes[0].Field != "metadata.annotations["+reservation.AnnotationReleasePolicy+"]" {
+		t.Errorf("a malformed release policy: %v, want 422 at its annotation", err)
+	}
+	if len(bad.Spec.ClusterIPs) != 0 {
+		t.Errorf("a malformed release policy allocated %v", bad.Spec.ClusterIPs)
+	}
+
+	web := dualStack("web", "Retain")
+	if _, err := a.Services().Allocate(ctx, web, false); err != nil {
+		t.Fatal(err)
+	}
+	first := web.Spec.ClusterIPs
+	if len(first) != 2 {
+		t.Fatalf("default/web got %v, want an address of each family", first)
+	}
+	if err := a.Services().Release(ctx, web); err != nil { // the registry deleted it
+		t.Fatalf("Release(default/web) = %v", err)
+	}
+	ipas := api.Client.NetworkingV1().IPAddresses()
+	for _, ip := range first {
+		obj, err := ipas.Get(ctx, ip, metav1.GetOptions{})
+		if r, ok := reservation.FromObject(obj); err != nil || !ok || r.For != (types.NamespacedName{Namespace: "default", Name: "web"}) || !r.Expires.IsZero() {
+			t.Fatalf("after the delete, %s = %+v (%v); want a reservation kept for default/web, with no end", ip, obj, err)
+		}
+	}
+	testenv.WaitFor(t, "the informer to show the reservations", func() bool {
+		s := dualStack("web", "")
+		if _, err := a.Services().Allocate(ctx, s, true); err != nil {
+			t.Fatal(err)
+		}
+		return s.Spec.ClusterIPs[0] == first[0] && s.Spec.ClusterIPs[1] == first[1]
+	})
+	for i := range 5 { // others meanwhile get other addresses
+		s := dualStack(fmt.Sprintf("other-%d", i), "")
+		if _, err := a.Services().Allocate(ctx, s, false); err != nil {
+			t.Fatal(err)
+		}
+		for f, ip := range s.Spec.ClusterIPs {
+			if ip == first[f] {
+				t.Errorf("default/other-%d got %s, kept for default/web", i, ip)
+			}
+		}
+	}
+	again := dualStack("web", "Retain")
+	if _, err := a.Services().Allocate(ctx, again, false); err != nil {
+		t.Fatal(err)
+	}
+	if again.Spec.ClusterIPs[0] != first[0] || again.Spec.ClusterIPs[1] != first[1] {
+		t.Errorf("default/web created again got %v, want %v", again.Spec.ClusterIPs, first)
+	}
 }

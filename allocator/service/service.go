@@ -69,6 +69,11 @@ type Reserved interface {
 	Claim(ctx context.Context, family corev1.IPFamily, owner allocator.Owner) (netip.Addr, func(context.Context) error, error)
 	// Reserved returns the address Claim would give, changing nothing (for a dry run).
 	Reserved(family corev1.IPFamily, owner allocator.Owner) (netip.Addr, bool)
+	// CheckService returns the error of a release policy svc carries that does not parse.
+	CheckService(svc *corev1.Service) *field.Error
+	// Retain keeps ip of svc, which is being deleted, as a reservation if svc's release policy
+	// says so, and reports whether it did; false means ip is to be released as usual.
+	Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr) (bool, error)
 }
 
 // New returns an Allocator for a cluster whose default family is primary (the family of the
@@ -206,6 +211,9 @@ func (s *Allocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bo
 		return nil, errors.New("service: nil Service")
 	}
 	normalizeClusterIPs(svc, nil)
+	if err := s.checkReleasePolicy(svc); err != nil {
+		return nil, err
+	}
 	if err := s.initIPFamilyFields(svc, nil); err != nil {
 		return nil, err
 	}
@@ -232,6 +240,9 @@ func (s *Allocator) Update(ctx context.Context, old, svc *corev1.Service, dryRun
 	}
 	patchAllocatedValues(svc, old)
 	normalizeClusterIPs(svc, old)
+	if err := s.checkReleasePolicy(svc); err != nil {
+		return nil, err
+	}
 	if err := s.initIPFamilyFields(svc, old); err != nil {
 		return nil, err
 	}
@@ -249,7 +260,9 @@ func (s *Allocator) Update(ctx context.Context, old, svc *corev1.Service, dryRun
 
 // Release frees every ClusterIP svc holds, read with allocator.ParseClusterIP, in the allocator of
 // its family. Addresses that do not parse, "None", and families the cluster does not serve are
-// skipped. It returns the first error, having tried every address.
+// skipped. With Options.Reserved, an address svc's release policy retains (package reservation's
+// AnnotationReleasePolicy) becomes a reservation kept for svc's namespace and name instead of
+// being freed. It returns the errors, having tried every address.
 func (s *Allocator) Release(ctx context.Context, svc *corev1.Service) error {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
@@ -258,7 +271,32 @@ func (s *Allocator) Release(ctx context.Context, svc *corev1.Service) error {
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
-	return s.release(ctx, parseAll(ips))
+	addrs := parseAll(ips)
+	if s.reserved == nil {
+		return s.release(ctx, addrs)
+	}
+	var errs []error
+	var rest []netip.Addr
+	for _, ip := range addrs {
+		kept, err := s.reserved.Retain(ctx, svc, ip)
+		errs = append(errs, err)
+		if !kept && err == nil {
+			rest = append(rest, ip)
+		}
+	}
+	return errors.Join(append(errs, s.release(ctx, rest))...)
+}
+
+// checkReleasePolicy refuses, with kube-apiserver's 422 Invalid, a Service whose release policy
+// annotation does not parse, where Options.Reserved is set.
+func (s *Allocator) checkReleasePolicy(svc *corev1.Service) error {
+	if s.reserved == nil {
+		return nil
+	}
+	if fe := s.reserved.CheckService(svc); fe != nil {
+		return s.newInvalid(svc.Name, field.ErrorList{fe})
+	}
+	return nil
 }
 
 // release frees each address in the allocator of its family and returns the first error.
