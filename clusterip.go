@@ -37,6 +37,7 @@ type Allocators struct {
 	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
 	dual     map[corev1.IPFamily]*DualWriteAllocator // DualWrite mode only, never wrapped
 	services *service.Allocator
+	expiry   *reservation.ExpiryController // with Config.Reservations: Run deletes ended reservations
 
 	// With Config.DefaultServiceCIDR, what Run builds its servicecidr.DefaultController from.
 	defaultCIDR bool
@@ -124,6 +125,10 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			return nil, &ConfigError{Field: "Reservations", Reason: "the IPAddress informer", Err: err}
 		}
 		opts.Reserved = claimer
+		if a.expiry, err = reservation.NewExpiryController(cfg.Client, cfg.Informers.Networking().V1().IPAddresses()); err != nil {
+			a.Close()
+			return nil, &ConfigError{Field: "Reservations", Reason: "the IPAddress informer", Err: err}
+		}
 	}
 	a.services = service.NewWithOptions(a.families[0], a.allocs, opts)
 	return a, nil
@@ -308,6 +313,9 @@ func (a *Allocators) Run(ctx context.Context) error {
 	var runs []func(context.Context) error
 	for _, sc := range a.cidrs {
 		runs = append(runs, sc.Run)
+	}
+	if a.expiry != nil {
+		runs = append(runs, a.expiry.Run)
 	}
 	if a.defaultCIDR {
 		run, err := a.defaultController(ctx)

@@ -87,10 +87,13 @@ type Config struct {
 	// Reservations makes Services().Allocate give a Service created without a ClusterIP the
 	// address reserved for it (package reservation: a reservation kept For its namespace and
 	// name), claiming the reservation's IPAddress object in one update, so that no other
-	// allocator can take the address at any instant. New adds an index to the IPAddress informer
-	// of Informers. Only in IPAddressOnly mode, the mode in which kube-apiserver, too, keeps its
-	// hands off reserved addresses (New refuses it in the others). Defaults to false: no
-	// reservation is looked up, and reserved addresses are only held.
+	// allocator can take the address at any instant; Services().Release keeps the addresses of a
+	// Service whose release policy retains them (reservation.AnnotationReleasePolicy) as
+	// reservations for its return; and Run deletes each reservation when it ends (a cooldown).
+	// New adds an index to the IPAddress informer of Informers. Only in IPAddressOnly mode, the
+	// mode in which kube-apiserver, too, keeps its hands off reserved addresses (New refuses it in
+	// the others). Defaults to false: no reservation is looked up, and reserved addresses are only
+	// held.
 	Reservations bool
 
 	// Registerer, if not nil, receives the allocators' metrics: kube-apiserver's

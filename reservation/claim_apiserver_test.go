@@ -245,3 +245,65 @@ func TestRegistryKeepsADeletedServicesAddressesForItsReturn(t *testing.T) {
 		t.Errorf("default/web created again got %v, want %v", again.Spec.ClusterIPs, first)
 	}
 }
+
+// TestRegistryFreesARetainedAddressWhenItsCooldownEnds runs the library's allocators with
+// Config.Reservations beside a real stock kube-apiserver v1.37.2: a Service whose release policy
+// is "Retain/3s" is deleted, its address is held as a reservation for three seconds, and freed
+// (its object deleted by Run's expiry controller) no sooner than the end its annotation names and
+// within a second of it.
+func TestRegistryFreesARetainedAddressWhenItsCooldownEnds(t *testing.T) {
+	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf := informers.NewSharedInformerFactory(api.Client, 0)
+	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Reservations: true,
+		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Informers: inf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	inf.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done; inf.Shutdown() }()
+	if err := a.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	svc := fresh("web")
+	svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain/3s"}
+	if _, err := a.Services().Allocate(ctx, svc, false); err != nil {
+		t.Fatal(err)
+	}
+	ip := svc.Spec.ClusterIPs[0]
+	if err := a.Services().Release(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	ipas := api.Client.NetworkingV1().IPAddresses()
+	obj, err := ipas.Get(ctx, ip, metav1.GetOptions{})
+	r, ok := reservation.FromObject(obj)
+	if err != nil || !ok || r.Expires.IsZero() {
+		t.Fatalf("after the delete, %s = %+v (%v); want a reservation with an end", ip, obj, err)
+	}
+	if left := time.Until(r.Expires); left < 2*time.Second || left > 3*time.Second {
+		t.Errorf("the reservation ends in %v, want 3 s after the delete", left)
+	}
+	time.Sleep(time.Until(r.Expires.Add(-time.Second)))
+	if _, err := ipas.Get(ctx, ip, metav1.GetOptions{}); err != nil {
+		t.Errorf("a second before its end, the reservation of %s: %v; want it held", ip, err)
+	}
+	deadline := r.Expires.Add(time.Second)
+	for {
+		_, err := ipas.Get(ctx, ip, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			if early := r.Expires.Sub(time.Now()); early > 0 {
+				t.Errorf("the reservation of %s went %v before its end", ip, early)
+			}
+			t.Logf("freed %v after the end it names", time.Since(r.Expires).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reservation of %s still stands a second after its end (%v)", ip, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
