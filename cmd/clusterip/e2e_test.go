@@ -288,7 +288,7 @@ func TestHelpNamesThisReleasesSpellings(t *testing.T) {
 		args         []string
 		want, absent []string
 	}{
-		{[]string{"--help"}, []string{"check       Audit a live cluster's Service IP allocation; read-only", "repair      Repair a live cluster's"}, nil},
+		{[]string{"--help"}, []string{"check        Audit a live cluster's Service IP allocation; read-only", "repair       Repair a live cluster's", "reservations List, create and delete reserved Service ClusterIPs"}, nil},
 		{[]string{"check", "--help"}, slices.Concat(etcdFlags, []string{"--leak-grace", `run "clusterip repair" with the same flags`}), slices.Concat(oldFlags, []string{"--dry-run", "--repair-timeout"})},
 		{[]string{"repair", "--help"}, slices.Concat(etcdFlags, []string{"--dry-run", "--leak-grace", "--repair-timeout"}), oldFlags},
 		{[]string{"demo", "--help"}, []string{"--etcd-servers", "--etcd-prefix"}, []string{"--etcd "}},

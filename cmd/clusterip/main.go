@@ -162,6 +162,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newBenchCommand(),
 		newCheckCommand(),
 		newRepairCommand(),
+		newReservationsCommand(),
 		newVersionCommand(),
 	)
 	return root

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kube-ipam/clusterip/reservation"
+)
+
+const reservationsLong = `Reserve Service ClusterIPs: keep addresses out of dynamic allocation, for a future Service
+(namespace/name) or anonymously under a name, optionally until a time. A reservation is an
+IPAddress object managed by ` + reservation.ManagedBy + `, which stock kube-apiserver
+(IPAddressOnly mode) skips when it picks an address, refuses to a Service that asks for it (422
+"provided IP is already allocated") and leaves out of its repair.
+
+  list     every reservation (-o table, json or yaml)
+  create   reserve an address; refused, with nothing written, for an address outside every
+           ServiceCIDR, a network or broadcast address, or an address something holds
+  delete   release a reservation; an address a Service holds is never released
+
+Exit codes: 0 done; 2 could not run (bad flags or arguments, no kubeconfig, an address refused,
+the API server unreachable).`
+
+const reservationsExample = `  # Keep 10.96.0.20 for the Service default/web, which gets it when it is created
+  clusterip reservations create 10.96.0.20 --for default/web --reason "clients pin it"
+
+  # Hold 10.96.0.21 for ten minutes (a cooldown), anonymously
+  clusterip reservations create 10.96.0.21 --name cooldown-a --for-duration 10m
+
+  clusterip reservations list -o yaml
+  clusterip reservations delete 10.96.0.21`
+
+// reservationsOptions are the flags of the reservations verbs; the kubeconfig ones are check's.
+type reservationsOptions struct {
+	kube        checkOptions
+	output      string
+	forService  string
+	name        string
+	reason      string
+	forDuration time.Duration
+	expires     string
+}
+
+func newReservationsCommand() *cobra.Command {
+	o := &reservationsOptions{kube: checkOptions{requestTimeout: defaultRequestTimeout}, output: "table"}
+	cmd := &cobra.Command{
+		Use:     "reservations",
+		Aliases: []string{"reservation"},
+		Short:   "List, create and delete reserved Service ClusterIPs",
+		Long:    reservationsLong,
+		Example: reservationsExample,
+		Args:    unknownCommand,
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("no reservations verb given: list, create or delete (see --help)")
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&o.kube.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: kubectl's loading rules, $KUBECONFIG then ~/.kube/config)")
+	pf.StringVar(&o.kube.context, "context", "", "the kubeconfig context to use (default: its current context)")
+	pf.DurationVar(&o.kube.requestTimeout, "request-timeout", o.kube.requestTimeout, "how long each call to the API server may take")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List every reservation",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			rs, err := c.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return writeReservations(cmd.OutOrStdout(), o.output, rs, time.Now())
+		},
+	}
+	list.Flags().StringVarP(&o.output, "output", "o", o.output, "output format: table, json or yaml")
+
+	create := &cobra.Command{
+		Use:   "create ADDRESS (--for NAMESPACE/NAME | --name NAME)",
+		Short: "Reserve an address",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := o.reservation(args[0], time.Now())
+			if err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			if err := c.Reserve(cmd.Context(), r); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "reserved %s\n", r.Addr)
+			return nil
+		},
+	}
+	cf := create.Flags()
+	cf.StringVar(&o.forService, "for", "", "the Service the address is kept for, as NAMESPACE/NAME")
+	cf.StringVar(&o.name, "name", "", "the name of an anonymous reservation, a DNS label")
+	cf.StringVar(&o.reason, "reason", "", "why the address is reserved, for people")
+	cf.DurationVar(&o.forDuration, "for-duration", 0, "end the reservation this long from now (a cooldown)")
+	cf.StringVar(&o.expires, "expires", "", "end the reservation at this time, RFC 3339")
+
+	del := &cobra.Command{
+		Use:   "delete ADDRESS",
+		Short: "Release a reservation",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			addr, err := netip.ParseAddr(args[0])
+			if err != nil {
+				return fmt.Errorf("address %q: %w", args[0], err)
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			if err := c.Release(cmd.Context(), addr); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", addr)
+			return nil
+		},
+	}
+	cmd.AddCommand(list, create, del)
+	return cmd
+}
+
+// client returns a reservation.Client of the kubeconfig's cluster.
+func (o *reservationsOptions) client() (*reservation.Client, error) {
+	if o.kube.requestTimeout <= 0 {
+		return nil, fmt.Errorf("--request-timeout %v: want more than 0", o.kube.requestTimeout)
+	}
+	client, _, err := o.kube.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+	return reservation.New(client)
+}
+
+// reservation returns the Reservation the create flags and addr describe, validated.
+func (o *reservationsOptions) reservation(addr string, now time.Time) (reservation.Reservation, error) {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return reservation.Reservation{}, fmt.Errorf("address %q: %w", addr, err)
+	}
+	r := reservation.Reservation{Addr: a, Name: o.name, Reason: o.reason}
+	if o.forService != "" {
+		ns, name, ok := strings.Cut(o.forService, "/")
+		if !ok {
+			return reservation.Reservation{}, fmt.Errorf("--for %q: want NAMESPACE/NAME", o.forService)
+		}
+		r.For = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	switch {
+	case o.forDuration != 0 && o.expires != "":
+		return reservation.Reservation{}, errors.New("--for-duration and --expires: give one")
+	case o.forDuration < 0:
+		return reservation.Reservation{}, fmt.Errorf("--for-duration %v: want more than 0", o.forDuration)
+	case o.forDuration > 0:
+		r.Expires = now.Add(o.forDuration).UTC()
+	case o.expires != "":
+		t, err := time.Parse(time.RFC3339Nano, o.expires)
+		if err != nil {
+			return reservation.Reservation{}, fmt.Errorf("--expires %q: %w", o.expires, err)
+		}
+		r.Expires = t.UTC()
+	}
+	if err := reservation.Validate(r); err != nil {
+		return reservation.Reservation{}, err
+	}
+	return r, nil
+}
+
+// reservationJSON is one reservation as list prints it in JSON and YAML.
+type reservationJSON struct {
+	Address string     `json:"address"`
+	For     string     `json:"for,omitempty"`
+	Name    string     `json:"name,omitempty"`
+	Expires *time.Time `json:"expires,omitempty"`
+	Expired bool       `json:"expired,omitempty"`
+	Reason  string     `json:"reason,omitempty"`
+}
+
+// writeReservations prints rs in format (table, json or yaml), saying which have ended at now.
+func writeReservations(w io.Writer, format string, rs []reservation.Reservation, now time.Time) error {
+	items := make([]reservationJSON, 0, len(rs))
+	for _, r := range rs {
+		j := reservationJSON{Address: r.Addr.String(), Name: r.Name, Reason: r.Reason, Expired: r.Expired(now)}
+		if r.For.Name != "" {
+			j.For = r.For.String()
+		}
+		if !r.Expires.IsZero() {
+			e := r.Expires
+			j.Expires = &e
+		}
+		items = append(items, j)
+	}
+	list := struct {
+		Items []reservationJSON `json:"items"`
+	}{items}
+	switch strings.ToLower(format) {
+	case "json":
+		b, err := json.MarshalIndent(list, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(list)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "table":
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ADDRESS\tFOR\tNAME\tEXPIRES\tREASON")
+		for _, j := range items {
+			expires := "never"
+			if j.Expires != nil {
+				expires = j.Expires.Format(time.RFC3339)
+				if j.Expired {
+					expires += " (ended)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Address, dash(j.For), dash(j.Name), expires, dash(j.Reason))
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("-o %q: want table, json or yaml", format)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
