@@ -1,6 +1,7 @@
 package servicecidr
 
 import (
+	"net/netip"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/reservation"
 )
 
 // testGrace is the LifecycleController grace period in these tests.
@@ -150,6 +152,25 @@ func TestLifecycleBlocksDeletionWhileIPAddressesWouldBeOrphaned(t *testing.T) {
 		t.Errorf("Terminating condition has no message")
 	}
 	f.deleteIP("10.1.0.5")
+	f.waitFinalizerGone("a")
+}
+
+// A reservation (package reservation) is an IPAddress object of another manager; it holds its
+// address as a Service's allocation does, so a ServiceCIDR that still holds one is not deleted
+// until it is released. Stock kube-apiserver's guard counts only its own objects.
+func TestLifecycleBlocksDeletionWhileAReservationHoldsAnAddress(t *testing.T) {
+	kept, err := reservation.ObjectFor(reservation.Reservation{Addr: netip.MustParseAddr("10.1.0.7"), Name: "block-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newLifecycleFixture(t, withFinalizer(testenv.ServiceCIDR("a", "10.1.0.0/24")), kept)
+	f.markDeleting("a")
+	f.waitTerminating("a")
+	time.Sleep(2 * testGrace)
+	if !f.hasFinalizer("a") {
+		t.Fatalf("finalizer removed while reservation 10.1.0.7 is in no other ServiceCIDR")
+	}
+	f.deleteIP("10.1.0.7")
 	f.waitFinalizerGone("a")
 }
 
