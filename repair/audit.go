@@ -1,6 +1,8 @@
 package repair
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"maps"
@@ -73,6 +75,7 @@ func audit(ctx context.Context, cfg *clusterip.Config) (*world, result, error) {
 		res.counts["bitmapsOfOtherRange"] = w.otherRanges
 	}
 	res.stale = w.stale
+	res.reservations = reservationFindings(w, time.Now())
 	return w, res, nil
 }
 

@@ -76,9 +76,10 @@ type invalidEntry struct {
 
 // result is the outcome of classify.
 type result struct {
-	findings []finding // sorted as Report.Findings
-	counts   map[string]int
-	stale    []StaleBitmap
+	findings     []finding // sorted as Report.Findings
+	counts       map[string]int
+	stale        []StaleBitmap
+	reservations []ReservationFinding
 }
 
 // classify judges w: each IP with a problem gets one finding, of the first Class that applies
@@ -443,7 +444,7 @@ func rangesString(bms []*bitmap.Allocator) string {
 
 // report builds the public Report of r.
 func (r result) report(mode featuregate.Mode) *Report {
-	rep := &Report{Mode: mode.String(), Counts: r.counts, Findings: make([]Finding, len(r.findings)), StaleBitmaps: r.stale}
+	rep := &Report{Mode: mode.String(), Counts: r.counts, Findings: make([]Finding, len(r.findings)), StaleBitmaps: r.stale, Reservations: r.reservations}
 	for i, f := range r.findings {
 		rep.Findings[i] = f.Finding
 	}

@@ -107,6 +107,10 @@ type Report struct {
 	// them). They are not findings (the allocations are in the IPAddress objects) and leave
 	// Consistent as it is. Empty in the other modes, where the bitmaps are in use.
 	StaleBitmaps []StaleBitmap `json:"staleBitmaps,omitempty"`
+	// Reservations are the reservations (package reservation) that ended, lie outside every
+	// ServiceCIDR, or are kept for a Service that holds another address, sorted by address. Not
+	// findings: they leave Consistent as it is. Read outside Legacy mode.
+	Reservations []ReservationFinding `json:"reservations,omitempty"`
 }
 
 // StaleBitmap is a bitmap left in the store of a flag range in IPAddressOnly mode.

@@ -42,5 +42,19 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", b.Range, b.Key, b.StoredRange, b.Bits, b.Revision)
 		}
 	}
+	if len(r.Reservations) > 0 {
+		fmt.Fprintf(tw, "\nReservations to look at (not findings; repair changes nothing for them):\n")
+		fmt.Fprintln(tw, "IP\tFOR\tNAME\tPROBLEM")
+		for _, f := range r.Reservations {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.IP, orDash(f.For), orDash(f.Name), f.Problem)
+		}
+	}
 	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -65,6 +65,13 @@ func TestReservationsVerbsOnARealCluster(t *testing.T) {
 	if table := run(0, "list").stdout; !strings.Contains(table, "ADDRESS") || !strings.Contains(table, "default/web") || !strings.Contains(table, "cooldown-a") {
 		t.Errorf("list:\n%s\nwant a table of both", table)
 	}
+	// clusterip check names a reservation that ended and is still held.
+	run(0, "create", "10.96.0.22", "--name", "old", "--expires", "2020-01-01T00:00:00Z")
+	rep := checkJSON(t, exitOK, append([]string{"check", "-o", "json"}, kc...)...)
+	if len(rep.Reservations) != 1 || rep.Reservations[0].IP != "10.96.0.22" || rep.Reservations[0].Problem != "expired" {
+		t.Errorf("check -o json: reservations %+v, want 10.96.0.22 expired", rep.Reservations)
+	}
+	run(0, "delete", "10.96.0.22")
 	run(0, "delete", "10.96.0.21")
 	if err := json.Unmarshal([]byte(run(0, "list", "-o", "json").stdout), &list); err != nil || len(list.Items) != 1 {
 		t.Errorf("after delete, list -o json = %+v, %v; want one", list.Items, err)
