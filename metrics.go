@@ -4,8 +4,11 @@ import (
 	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
+	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/internal/metrics"
+	"github.com/kube-ipam/clusterip/reservation"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
@@ -42,7 +45,7 @@ func (a *Allocators) instrument(reg prometheus.Registerer) error {
 			src.Label = a.ranges[f].String()
 		}
 		if sc := a.cidrs[f]; sc != nil {
-			src.CIDRs = func() []metrics.CIDRGauges { return cidrGauges(sc.Usage()) }
+			src.CIDRs = func() []metrics.CIDRGauges { return a.withReserved(cidrGauges(sc.Usage())) }
 			src.LabelOf = func(ip netip.Addr) string {
 				if p, ok := sc.PrefixOf(ip); ok {
 					return p.String()
@@ -69,6 +72,36 @@ func cidrGauges(us []servicecidr.PrefixUsage) []metrics.CIDRGauges {
 	gs := make([]metrics.CIDRGauges, len(us))
 	for i, u := range us {
 		gs[i] = metrics.CIDRGauges{Label: u.Prefix.String(), Used: u.Used, Free: u.Free}
+	}
+	return gs
+}
+
+// withReserved adds to gs, with Config.Reservations, the number of each prefix's addresses that
+// reservations hold, counted in the IPAddress informer's cache at scrape time.
+func (a *Allocators) withReserved(gs []metrics.CIDRGauges) []metrics.CIDRGauges {
+	if a.expiry == nil || a.ipInformer == nil {
+		return gs
+	}
+	var held []netip.Addr
+	for _, obj := range a.ipInformer.GetStore().List() {
+		if ipa, ok := obj.(*networkingv1.IPAddress); ok && reservation.IsReservation(ipa) {
+			if ip, err := netip.ParseAddr(ipa.Name); err == nil {
+				held = append(held, ip)
+			}
+		}
+	}
+	for i := range gs {
+		p, err := netip.ParsePrefix(gs[i].Label)
+		if err != nil {
+			continue
+		}
+		var n uint64
+		for _, ip := range held {
+			if ipmath.Usable(p, ip) {
+				n++
+			}
+		}
+		gs[i].Reserved = &n
 	}
 	return gs
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,8 +28,9 @@ import (
 // its namespace and name, in one update of the reservation's object, which then is the Service's
 // allocation (kube-apiserver's managed-by label, the parentRef unchanged); a dry run shows it and
 // changes nothing; a create that fails after the claim makes the reservation again; a Service
-// with no reservation, or with one that has expired, gets another address; and while the
-// reservation stands, stock refuses the address to anyone who asks for it.
+// with no reservation gets another address; while a reservation stands, stock and the library
+// refuse the address to anyone who asks for it; and the ServiceCIDR's gauges count reserved
+// addresses as reserved and not available.
 func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -38,7 +40,8 @@ func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	inf := informers.NewSharedInformerFactory(api.Client, 0)
-	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Version: v, Reservations: true,
+	reg := prometheus.NewRegistry()
+	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Version: v, Reservations: true, Registerer: reg,
 		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Informers: inf})
 	if err != nil {
 		t.Fatal(err)
@@ -57,17 +60,24 @@ func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := types.NamespacedName{Namespace: "default", Name: "web"}
-	kept, expired := netip.MustParseAddr("10.96.0.20"), netip.MustParseAddr("10.96.0.21")
+	kept, held := netip.MustParseAddr("10.96.0.20"), netip.MustParseAddr("10.96.0.21")
 	if err := rc.Reserve(ctx, reservation.Reservation{Addr: kept, For: web, Reason: "clients pin it"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.Reserve(ctx, reservation.Reservation{Addr: expired, For: types.NamespacedName{Namespace: "default", Name: "late"}, Expires: time.Now().Add(-time.Hour)}); err != nil {
+	if err := rc.Reserve(ctx, reservation.Reservation{Addr: held, Name: "held"}); err != nil {
 		t.Fatal(err)
 	}
 	ipas := api.Client.NetworkingV1().IPAddresses()
 	testenv.WaitFor(t, "the informer to show the reservations", func() bool {
 		_, ok := claimerView(ctx, t, a, "web")
 		return ok
+	})
+
+	// The gauges of the ServiceCIDR count the two reservations as reserved, and not available
+	// (254 addresses, 1 the kubernetes Service's).
+	testenv.WaitFor(t, "the gauges to count the reservations", func() bool {
+		return gauge(t, reg, "clusterip_allocator_reserved_ips", "10.96.0.0/24") == 2 &&
+			gauge(t, reg, "kube_apiserver_clusterip_allocator_available_ips", "10.96.0.0/24") == 251
 	})
 
 	// A dry run shows the reserved address and claims nothing.
@@ -107,31 +117,36 @@ func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
 		t.Fatalf("after Revert, %s = %+v (%v); want the reservation for default/web again", kept, obj, err)
 	}
 
-	// Claimed for good this time (the registry would now store the Service).
+	// Claimed for good this time (the registry would now store the Service): one reservation
+	// left, and still 251 available, the claimed address being the Service's.
 	svc = fresh("web")
 	if _, err := a.Services().Allocate(ctx, svc, false); err != nil || svc.Spec.ClusterIPs[0] != kept.String() {
 		t.Fatalf("Allocate(default/web) again = %v, %v; want %s", svc.Spec.ClusterIPs, err, kept)
 	}
+	testenv.WaitFor(t, "the gauges to count the claim", func() bool {
+		return gauge(t, reg, "clusterip_allocator_reserved_ips", "10.96.0.0/24") == 1 &&
+			gauge(t, reg, "kube_apiserver_clusterip_allocator_available_ips", "10.96.0.0/24") == 251
+	})
 
 	// Anyone else asking for a reserved address is refused, by stock and by the library.
 	other := fresh("other")
-	other.Spec.ClusterIP, other.Spec.ClusterIPs = expired.String(), []string{expired.String()}
+	other.Spec.ClusterIP, other.Spec.ClusterIPs = held.String(), []string{held.String()}
 	_, stockErr := api.Client.CoreV1().Services("default").Create(ctx, other, metav1.CreateOptions{})
 	_, libErr := a.Services().Allocate(ctx, other.DeepCopy(), false)
 	for side, err := range map[string]error{"stock": stockErr, "library": libErr} {
 		var se *apierrors.StatusError
 		if !errors.As(err, &se) || se.Status().Code != 422 {
-			t.Errorf("%s: a Service asking for reserved %s got %v, want 422", side, expired, err)
+			t.Errorf("%s: a Service asking for reserved %s got %v, want 422", side, held, err)
 		}
 	}
 
-	// An expired reservation is not given, nor is a reservation to another Service.
+	// Neither reservation is given to another Service.
 	for _, name := range []string{"late", "nobody"} {
 		s := fresh(name)
 		if _, err := a.Services().Allocate(ctx, s, false); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.Spec.ClusterIPs[0]; got == kept.String() || got == expired.String() {
+		if got := s.Spec.ClusterIPs[0]; got == kept.String() || got == held.String() {
 			t.Errorf("default/%s got reserved %s", name, got)
 		}
 	}
@@ -306,4 +321,26 @@ func TestRegistryFreesARetainedAddressWhenItsCooldownEnds(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// gauge returns the value of the gauge name with cidr label cidr that reg gathers, or -1.
+func gauge(t *testing.T, reg prometheus.Gatherer, name, cidr string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cidr" && l.GetValue() == cidr {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -130,6 +130,9 @@ type CIDRGauges struct {
 	// Label is the value of the cidr label: the prefix.
 	Label      string
 	Used, Free uint64
+	// Reserved, if not nil, is the number of the prefix's addresses that reservations hold
+	// (package reservation), the reserved_ips gauge; they count in Used, and not in Free.
+	Reserved *uint64
 }
 
 var (
@@ -137,6 +140,8 @@ var (
 		"Gauge measuring the number of allocated IPs for Services", []string{"cidr"}, nil)
 	availableDesc = prometheus.NewDesc(namespace+"_"+subsystem+"_available_ips",
 		"Gauge measuring the number of available IPs for Services", []string{"cidr"}, nil)
+	reservedDesc = prometheus.NewDesc(ours+"_reserved_ips",
+		"Gauge measuring the number of IPs of a ServiceCIDR prefix that reservations hold, out of dynamic allocation; they count as allocated, not as available", []string{"cidr"}, nil)
 	undoDesc = prometheus.NewDesc(ours+"_dualwrite_undo_total",
 		"Number of first writes of a dual write (a bit or an IPAddress) undone because the second failed", []string{"cidr"}, nil)
 	undoFailedDesc = prometheus.NewDesc(ours+"_dualwrite_undo_errors_total",
@@ -176,6 +181,7 @@ func (s *sources) remove(src *Source) {
 func (s *sources) Describe(ch chan<- *prometheus.Desc) {
 	ch <- allocatedDesc
 	ch <- availableDesc
+	ch <- reservedDesc
 	ch <- undoDesc
 	ch <- undoFailedDesc
 	ch <- batchesDesc
@@ -210,6 +216,9 @@ func (s *sources) Collect(ch chan<- prometheus.Metric) {
 	for _, src := range srcs {
 		if src.CIDRs != nil {
 			for _, c := range src.CIDRs() {
+				if c.Reserved != nil && !gauged[c.Label] {
+					ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(*c.Reserved), c.Label)
+				}
 				gauges(c.Label, c.Used, c.Free)
 			}
 		} else {
