@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
 // forServiceIndex is the name of the informer index Claimer adds: the namespace/name of the
@@ -56,7 +57,7 @@ func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAd
 		return nil, fmt.Errorf("reservation: NewClaimer needs a client and an IPAddress informer: %w", allocator.ErrInvalid)
 	}
 	if managedBy == "" {
-		managedBy = allocatorManagedBy
+		managedBy = ipaddress.DefaultManagedBy
 	}
 	inf := informer.Informer()
 	err := inf.AddIndexers(cache.Indexers{forServiceIndex: func(obj any) ([]string, error) {
@@ -75,9 +76,6 @@ func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAd
 	}
 	return &Claimer{client: client.NetworkingV1().IPAddresses(), informer: inf, managedBy: managedBy, now: time.Now}, nil
 }
-
-// allocatorManagedBy is kube-apiserver's managed-by label, package ipaddress's default.
-const allocatorManagedBy = "ipallocator.k8s.io"
 
 // Reserved returns the address reserved for owner (a Service, by namespace and name) in family,
 // as the informer shows it, and whether there is one. Of several, the lowest address is given. A
