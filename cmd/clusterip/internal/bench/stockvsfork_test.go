@@ -66,24 +66,29 @@ func TestSaveStockVsForkChartDrawsTheREADMERows(t *testing.T) {
 	}
 }
 
-// TestREADMEChartIsDrawnFromTheREADMERows: docs/stock-vs-fork.svg is what the command draws
-// from the committed rows, so the chart and the rows it claims to show cannot drift apart.
+// TestREADMEChartIsDrawnFromTheREADMERows: each chart of docs/ is what the command draws from
+// the committed rows it claims to show, so that the two cannot drift apart.
 func TestREADMEChartIsDrawnFromTheREADMERows(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "chart.svg")
-	if err := SaveStockVsForkChart(file, parseRows(t, readmeRows)); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := os.ReadFile(readmeChart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("docs/stock-vs-fork.svg is not the chart of %s; redraw it from the repository's root with\n"+
-			"  go run ./cmd/clusterip bench stock-vs-fork cmd/clusterip/internal/bench/%s --svg docs/stock-vs-fork.svg", readmeRows, readmeRows)
+	for _, c := range []struct{ rows, chart string }{
+		{readmeRows, readmeChart},
+		{"testdata/stock-vs-fork-v1.37.2-2026-11-27.json", "../../../../docs/stock-vs-fork-v1.37.2.svg"},
+	} {
+		file := filepath.Join(t.TempDir(), "chart.svg")
+		if err := SaveStockVsForkChart(file, parseRows(t, c.rows)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(c.chart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is not the chart of %s; redraw it from the repository's root with\n"+
+				"  go run ./cmd/clusterip bench stock-vs-fork cmd/clusterip/internal/bench/%s --svg %s", c.chart, c.rows, c.rows, strings.TrimPrefix(c.chart, "../../../../"))
+		}
 	}
 }
 
