@@ -33,27 +33,14 @@ import (
 // addresses as reserved and not available.
 func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	v, err := featuregate.KubeVersion("1.37.2", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf := informers.NewSharedInformerFactory(api.Client, 0)
 	reg := prometheus.NewRegistry()
-	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Version: v, Reservations: true, Registerer: reg,
-		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Informers: inf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	inf.Start(ctx.Done())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done; inf.Shutdown() }()
-	if err := a.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := startRegistry(t, api, clusterip.Config{Mode: featuregate.IPAddressOnly, Version: v, Reservations: true, Registerer: reg,
+		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}})
 
 	rc, err := reservation.New(api.Client)
 	if err != nil {
@@ -179,22 +166,9 @@ func claimerView(ctx context.Context, t *testing.T, a *clusterip.Allocators, nam
 // is allocated.
 func TestRegistryKeepsADeletedServicesAddressesForItsReturn(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24,fd00:10:96::/112"})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inf := informers.NewSharedInformerFactory(api.Client, 0)
-	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Reservations: true,
-		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24"), netip.MustParsePrefix("fd00:10:96::/112")}, Client: api.Client, Informers: inf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	inf.Start(ctx.Done())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done; inf.Shutdown() }()
-	if err := a.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	a := startRegistry(t, api, clusterip.Config{Mode: featuregate.IPAddressOnly, Reservations: true,
+		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24"), netip.MustParsePrefix("fd00:10:96::/112")}})
 	dualStack := func(name, policy string) *corev1.Service {
 		s := fresh(name)
 		pol := corev1.IPFamilyPolicyRequireDualStack
@@ -206,7 +180,7 @@ func TestRegistryKeepsADeletedServicesAddressesForItsReturn(t *testing.T) {
 	}
 
 	bad := dualStack("web", "Keep")
-	_, err = a.Services().Allocate(ctx, bad, false)
+	_, err := a.Services().Allocate(ctx, bad, false)
 	var se *apierrors.StatusError
 	if !errors.As(err, &se) || se.Status().Code != 422 || se.Status().Details == nil || len(se.Status().Details.Causes) != 1 ||
 		se.Status().Details.Causes[0].Field != "metadata.annotations["+reservation.AnnotationReleasePolicy+"]" {
@@ -268,22 +242,9 @@ func TestRegistryKeepsADeletedServicesAddressesForItsReturn(t *testing.T) {
 // within a second of it.
 func TestRegistryFreesARetainedAddressWhenItsCooldownEnds(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inf := informers.NewSharedInformerFactory(api.Client, 0)
-	a, err := clusterip.New(ctx, clusterip.Config{Mode: featuregate.IPAddressOnly, Reservations: true,
-		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: api.Client, Informers: inf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	inf.Start(ctx.Done())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done; inf.Shutdown() }()
-	if err := a.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	a := startRegistry(t, api, clusterip.Config{Mode: featuregate.IPAddressOnly, Reservations: true,
+		Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}})
 	svc := fresh("web")
 	svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain/3s"}
 	if _, err := a.Services().Allocate(ctx, svc, false); err != nil {
@@ -343,4 +304,26 @@ func gauge(t *testing.T, reg prometheus.Gatherer, name, cidr string) float64 {
 		}
 	}
 	return -1
+}
+
+// startRegistry runs the library's allocators for cfg (its Client and Informers set to api's) as a
+// registry on the library does, until t ends, and returns them once ready.
+func startRegistry(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Config) *clusterip.Allocators {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	inf := informers.NewSharedInformerFactory(api.Client, 0)
+	cfg.Client, cfg.Informers = api.Client, inf
+	a, err := clusterip.New(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	inf.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; inf.Shutdown(); a.Close() })
+	if err := a.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
