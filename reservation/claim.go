@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/ipaddress"
@@ -26,9 +27,6 @@ import (
 // forServiceIndex is the name of the informer index Claimer adds: the namespace/name of the
 // Service a reservation is kept for.
 const forServiceIndex = "clusterip.kube-ipam.io/reserved-for-service"
-
-// claimAttempts bounds how often Claim and an undo read the object again after a Conflict.
-const claimAttempts = 5
 
 // Claimer gives a Service created without a ClusterIP the address reserved for it: the
 // reservation kept For its namespace and name, of the family asked for, that has not expired.
@@ -128,32 +126,25 @@ func (c *Claimer) Claim(ctx context.Context, family corev1.IPFamily, owner alloc
 	if !ok {
 		return netip.Addr{}, nil, nil
 	}
-	for range claimAttempts {
-		obj, err := c.client.Get(ctx, r.Addr.String(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return netip.Addr{}, nil, nil
-		}
-		if err != nil {
-			return netip.Addr{}, nil, fmt.Errorf("reservation: read the reservation of %s: %w", r.Addr, err)
-		}
-		live, ok := FromObject(obj)
+	var live Reservation
+	updated, err := c.update(ctx, r.Addr, func(obj *networkingv1.IPAddress) bool {
+		var ok bool
+		live, ok = FromObject(obj)
 		if !ok || live.For != r.For || live.Expired(c.now()) {
-			return netip.Addr{}, nil, nil
+			return false
 		}
-		claimed := obj.DeepCopy()
-		claimed.Labels[networkingv1.LabelManagedBy] = c.managedBy
-		delete(claimed.Annotations, AnnotationExpires)
-		delete(claimed.Annotations, AnnotationReason)
-		_, err = c.client.Update(ctx, claimed, metav1.UpdateOptions{})
-		switch {
-		case err == nil:
-			return r.Addr, func(ctx context.Context) error { return c.unclaim(ctx, live) }, nil
-		case apierrors.IsConflict(err):
-			continue
-		}
+		obj.Labels[networkingv1.LabelManagedBy] = c.managedBy
+		delete(obj.Annotations, AnnotationExpires)
+		delete(obj.Annotations, AnnotationReason)
+		return true
+	})
+	if err != nil {
 		return netip.Addr{}, nil, fmt.Errorf("reservation: claim %s for %s: %w", r.Addr, owner, err)
 	}
-	return netip.Addr{}, nil, fmt.Errorf("reservation: claim %s for %s: the object kept changing", r.Addr, owner)
+	if !updated {
+		return netip.Addr{}, nil, nil
+	}
+	return r.Addr, func(ctx context.Context) error { return c.unclaim(ctx, live) }, nil
 }
 
 // unclaim turns the object of r.Addr back into the reservation r, if it is still the claimed
@@ -163,30 +154,17 @@ func (c *Claimer) unclaim(ctx context.Context, r Reservation) error {
 	if err != nil {
 		return err
 	}
-	for range claimAttempts {
-		obj, err := c.client.Get(ctx, r.Addr.String(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
+	_, err = c.update(ctx, r.Addr, func(obj *networkingv1.IPAddress) bool {
+		if !c.allocationOf(obj, r.Owner()) {
+			return false // not our claim any more
 		}
-		if err != nil {
-			return fmt.Errorf("reservation: read %s to restore its reservation: %w", r.Addr, err)
-		}
-		if obj.Labels[networkingv1.LabelManagedBy] != c.managedBy || obj.Spec.ParentRef == nil || ownerOf(obj.Spec.ParentRef) != r.Owner() {
-			return nil // not our claim any more
-		}
-		back := obj.DeepCopy()
-		back.Labels = want.Labels
-		back.Annotations = want.Annotations
-		_, err = c.client.Update(ctx, back, metav1.UpdateOptions{})
-		switch {
-		case err == nil:
-			return nil
-		case apierrors.IsConflict(err):
-			continue
-		}
+		obj.Labels, obj.Annotations = want.Labels, want.Annotations
+		return true
+	})
+	if err != nil {
 		return fmt.Errorf("reservation: restore the reservation of %s: %w", r.Addr, err)
 	}
-	return errors.New("reservation: restore the reservation of " + r.Addr.String() + ": the object kept changing")
+	return nil
 }
 
 // CheckService returns the field error of svc's [AnnotationReleasePolicy] annotation if it does
@@ -221,28 +199,51 @@ func (c *Claimer) Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr
 	if err != nil {
 		return false, nil
 	}
-	for range claimAttempts {
-		obj, err := c.client.Get(ctx, ip.String(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
+	kept, err := c.update(ctx, ip, func(obj *networkingv1.IPAddress) bool {
+		if !c.allocationOf(obj, r.Owner()) {
+			return false
 		}
-		if err != nil {
-			return false, fmt.Errorf("reservation: read %s to retain it: %w", ip, err)
-		}
-		if obj.Labels[networkingv1.LabelManagedBy] != c.managedBy || obj.Spec.ParentRef == nil || ownerOf(obj.Spec.ParentRef) != r.Owner() {
-			return false, nil
-		}
-		kept := obj.DeepCopy()
-		kept.Labels = want.Labels
-		kept.Annotations = want.Annotations
-		_, err = c.client.Update(ctx, kept, metav1.UpdateOptions{})
-		switch {
-		case err == nil:
-			return true, nil
-		case apierrors.IsConflict(err):
-			continue
-		}
+		obj.Labels, obj.Annotations = want.Labels, want.Annotations
+		return true
+	})
+	if err != nil {
 		return false, fmt.Errorf("reservation: retain %s for %s: %w", ip, r.For, err)
 	}
-	return false, fmt.Errorf("reservation: retain %s for %s: the object kept changing", ip, r.For)
+	return kept, nil
+}
+
+// allocationOf reports whether obj is the allocation of owner by the Claimer's allocator: its
+// managed-by label and owner as its parentRef.
+func (c *Claimer) allocationOf(obj *networkingv1.IPAddress, owner allocator.Owner) bool {
+	return obj.Labels[networkingv1.LabelManagedBy] == c.managedBy && obj.Spec.ParentRef != nil && ownerOf(obj.Spec.ParentRef) == owner
+}
+
+// update reads the IPAddress object of ip from the API server and, if change accepts it (changing
+// the copy it is given), writes it back, guarded by the resourceVersion read; after a Conflict it
+// reads the object again, as client-go's retry.RetryOnConflict does. It reports whether it wrote:
+// false, with no error, when the object is gone or change refuses it.
+func (c *Claimer) update(ctx context.Context, ip netip.Addr, change func(*networkingv1.IPAddress) bool) (bool, error) {
+	wrote := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := c.client.Get(ctx, ip.String(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		obj = obj.DeepCopy()
+		if obj.Labels == nil {
+			obj.Labels = map[string]string{}
+		}
+		if !change(obj) {
+			return nil
+		}
+		if _, err := c.client.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	return wrote, err
 }
