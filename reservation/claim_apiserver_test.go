@@ -271,7 +271,7 @@ func TestRegistryFreesARetainedAddressWhenItsCooldownEnds(t *testing.T) {
 	for {
 		_, err := ipas.Get(ctx, ip, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			if early := r.Expires.Sub(time.Now()); early > 0 {
+			if early := time.Until(r.Expires); early > 0 {
 				t.Errorf("the reservation of %s went %v before its end", ip, early)
 			}
 			t.Logf("freed %v after the end it names", time.Since(r.Expires).Round(time.Millisecond))
