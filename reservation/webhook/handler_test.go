@@ -362,4 +362,3 @@ func TestHandlerAllowsAnObjectThatDoesNotDecodeAndOtherResources(t *testing.T) {
 		t.Errorf("IPAddresses deleted = %v, want none", got)
 	}
 }
-
