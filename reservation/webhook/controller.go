@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,8 +100,8 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		c.now = time.Now
 	}
 	reg, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.observe,
-		UpdateFunc: func(_, obj any) { c.observe(obj) },
+		AddFunc:    func(obj any) { c.observe(nil, obj) },
+		UpdateFunc: c.observe,
 		DeleteFunc: c.deleted,
 	})
 	if err != nil {
@@ -162,17 +164,25 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
-// observe checks each ClusterIP of a Service seen added or updated against the Handler's
-// hand-outs, and counts a hand-out another Service took.
-func (c *Controller) observe(obj any) {
+// observe checks each ClusterIP a Service holds that it did not hold before (old, nil for a
+// Service added) against the Handler's hand-outs, and counts a hand-out another Service took.
+func (c *Controller) observe(old, obj any) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
 		return
 	}
+	var had []netip.Addr
+	if o, ok := old.(*corev1.Service); ok {
+		had = clusterIPs(o)
+	}
 	owner := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	rv, _ := strconv.ParseUint(svc.ResourceVersion, 10, 64)
 	now := c.now()
 	for _, ip := range clusterIPs(svc) {
-		if c.claims.observe(ip, owner, now) {
+		if slices.Contains(had, ip) {
+			continue
+		}
+		if c.claims.observe(ip, owner, rv, now) {
 			c.metrics.webhookWindowLost.Inc()
 			klog.Background().Info("A reserved address the webhook handed out was taken by another Service in the window; the reservation is lost",
 				"controller", ControllerName, "ip", ip, "takenBy", owner)

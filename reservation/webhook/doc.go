@@ -20,7 +20,8 @@
 // the Service fails with 422 "provided IP is already allocated" and the reservation is lost: the
 // address belongs to the other Service. The [Controller] sees the other Service hold an address
 // the webhook has just handed out and counts it in clusterip_reservation_webhook_window_lost_total
-// (see [Metrics]); a retried create gets another address. A registry with Config.Reservations
+// (see [Metrics]; under heavy churn the count can be a little high, see [Claims]); a retried
+// create gets another address. A registry with Config.Reservations
 // has no window: it claims the reservation's object in one update.
 //
 // On CREATE and UPDATE the handler also refuses a Service whose release-policy annotation does

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -170,7 +171,8 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	for _, obj := range picked {
 		if !dryRun {
 			ip, _ := netip.ParseAddr(obj.Name)
-			h.claims.add(ip, owner, h.now()) // before the delete: the window opens there
+			rv, _ := strconv.ParseUint(obj.ResourceVersion, 10, 64)
+			h.claims.add(ip, owner, rv, h.now()) // before the delete: the window opens there
 			if err := h.delete(ctx, obj); err != nil {
 				h.claims.forget(ip)
 				klog.FromContext(ctx).Info("Not handing out a reservation: its delete failed", "ip", obj.Name, "service", owner, "err", err)
