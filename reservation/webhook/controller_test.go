@@ -102,4 +102,3 @@ func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
 		})
 	}
 }
-
