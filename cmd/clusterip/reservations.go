@@ -27,6 +27,8 @@ IPAddress object managed by ` + reservation.ManagedBy + `, which stock kube-apis
   create   reserve an address; refused, with nothing written, for an address outside every
            ServiceCIDR, a network or broadcast address, or an address something holds
   delete   release a reservation; an address a Service holds is never released
+  webhook  serve the webhook and run the controller that claim and retain reservations beside
+           a stock kube-apiserver (see its --help)
 
 Exit codes: 0 done; 2 could not run (bad flags or arguments, no kubeconfig, an address refused,
 the API server unreachable).`
@@ -134,7 +136,7 @@ func newReservationsCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(list, create, del)
+	cmd.AddCommand(list, create, del, newReservationsWebhookCommand(&o.kube))
 	return cmd
 }
 

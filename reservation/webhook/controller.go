@@ -1,0 +1,297 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corev1informers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/reservation"
+)
+
+// ControllerName names the Controller in its log lines and its workqueue.
+const ControllerName = "clusterip-reservation-retain"
+
+// ControllerOptions adjusts [NewController]. The zero ControllerOptions waits 10 seconds per
+// address and counts into unregistered metrics.
+type ControllerOptions struct {
+	// Metrics receives clusterip_reservation_webhook_window_lost_total and
+	// clusterip_reservation_controller_window_lost_total. Defaults to unregistered Metrics.
+	Metrics *Metrics
+	// Claims are the [Handler]'s hand-outs, checked against every Service seen holding an
+	// address. Defaults to none: webhook windows lost are not counted.
+	Claims *Claims
+	// ReleaseTimeout bounds how long the controller waits for kube-apiserver to delete a deleted
+	// Service's IPAddress object before it gives the address up. Defaults to 10 seconds; a
+	// negative value keeps the default.
+	ReleaseTimeout time.Duration
+	// PollInterval is how often it reads the object meanwhile. Defaults to 20 milliseconds.
+	PollInterval time.Duration
+	// Now is the clock reservations' ends are computed from. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// retainItem is one address of a deleted Service to keep as a reservation.
+type retainItem struct {
+	For     types.NamespacedName
+	Addr    netip.Addr
+	Expires time.Time // the zero Time for no end
+}
+
+// Controller turns the ClusterIPs of a deleted Service whose release policy is Retain into
+// reservations, and counts the windows lost (see the package doc). It follows a Service
+// informer, queues each address of a deleted Service in a typed workqueue and handles it in
+// workers that poll the API server.
+//
+// The zero Controller is not usable; use [NewController]. A Controller is safe for concurrent
+// use.
+type Controller struct {
+	client   networkingv1client.IPAddressInterface
+	reg      cache.ResourceEventHandlerRegistration
+	queue    workqueue.TypedRateLimitingInterface[retainItem]
+	metrics  *Metrics
+	claims   *Claims
+	timeout  time.Duration
+	interval time.Duration
+	now      func() time.Time
+}
+
+// NewController returns a Controller that follows services, which the caller starts, and
+// creates reservations with client. A nil client or informer is an error matching
+// allocator.ErrInvalid. It starts no goroutine: [Controller.Run] does the work.
+func NewController(client kubernetes.Interface, services corev1informers.ServiceInformer, opts ControllerOptions) (*Controller, error) {
+	if client == nil || services == nil {
+		return nil, fmt.Errorf("webhook: NewController needs a client and a Service informer: %w", allocator.ErrInvalid)
+	}
+	c := &Controller{
+		client: client.NetworkingV1().IPAddresses(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[retainItem](),
+			workqueue.TypedRateLimitingQueueConfig[retainItem]{Name: ControllerName}),
+		metrics:  opts.Metrics.orNew(),
+		claims:   opts.Claims,
+		timeout:  opts.ReleaseTimeout,
+		interval: opts.PollInterval,
+		now:      opts.Now,
+	}
+	if c.timeout <= 0 {
+		c.timeout = 10 * time.Second
+	}
+	if c.interval <= 0 {
+		c.interval = 20 * time.Millisecond
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	reg, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.observe(nil, obj) },
+		UpdateFunc: c.observe,
+		DeleteFunc: c.deleted,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhook: follow the Service informer: %w", err)
+	}
+	c.reg = reg
+	return c, nil
+}
+
+// Run handles deleted Services with workers goroutines (at least one) until ctx is done, after
+// the informer's handler has synced; it returns nil then.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	logger := klog.FromContext(ctx).WithValues("controller", ControllerName)
+	ctx = klog.NewContext(ctx, logger)
+	defer c.queue.ShutDown()
+	stop := context.AfterFunc(ctx, c.queue.ShutDown)
+	defer stop()
+	if !cache.WaitForCacheSync(ctx.Done(), c.reg.HasSynced) {
+		return nil
+	}
+	done := make(chan struct{})
+	for range max(workers, 1) {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	for range max(workers, 1) {
+		<-done
+	}
+	return nil
+}
+
+// processNext handles one queued address and reports whether the queue is still open.
+func (c *Controller) processNext(ctx context.Context) bool {
+	item, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(item)
+	if err := c.retain(ctx, item); err != nil {
+		var perm *permanentError
+		if errors.As(err, &perm) || ctx.Err() != nil {
+			klog.FromContext(ctx).Error(err, "Not retaining an address", "ip", item.Addr, "service", item.For)
+			c.queue.Forget(item)
+			return true
+		}
+		klog.FromContext(ctx).Error(err, "Retaining an address failed; retrying", "ip", item.Addr, "service", item.For)
+		c.queue.AddRateLimited(item)
+		return true
+	}
+	c.queue.Forget(item)
+	return true
+}
+
+// permanentError is an error after which an address is not tried again.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// observe checks each ClusterIP a Service holds that it did not hold before (old, nil for a
+// Service added) against the Handler's hand-outs, and counts a hand-out another Service took.
+func (c *Controller) observe(old, obj any) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return
+	}
+	var had []netip.Addr
+	if o, ok := old.(*corev1.Service); ok {
+		had = clusterIPs(o)
+	}
+	owner := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	rv, _ := strconv.ParseUint(svc.ResourceVersion, 10, 64)
+	now := c.now()
+	for _, ip := range clusterIPs(svc) {
+		if slices.Contains(had, ip) {
+			continue
+		}
+		if c.claims.observe(ip, owner, rv, now) {
+			c.metrics.webhookWindowLost.Inc()
+			klog.Background().Info("A reserved address the webhook handed out was taken by another Service in the window; the reservation is lost",
+				"controller", ControllerName, "ip", ip, "takenBy", owner)
+		}
+	}
+}
+
+// deleted queues each ClusterIP of a deleted Service whose release policy is Retain.
+func (c *Controller) deleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return
+	}
+	policy, err := reservation.ReleasePolicyOf(svc.Annotations)
+	if err != nil || !policy.Retain {
+		return
+	}
+	expires := policy.Expires(c.now())
+	for _, ip := range clusterIPs(svc) {
+		c.queue.Add(retainItem{For: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, Addr: ip, Expires: expires})
+	}
+}
+
+// clusterIPs returns the addresses svc holds: spec.clusterIPs, or spec.clusterIP for a Service
+// written before clusterIPs existed; none for a headless Service.
+func clusterIPs(svc *corev1.Service) []netip.Addr {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	var out []netip.Addr
+	for _, s := range ips {
+		if ip, err := allocator.ParseClusterIP(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// retain waits until the IPAddress object of item.Addr is no longer the deleted Service's, and
+// then creates the reservation. Another holder (of another parent) is a lost window: counted,
+// logged and not retried.
+func (c *Controller) retain(ctx context.Context, item retainItem) error {
+	r := reservation.Reservation{Addr: item.Addr, For: item.For, Expires: item.Expires}
+	want, err := reservation.ObjectFor(r)
+	if err != nil {
+		return &permanentError{err}
+	}
+	logger := klog.FromContext(ctx).WithValues("ip", item.Addr, "service", item.For)
+	lost := func(holder *networkingv1.IPAddress) error {
+		c.metrics.controllerWindowLost.Inc()
+		logger.Info("Another Service took the address of a deleted Service before its reservation was made; not retained",
+			"holder", describeParent(holder.Spec.ParentRef))
+		return nil
+	}
+	ctx2, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var gone bool
+	err = wait.PollUntilContextCancel(ctx2, c.interval, true, func(ctx context.Context) (bool, error) {
+		obj, err := c.client.Get(ctx, want.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			gone = true
+			return true, nil
+		case err != nil:
+			return false, nil // transient: poll again
+		}
+		if r2, ok := reservation.FromObject(obj); ok && r2.For == item.For {
+			return true, nil // already kept (another controller, or a registry's Retain)
+		}
+		if p := obj.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" && p.Namespace == item.For.Namespace && p.Name == item.For.Name {
+			return false, nil // still the deleted Service's allocation
+		}
+		return true, lost(obj)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &permanentError{fmt.Errorf("webhook: %s of %s was not released within %v", item.Addr, item.For, c.timeout)}
+	}
+	if !gone {
+		return nil
+	}
+	_, err = c.client.Create(ctx, want, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		logger.V(2).Info("Retained the address of a deleted Service", "expires", item.Expires)
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		obj, getErr := c.client.Get(ctx, want.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return fmt.Errorf("webhook: read %s after its create was refused: %w", item.Addr, getErr)
+		}
+		if r2, ok := reservation.FromObject(obj); ok && r2.For == item.For {
+			return nil
+		}
+		return lost(obj)
+	}
+	return fmt.Errorf("webhook: create the reservation of %s for %s: %w", item.Addr, item.For, err)
+}
+
+// describeParent names a parentRef for a log line.
+func describeParent(p *networkingv1.ParentReference) string {
+	if p == nil {
+		return "(none)"
+	}
+	return fmt.Sprintf("%s/%s %s/%s", p.Group, p.Resource, p.Namespace, p.Name)
+}

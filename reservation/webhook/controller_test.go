@@ -1,0 +1,104 @@
+package webhook_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+
+	"github.com/kube-ipam/clusterip/internal/fakeclient"
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/reservation"
+	"github.com/kube-ipam/clusterip/reservation/webhook"
+)
+
+// counterValue returns the value of the counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return int(mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
+
+func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
+	tests := []struct {
+		name     string
+		policy   string // "" for no annotation
+		holder   runtime.Object
+		wantFor  string // the Service the reservation at 10.96.0.20 is kept for; "" for none
+		wantLost int
+	}{
+		{name: "Retain/1h keeps the address for the Service's name", policy: "Retain/1h", wantFor: "default/web"},
+		{name: "Retain keeps the address for the Service's name", policy: "Retain", wantFor: "default/web"},
+		{name: "no annotation releases the address", policy: ""},
+		{name: "Release releases the address", policy: "Release"},
+		{name: "another Service holding the address is a lost window", policy: "Retain", holder: testenv.IPAddress("10.96.0.20", "default", "other"), wantLost: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := testenv.ClusterIPService("web", "10.96.0.20")
+			svc.Spec.ClusterIPs = []string{"10.96.0.20"}
+			if tt.policy != "" {
+				svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: tt.policy}
+			}
+			objs := []runtime.Object{svc}
+			if tt.holder != nil {
+				objs = append(objs, tt.holder)
+			}
+			fake := fakeclient.New(fakeclient.Options{Objects: objs})
+			reg := prometheus.NewRegistry()
+			m, err := webhook.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			factory := informers.NewSharedInformerFactory(fake, 0)
+			c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			factory.Start(ctx.Done())
+			done := make(chan error)
+			go func() { done <- c.Run(ctx, 1) }()
+			defer func() { cancel(); <-done; factory.Shutdown() }()
+			fake.WaitWatching(t, "services")
+			if err := fake.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantFor != "" {
+				testenv.WaitFor(t, "the reservation", func() bool {
+					obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
+					if err != nil {
+						return false
+					}
+					r, ok := reservation.FromObject(obj)
+					return ok && r.For.String() == tt.wantFor
+				})
+				return
+			}
+			if tt.wantLost > 0 {
+				testenv.WaitFor(t, "the lost window to be counted", func() bool {
+					return counterValue(t, reg, "clusterip_reservation_controller_window_lost_total") == tt.wantLost
+				})
+			}
+			time.Sleep(50 * time.Millisecond) // time enough to do the wrong thing
+			obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
+			if err == nil && reservation.IsReservation(obj) {
+				t.Errorf("a reservation was made: %+v", obj)
+			}
+		})
+	}
+}
