@@ -52,7 +52,10 @@
 // an address something already holds, before it writes anything. Release deletes only
 // reservations, never the IPAddress object of a Service's allocation.
 //
-// This first slice keeps no controller: nothing deletes a reservation when it expires
-// ([Reservation.Expired] only says whether it has), and nothing hands a reserved address to the
-// Service it is kept for.
+// A [Claimer] gives a Service the address reserved for it, and keeps a deleted Service's addresses
+// as reservations when its [AnnotationReleasePolicy] says so, each in one update of the object,
+// in a registry built on this module (clusterip.Config.Reservations, through
+// allocator/service's Options.Reserved); an [ExpiryController] deletes each reservation when it
+// ends. Package reservation/webhook does the same beside a stock kube-apiserver, with the window
+// its doc names.
 package reservation
