@@ -232,10 +232,13 @@ func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
 
 // TestCheckRepairTimeoutBoundsTheWholeRepair gives repair a leak it may not free for an hour
 // (an IPAddress just created for a Service that does not exist): it would pass and wait for the
-// hour; --repair-timeout 3s makes it give up, exit 2, and say why.
+// hour; --repair-timeout 3s makes it give up, exit 2, and say why. It waits for the kubernetes
+// Service first: kube-apiserver creates that Service's IPAddress before the Service, so a repair
+// pass in between would count a second leak.
 func TestCheckRepairTimeoutBoundsTheWholeRepair(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
+	waitForDefaultServiceCIDR(t, api.Client)
 	ctx := t.Context()
 	if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, leakedIPAddress("10.96.0.200"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("seed a leaked IPAddress: %v", err)
