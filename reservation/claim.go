@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,16 +16,11 @@ import (
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
-
-// forServiceIndex is the name of the informer index Claimer adds: the namespace/name of the
-// Service a reservation is kept for.
-const forServiceIndex = "clusterip.kube-ipam.io/reserved-for-service"
 
 // Claimer gives a Service created without a ClusterIP the address reserved for it: the
 // reservation kept For its namespace and name, of the family asked for, that has not expired.
@@ -40,7 +34,7 @@ const forServiceIndex = "clusterip.kube-ipam.io/reserved-for-service"
 // Create it before the informer starts. A Claimer is safe for concurrent use.
 type Claimer struct {
 	client    networkingv1client.IPAddressInterface
-	informer  cache.SharedIndexInformer
+	index     *Index
 	managedBy string
 	now       func() time.Time
 }
@@ -57,22 +51,11 @@ func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAd
 	if managedBy == "" {
 		managedBy = ipaddress.DefaultManagedBy
 	}
-	inf := informer.Informer()
-	err := inf.AddIndexers(cache.Indexers{forServiceIndex: func(obj any) ([]string, error) {
-		ipa, ok := obj.(*networkingv1.IPAddress)
-		if !ok || !IsReservation(ipa) {
-			return nil, nil
-		}
-		r, ok := FromObject(ipa)
-		if !ok || r.For.Name == "" {
-			return nil, nil
-		}
-		return []string{r.For.String()}, nil
-	}})
+	index, err := NewIndex(informer.Informer())
 	if err != nil {
-		return nil, fmt.Errorf("reservation: index the IPAddress informer: %w", err)
+		return nil, err
 	}
-	return &Claimer{client: client.NetworkingV1().IPAddresses(), informer: inf, managedBy: managedBy, now: time.Now}, nil
+	return &Claimer{client: client.NetworkingV1().IPAddresses(), index: index, managedBy: managedBy, now: time.Now}, nil
 }
 
 // Reserved returns the address reserved for owner (a Service, by namespace and name) in family,
@@ -88,27 +71,8 @@ func (c *Claimer) lookup(family corev1.IPFamily, owner allocator.Owner) (Reserva
 	if owner.Group != "" || owner.Resource != serviceResource || owner.Name == "" {
 		return Reservation{}, false
 	}
-	objs, err := c.informer.GetIndexer().ByIndex(forServiceIndex, owner.Namespace+"/"+owner.Name)
-	if err != nil {
-		return Reservation{}, false
-	}
-	var found []Reservation
-	now := c.now()
-	for _, obj := range objs {
-		ipa, ok := obj.(*networkingv1.IPAddress)
-		if !ok {
-			continue
-		}
-		r, ok := FromObject(ipa)
-		if ok && !r.Expired(now) && allocator.FamilyOf(r.Addr) == family {
-			found = append(found, r)
-		}
-	}
-	if len(found) == 0 {
-		return Reservation{}, false
-	}
-	slices.SortFunc(found, func(a, b Reservation) int { return a.Addr.Compare(b.Addr) })
-	return found[0], true
+	r, _, ok := c.index.Lowest(types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, family, c.now())
+	return r, ok
 }
 
 // Claim gives owner the address reserved for it in family (see Reserved): it updates the
@@ -119,7 +83,7 @@ func (c *Claimer) lookup(family corev1.IPFamily, owner allocator.Owner) (Reserva
 // another reason than a Conflict. After a Conflict it reads the object again: one that is no
 // longer a reservation for owner (claimed or released meanwhile) is not claimed.
 func (c *Claimer) Claim(ctx context.Context, family corev1.IPFamily, owner allocator.Owner) (netip.Addr, func(context.Context) error, error) {
-	if !c.informer.HasSynced() {
+	if !c.index.HasSynced() {
 		return netip.Addr{}, nil, fmt.Errorf("reservation: the IPAddress informer has not synced: %w", allocator.ErrNotReady)
 	}
 	r, ok := c.lookup(family, owner)

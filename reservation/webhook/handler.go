@@ -21,16 +21,11 @@ import (
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/reservation"
 )
-
-// forServiceIndex is the informer index the Handler adds: the namespace/name of the Service a
-// reservation is kept for.
-const forServiceIndex = "clusterip.kube-ipam.io/webhook-reserved-for-service"
 
 // maxBodyBytes bounds the AdmissionReview the Handler reads: kube-apiserver's own limit for a
 // request body is 3 MiB, and a review carries the object twice.
@@ -55,11 +50,11 @@ type HandlerOptions struct {
 //
 // The zero Handler is not usable; use [NewHandler]. A Handler is safe for concurrent use.
 type Handler struct {
-	client   networkingv1client.IPAddressInterface
-	informer cache.SharedIndexInformer
-	metrics  *Metrics
-	claims   *Claims
-	now      func() time.Time
+	client  networkingv1client.IPAddressInterface
+	index   *reservation.Index
+	metrics *Metrics
+	claims  *Claims
+	now     func() time.Time
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -71,22 +66,11 @@ func NewHandler(client kubernetes.Interface, informer networkingv1informers.IPAd
 	if client == nil || informer == nil {
 		return nil, fmt.Errorf("webhook: NewHandler needs a client and an IPAddress informer: %w", allocator.ErrInvalid)
 	}
-	inf := informer.Informer()
-	err := inf.AddIndexers(cache.Indexers{forServiceIndex: func(obj any) ([]string, error) {
-		ipa, ok := obj.(*networkingv1.IPAddress)
-		if !ok {
-			return nil, nil
-		}
-		r, ok := reservation.FromObject(ipa)
-		if !ok || r.For.Name == "" {
-			return nil, nil
-		}
-		return []string{r.For.String()}, nil
-	}})
+	index, err := reservation.NewIndex(informer.Informer())
 	if err != nil {
-		return nil, fmt.Errorf("webhook: index the IPAddress informer: %w", err)
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	h := &Handler{client: client.NetworkingV1().IPAddresses(), informer: inf, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now}
+	h := &Handler{client: client.NetworkingV1().IPAddresses(), index: index, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now}
 	if h.now == nil {
 		h.now = time.Now
 	}
@@ -210,25 +194,11 @@ func wantsAnyClusterIP(svc *corev1.Service) bool {
 // spec.ipFamilies if set (stopping at the first family without one) and else IPv4 before IPv6;
 // only the first unless spec.ipFamilyPolicy asks for two families.
 func (h *Handler) pick(owner types.NamespacedName, svc *corev1.Service) []*networkingv1.IPAddress {
-	objs, err := h.informer.GetIndexer().ByIndex(forServiceIndex, owner.String())
-	if err != nil || len(objs) == 0 {
-		return nil
-	}
 	now := h.now()
 	byFamily := map[corev1.IPFamily]*networkingv1.IPAddress{}
-	lowest := map[corev1.IPFamily]netip.Addr{}
-	for _, o := range objs {
-		ipa, ok := o.(*networkingv1.IPAddress)
-		if !ok {
-			continue
-		}
-		r, ok := reservation.FromObject(ipa)
-		if !ok || r.For != owner || r.Expired(now) {
-			continue
-		}
-		f := corev1.IPFamily(allocator.FamilyOf(r.Addr))
-		if cur, ok := lowest[f]; !ok || r.Addr.Less(cur) {
-			lowest[f], byFamily[f] = r.Addr, ipa
+	for _, f := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
+		if _, obj, ok := h.index.Lowest(owner, f, now); ok {
+			byFamily[f] = obj
 		}
 	}
 	families := svc.Spec.IPFamilies
