@@ -37,6 +37,7 @@ type Allocators struct {
 	cidrs    map[corev1.IPFamily]*servicecidr.Allocator
 	dual     map[corev1.IPFamily]*DualWriteAllocator // DualWrite mode only, never wrapped
 	services *service.Allocator
+	claimer  *reservation.Claimer          // with Config.Reservations: what Services() claims and retains with
 	expiry   *reservation.ExpiryController // with Config.Reservations: Run deletes ended reservations
 
 	// With Config.DefaultServiceCIDR, what Run builds its servicecidr.DefaultController from.
@@ -124,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 			a.Close()
 			return nil, &ConfigError{Field: "Reservations", Reason: "the IPAddress informer", Err: err}
 		}
-		opts.Reserved = claimer
+		opts.Reserved, a.claimer = claimer, claimer
 		if a.expiry, err = reservation.NewExpiryController(cfg.Client, cfg.Informers.Networking().V1().IPAddresses()); err != nil {
 			a.Close()
 			return nil, &ConfigError{Field: "Reservations", Reason: "the IPAddress informer", Err: err}
@@ -218,6 +219,12 @@ func (a *Allocators) ServiceCIDRs(f corev1.IPFamily) *servicecidr.Allocator { re
 // first family of Config.Ranges as the cluster's primary, as kube-apiserver's Service registry
 // uses it: see [service.Allocator].
 func (a *Allocators) Services() *service.Allocator { return a.services }
+
+// Reservations returns the Claimer through which Services() gives a Service the address reserved
+// for it and keeps the addresses its release policy retains, for a caller that allocates address
+// by address, as kube-apiserver's Service registry does (package reservation); nil unless
+// Config.Reservations is set.
+func (a *Allocators) Reservations() *reservation.Claimer { return a.claimer }
 
 // readyPoll is how often WaitReady looks at the allocators, and bitmapPoll how often it reads a
 // bitmap that could not be loaded again.

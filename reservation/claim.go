@@ -2,7 +2,6 @@ package reservation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -131,20 +130,8 @@ func (c *Claimer) unclaim(ctx context.Context, r Reservation) error {
 	return nil
 }
 
-// CheckService returns the field error of svc's [AnnotationReleasePolicy] annotation if it does
-// not parse (see [ParseReleasePolicy]), at metadata.annotations[<key>], so that a create or
-// update carrying it is refused before anything is allocated; nil otherwise.
-func (c *Claimer) CheckService(svc *corev1.Service) *field.Error {
-	if _, err := ReleasePolicyOf(svc.Annotations); err != nil {
-		var ie *InvalidError
-		reason := err.Error()
-		if errors.As(err, &ie) {
-			reason = ie.Reason
-		}
-		return field.Invalid(field.NewPath("metadata", "annotations").Key(AnnotationReleasePolicy), svc.Annotations[AnnotationReleasePolicy], reason)
-	}
-	return nil
-}
+// CheckService returns CheckReleasePolicy(svc).
+func (c *Claimer) CheckService(svc *corev1.Service) *field.Error { return CheckReleasePolicy(svc) }
 
 // Retain keeps ip, one of the ClusterIPs of svc, which is being deleted, as svc's release policy
 // says (see [ReleasePolicy]): with "Retain" it updates the IPAddress object of ip, the Service's

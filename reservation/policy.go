@@ -1,9 +1,13 @@
 package reservation
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // AnnotationReleasePolicy is the Service annotation that chooses what happens to the Service's
@@ -82,4 +86,19 @@ func ReleasePolicyOf(annotations map[string]string) (ReleasePolicy, error) {
 		return ReleasePolicy{}, nil
 	}
 	return ParseReleasePolicy(v)
+}
+
+// CheckReleasePolicy returns the field error of svc's [AnnotationReleasePolicy] annotation if it
+// does not parse (see [ParseReleasePolicy]), at metadata.annotations[<key>], so that a create or
+// update carrying it is refused before anything is allocated; nil otherwise.
+func CheckReleasePolicy(svc *corev1.Service) *field.Error {
+	if _, err := ReleasePolicyOf(svc.Annotations); err != nil {
+		var ie *InvalidError
+		reason := err.Error()
+		if errors.As(err, &ie) {
+			reason = ie.Reason
+		}
+		return field.Invalid(field.NewPath("metadata", "annotations").Key(AnnotationReleasePolicy), svc.Annotations[AnnotationReleasePolicy], reason)
+	}
+	return nil
 }

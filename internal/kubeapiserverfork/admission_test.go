@@ -187,19 +187,23 @@ func auditsAndAdmits(t *testing.T, mg modeGate, sides []forkSide) {
 // TestForkRefusesAnUnknownWritePath starts the fork with a CLUSTERIP_IPADDRESS_WRITES it does
 // not know: it stops at start-up, saying which values it takes.
 func TestForkRefusesAnUnknownWritePath(t *testing.T) {
-	fork := forkBinary(t)
+	// As klog quotes the error in the log.
+	assertStartFails(t, localcluster.KubeAPIServerOptions{Binary: forkBinary(t), ServiceClusterIPRange: v4Range, Env: []string{"CLUSTERIP_IPADDRESS_WRITES=Registry"}},
+		`cannot create cluster IP allocator: CLUSTERIP_IPADDRESS_WRITES=\"Registry\": want \"loopback\" (the default) or \"registry\"`)
+}
+
+// assertStartFails starts kube-apiserver with opts on a new etcd and fails t unless it stops at
+// start-up with want in its log.
+func assertStartFails(t *testing.T, opts localcluster.KubeAPIServerOptions, want string) {
+	t.Helper()
 	etcd := testenv.NewEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := localcluster.StartKubeAPIServer(ctx, etcd, localcluster.KubeAPIServerOptions{
-		Binary: fork, ServiceClusterIPRange: v4Range, Env: []string{"CLUSTERIP_IPADDRESS_WRITES=Registry"},
-	})
+	s, err := localcluster.StartKubeAPIServer(ctx, etcd, opts)
 	if err == nil {
 		s.Close()
-		t.Fatal("the fork started with CLUSTERIP_IPADDRESS_WRITES=Registry")
+		t.Fatalf("kube-apiserver started with %v", opts.Env)
 	}
-	// As klog quotes the error in the log.
-	const want = `cannot create cluster IP allocator: CLUSTERIP_IPADDRESS_WRITES=\"Registry\": want \"loopback\" (the default) or \"registry\"`
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("start: %v\nwant the log to say %q", err, want)
 	}

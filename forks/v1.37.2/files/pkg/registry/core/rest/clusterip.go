@@ -56,6 +56,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/repair"
+	"github.com/kube-ipam/clusterip/reservation"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
@@ -97,6 +98,10 @@ type clusterIPAllocators struct {
 	// writes is how the allocators write IPAddress objects: clusterIPWritesLoopback or
 	// clusterIPWritesRegistry (see clusterIPWritesEnv).
 	writes string
+	// reservations is whether the allocators keep reservations (see clusterIPReservationsEnv),
+	// and claims the claims a failed create or update may yet undo.
+	reservations bool
+	claims       pendingClaims
 
 	mu        sync.Mutex // guards destroyed, ipAddresses and the store of ready
 	destroyed bool
@@ -151,9 +156,19 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 		return nil, nil, nil, fmt.Errorf("cannot create cluster IP allocator: %w", err)
 	}
 	a := &clusterIPAllocators{mode: clusterIPMode(), ranges: ranges, storage: *storage, config: c, writes: writes}
+	if a.reservations, err = clusterIPReservations(os.Getenv(clusterIPReservationsEnv), a.mode); err != nil {
+		return nil, nil, nil, fmt.Errorf("cannot create cluster IP allocator: %w", err)
+	}
 	if a.mode != featuregate.Legacy {
 		c.Informers.Networking().V1().ServiceCIDRs().Informer()
-		c.Informers.Networking().V1().IPAddresses().Informer()
+		ipInformer := c.Informers.Networking().V1().IPAddresses().Informer()
+		if a.reservations {
+			// The reservations' index, which the allocators built once the server serves
+			// find there: an informer takes a new index only before it starts.
+			if _, err := reservation.NewIndex(ipInformer); err != nil {
+				return nil, nil, nil, fmt.Errorf("cannot create cluster IP allocator: %w", err)
+			}
+		}
 	}
 	byFamily := map[api.IPFamily]ipallocator.Interface{}
 	var primary ipallocator.Interface
@@ -165,7 +180,7 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 			primary = al
 		}
 	}
-	klog.InfoS("Service ClusterIPs are allocated by clusterip", "mode", a.mode, "ranges", flag, "ipAddressWrites", writes)
+	klog.InfoS("Service ClusterIPs are allocated by clusterip", "mode", a.mode, "ranges", flag, "ipAddressWrites", writes, "reservations", a.reservations)
 	return a, primary, byFamily, nil
 }
 
@@ -176,10 +191,11 @@ func (c *Config) newClusterIPAllocators(storage *storagebackend.ConfigForResourc
 // and the server's shared informer factory. The caller closes the etcd client.
 func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 	cfg := clusterip.Config{
-		Mode:       a.mode,
-		Ranges:     a.ranges,
-		Informers:  a.config.Informers,
-		Registerer: legacyregistry.Registerer(),
+		Mode:         a.mode,
+		Ranges:       a.ranges,
+		Informers:    a.config.Informers,
+		Registerer:   legacyregistry.Registerer(),
+		Reservations: a.reservations,
 	}
 	// The one place the fork tells the library which release's semantics to have: this binary's
 	// version and the version it emulates (clusterIPVersion), and the one gate of the library's
@@ -600,8 +616,12 @@ func (c *clusterIPAllocator) AllocateService(svc *api.Service, ip net.IP) error 
 	return c.ipallocatorError(al.Allocate(ctx, addr, ownerOf(svc)), ip)
 }
 
-// AllocateNextService reserves a free address for svc and returns it.
+// AllocateNextService reserves a free address for svc and returns it: with reservations, the
+// address reserved for svc in the family if there is one.
 func (c *clusterIPAllocator) AllocateNextService(svc *api.Service) (net.IP, error) {
+	if ip, ok, err := c.claimReserved(svc); ok || err != nil {
+		return ip, err
+	}
 	al, err := c.get()
 	if err != nil {
 		return nil, err

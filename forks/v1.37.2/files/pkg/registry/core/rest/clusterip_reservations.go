@@ -1,0 +1,187 @@
+// This file is not part of Kubernetes: the kube-apiserver v1.37.2 fork of
+// github.com/kube-ipam/clusterip (forks/v1.37.2 in its repository) adds it to package
+// k8s.io/kubernetes/pkg/registry/core/rest, beside clusterip.go.
+
+package rest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+	api "k8s.io/kubernetes/pkg/apis/core"
+
+	"github.com/kube-ipam/clusterip/featuregate"
+	"github.com/kube-ipam/clusterip/reservation"
+)
+
+// Whether the allocators keep reservations (package reservation) is the fork operator's choice,
+// made with the environment variable CLUSTERIP_RESERVATIONS of the kube-apiserver process:
+//
+//   - "off" or unset, the default: as stock kube-apiserver, the allocators hold a reserved address
+//     (an IPAddress object another manager labels) as taken and read nothing else of it;
+//   - "on": besides, a Service created without a ClusterIP gets the address reserved for its
+//     namespace and name in each family, claimed from the reservation in one update; a deleted
+//     Service's addresses become reservations for its return when its release policy
+//     (reservation.AnnotationReleasePolicy) says so, in the update that ends the allocation; a
+//     create or update whose release policy does not parse is refused with 422 at the annotation;
+//     and reservations are deleted when they end. Only in IPAddressOnly mode: any other mode
+//     stops the server at start-up, as clusterip.New refuses it.
+//
+// Any other value stops the server at start-up.
+const clusterIPReservationsEnv = "CLUSTERIP_RESERVATIONS"
+
+// clusterIPReservations reads the value of clusterIPReservationsEnv for the allocators of mode.
+func clusterIPReservations(value string, mode featuregate.Mode) (bool, error) {
+	switch value {
+	case "", "off":
+		return false, nil
+	case "on":
+		if mode != featuregate.IPAddressOnly {
+			return false, fmt.Errorf("%s=on: reservations need the IPAddressOnly mode, and the feature gates select %s", clusterIPReservationsEnv, mode)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("%s=%q: want \"on\" or \"off\" (the default)", clusterIPReservationsEnv, value)
+}
+
+// claimTTL is how long the fork remembers how to undo a claim: longer than any Service create or
+// update takes to revert, which happens within the request.
+const claimTTL = 5 * time.Minute
+
+// pendingClaims are the claims of reservations whose Service create or update may yet be reverted:
+// the undo of each, by address. It is safe for concurrent use.
+type pendingClaims struct {
+	mu     sync.Mutex
+	claims map[netip.Addr]pendingClaim
+}
+
+// pendingClaim is the undo of one claim and when it was made.
+type pendingClaim struct {
+	undo func(context.Context) error
+	at   time.Time
+}
+
+// add remembers undo for ip, forgetting claims older than claimTTL.
+func (p *pendingClaims) add(ip netip.Addr, undo func(context.Context) error) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.claims == nil {
+		p.claims = map[netip.Addr]pendingClaim{}
+	}
+	for a, c := range p.claims {
+		if now.Sub(c.at) > claimTTL {
+			delete(p.claims, a)
+		}
+	}
+	p.claims[ip] = pendingClaim{undo: undo, at: now}
+}
+
+// take returns and forgets the undo of the claim of ip, nil if there is none.
+func (p *pendingClaims) take(ip netip.Addr) func(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.claims[ip]
+	if !ok {
+		return nil
+	}
+	delete(p.claims, ip)
+	return c.undo
+}
+
+// claimer returns the allocators' reservation.Claimer, nil without reservations or before start.
+func (c *clusterIPAllocator) claimer() *reservation.Claimer {
+	if !c.all.reservations {
+		return nil
+	}
+	allocs := c.all.ready.Load()
+	if allocs == nil {
+		return nil
+	}
+	return allocs.Reservations()
+}
+
+// claimReserved gives svc the address reserved for it in the allocator's family, if any (a dry run
+// only looks it up), and reports whether it did.
+func (c *clusterIPAllocator) claimReserved(svc *api.Service) (net.IP, bool, error) {
+	cl := c.claimer()
+	if cl == nil || svc == nil {
+		return nil, false, nil
+	}
+	owner := ownerOf(svc)
+	if c.dryRun {
+		addr, ok := cl.Reserved(corev1.IPFamily(c.family), owner)
+		if !ok {
+			return nil, false, nil
+		}
+		return net.IP(addr.AsSlice()), true, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterIPCallTimeout)
+	defer cancel()
+	addr, undo, err := cl.Claim(ctx, corev1.IPFamily(c.family), owner)
+	if err != nil {
+		return nil, false, c.ipallocatorError(err, nil)
+	}
+	if !addr.IsValid() {
+		return nil, false, nil
+	}
+	c.all.claims.add(addr, undo)
+	klog.V(2).InfoS("Claimed a reserved ClusterIP", "service", klog.KRef(svc.Namespace, svc.Name), "clusterIP", addr)
+	return net.IP(addr.AsSlice()), true, nil
+}
+
+// CheckService returns the error of svc's release policy annotation if it does not parse; nil
+// without reservations.
+func (c *clusterIPAllocator) CheckService(svc *api.Service) *field.Error {
+	if !c.all.reservations {
+		return nil
+	}
+	return reservation.CheckReleasePolicy(serviceMeta(svc))
+}
+
+// ReleaseService releases ip, which svc held and is being deleted with it, or keeps it as a
+// reservation for svc's namespace and name if svc's release policy says so.
+func (c *clusterIPAllocator) ReleaseService(svc *api.Service, ip net.IP) error {
+	addr, ok := addrOf(ip)
+	if cl := c.claimer(); cl != nil && ok {
+		c.all.claims.take(addr)
+		ctx, cancel := context.WithTimeout(context.Background(), clusterIPCallTimeout)
+		defer cancel()
+		kept, err := cl.Retain(ctx, serviceMeta(svc), addr)
+		if err != nil {
+			return err
+		}
+		if kept {
+			klog.V(2).InfoS("Kept a ClusterIP as a reservation", "service", klog.KRef(svc.Namespace, svc.Name), "clusterIP", addr)
+			return nil
+		}
+	}
+	return c.Release(ip)
+}
+
+// RevertService undoes the allocation of ip to svc, whose create or update failed: an address
+// claimed from a reservation becomes the reservation again, any other is released.
+func (c *clusterIPAllocator) RevertService(svc *api.Service, ip net.IP) error {
+	if addr, ok := addrOf(ip); ok {
+		if undo := c.all.claims.take(addr); undo != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), clusterIPCallTimeout)
+			defer cancel()
+			return undo(ctx)
+		}
+	}
+	return c.Release(ip)
+}
+
+// serviceMeta returns the object metadata of svc, the registry's internal Service, as the
+// v1 Service package reservation reads a release policy from.
+func serviceMeta(svc *api.Service) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID, Annotations: svc.Annotations}}
+}
