@@ -54,8 +54,8 @@
 //
 // A [Claimer] gives a Service the address reserved for it, and keeps a deleted Service's addresses
 // as reservations when its [AnnotationReleasePolicy] says so, each in one update of the object,
-// in a registry built on this module (clusterip.Config.Reservations, through
-// allocator/service's Options.Reserved); an [ExpiryController] deletes each reservation when it
-// ends. Package reservation/webhook does the same beside a stock kube-apiserver, with the window
+// in a registry built on this module (clusterip.Config.Reservations, through allocator/service's
+// Options.Reserved) and in the kube-apiserver forks of its repository (CLUSTERIP_RESERVATIONS=on);
+// an [ExpiryController] deletes each reservation when it ends. Package reservation/webhook does the same beside a stock kube-apiserver, with the window
 // its doc names.
 package reservation
