@@ -18,8 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/repair"
 	"github.com/kube-ipam/clusterip/reservation"
 )
 
@@ -360,4 +363,97 @@ func TestStockDualWriteFailsAServiceWhoseAddressIsReserved(t *testing.T) {
 		return
 	}
 	t.Errorf("%d creates all succeeded; want one to fail on a reserved address", len(sc.free)-5+1)
+}
+
+// TestRepairGivesAServiceItsAddressOverAReservation puts a reservation under an address a
+// Service already holds (as a Service from a Legacy or DualWrite era, or restored from a backup,
+// can hold a reserved address), on stock kube-apiserver v1.37.2: clusterip's audit reports the
+// address as the Service's with a wrong parent. Stock's repair, at its next look at the Service
+// (here: a label added to it), and clusterip's repair pass each delete the reservation and give
+// the Service its own object; the audit is then consistent. A Service that holds an address wins
+// over a reservation of it, in stock's repair and in clusterip's: the reservation was an intent,
+// the Service carries traffic.
+func TestRepairGivesAServiceItsAddressOverAReservation(t *testing.T) {
+	t.Parallel()
+	sc := startStock(t, "v1.37.2", "")
+	ctx := context.Background()
+	ipas := sc.api.NetworkingV1().IPAddresses()
+	svcs := sc.api.CoreV1().Services(metav1.NamespaceDefault)
+	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Ranges: []netip.Prefix{netip.MustParsePrefix(stockRange)}, Client: sc.api}
+	tests := []struct {
+		name, service string
+		ip            netip.Addr
+		repair        func(t *testing.T)
+	}{
+		{"stock's repair, at its next look at the Service", "stock-repairs", sc.free[4], func(t *testing.T) {
+			holder, err := svcs.Get(ctx, "stock-repairs", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder.Labels = map[string]string{"touched": "true"}
+			if _, err := svcs.Update(ctx, holder, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"clusterip's repair pass", "clusterip-repairs", sc.free[5], func(t *testing.T) {
+			c, err := repair.NewController(cfg, repair.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService(tt.service, tt.ip.String()), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// The Service's object gives way to a reservation. Stock's repair looks at a Service
+			// when it changes or at its interval (3 minutes), not when its object goes; its look at
+			// the create may still come after the swap, so the swap is made again until the
+			// reservation stays.
+			obj, err := reservation.ObjectFor(reservation.Reservation{Addr: tt.ip, Name: "under-" + tt.service, Reason: "reserved under a Service"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for try := 0; ; try++ {
+				if try == 5 {
+					t.Fatalf("stock's repair took %s back from the reservation 5 times", tt.ip)
+				}
+				if err := ipas.Delete(ctx, tt.ip.String(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+				if _, err := ipas.Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
+				time.Sleep(500 * time.Millisecond)
+				if got, err := ipas.Get(ctx, tt.ip.String(), metav1.GetOptions{}); err == nil && reservation.IsReservation(got) {
+					break
+				}
+			}
+			report, err := repair.Audit(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := slices.IndexFunc(report.Findings, func(f repair.Finding) bool { return f.IP == tt.ip.String() }); i < 0 ||
+				report.Findings[i].Class != repair.WrongParent || report.Findings[i].Service != "default/"+tt.service {
+				t.Fatalf("clusterip's audit with the reservation under default/%s: %+v, want %s at %s", tt.service, report.Findings, repair.WrongParent, tt.ip)
+			}
+
+			tt.repair(t)
+			testenv.WaitFor(t, "default/"+tt.service+" to get its own object back", func() bool {
+				got, err := ipas.Get(ctx, tt.ip.String(), metav1.GetOptions{})
+				return err == nil && !reservation.IsReservation(got) && got.Labels[networkingv1.LabelManagedBy] == "ipallocator.k8s.io" &&
+					got.Spec.ParentRef != nil && got.Spec.ParentRef.Resource == "services" && got.Spec.ParentRef.Name == tt.service
+			})
+			if report, err = repair.Audit(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if !report.Consistent || len(report.Reservations) != 0 {
+				t.Errorf("clusterip's audit after the repair: consistent %v, findings %+v, reservations %+v; want consistent with no reservation", report.Consistent, report.Findings, report.Reservations)
+			}
+		})
+	}
 }
