@@ -3,6 +3,7 @@ package servicecidr
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/reservation"
 )
 
 // nextEvent returns the next Event rec got, waiting for it as long as the other waits of these
@@ -145,4 +147,35 @@ func findEvent(t *testing.T, f *fixture, name, reason string) *eventsOf {
 		}
 	}
 	return nil
+}
+
+// On a real kube-apiserver, a reservation made through package reservation's Client holds a
+// ServiceCIDR's deletion as a Service's allocation does: the ServiceCIDR stays Terminating with
+// its finalizer for several grace periods, and goes once the reservation is released.
+func TestLifecycleKeepsAServiceCIDRWithAReservationOnKubeAPIServer(t *testing.T) {
+	client := sharedKubeAPIServer(t)
+	f := newFixture(t, fixtureConfig{
+		client: client, label: nextLabel(),
+		lifecycle: &LifecycleOptions{GracePeriod: testGrace, RecheckInterval: 100 * time.Millisecond},
+	})
+	f.create(testenv.ServiceCIDR("reserved", "10.15.0.0/24"))
+	f.waitFinalized("reserved")
+	rc, err := reservation.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := netip.MustParseAddr("10.15.0.7")
+	if err := rc.Reserve(f.ctx, reservation.Reservation{Addr: kept, Name: f.name("kept"), Reason: "a lifecycle test"}); err != nil {
+		t.Fatal(err)
+	}
+	f.markDeleting("reserved")
+	f.waitTerminating("reserved")
+	time.Sleep(3 * testGrace)
+	if !f.hasFinalizer("reserved") {
+		t.Fatalf("the finalizer of %s was removed while reservation %s holds an address of it", f.name("reserved"), kept)
+	}
+	if err := rc.Release(f.ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGone("reserved")
 }
