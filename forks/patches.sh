@@ -11,8 +11,9 @@
 # "go mod tidy" pin everything else at what the release's go.mod says, plus what files/ imports.
 #
 # "make" builds the whole change from what the build applies, forks/<release>/patches/*.patch (the
-# upstream files changed) and forks/<release>/files/ (the files added, at their path in the
-# kubernetes tree), as "git diff" writes it, new files included, so that "git apply" takes it in a
+# upstream files changed), forks/common/files/ (the files every release adds, at their path in the
+# kubernetes tree) and forks/<release>/files/ (the files only that release adds), as "git diff"
+# writes it, new files included, so that "git apply" takes it in a
 # kubernetes checkout at that tag.
 #
 # "check" copies the module source of each release (k8s.io/kubernetes@<release> from the module
@@ -49,6 +50,7 @@ whole() {
 	"${git[@]}" add -A
 	"${git[@]}" commit -q --no-verify -m "k8s.io/kubernetes@$rel"
 	"${git[@]}" apply "$dir"/patches/*.patch
+	cp -R "$forks/common/files/." "$tmp/"
 	cp -R "$dir/files/." "$tmp/"
 	"${git[@]}" add -A
 	cat <<-HEADER
@@ -58,7 +60,7 @@ whole() {
 	    git apply $rel-clusterip.patch
 	
 	then add the module as forks/$rel/README.md says. Written by forks/patches.sh from
-	forks/$rel/patches and forks/$rel/files; do not edit.
+	forks/$rel/patches, forks/common/files and forks/$rel/files; do not edit.
 	
 	HEADER
 	"${git[@]}" diff --cached --no-color --no-ext-diff --no-renames

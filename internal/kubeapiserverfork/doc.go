@@ -3,21 +3,25 @@
 // root, one folder per release, each with its guide (README.md), its build module and the whole
 // change as one patch file; this module only tests them, starting their binaries.
 //
-// A fork is the pristine k8s.io/kubernetes module at its release plus what its folder holds:
+// A fork is the pristine k8s.io/kubernetes module at its release plus what its folder holds,
+// forks/<release>:
 //
 //   - patches/*.patch: unified diffs of the upstream files that change.
 //     storage_core.go.patch makes newServiceIPAllocators build clusterip's allocators (the
 //     ClusterIP seam) and starts clusterip's repair controller in place of kube-apiserver's;
 //     alloc.go.patch makes the Service registry hand the Service to any allocator that takes
 //     one, instead of only kube-apiserver's MetaAllocator, so that IPAddress objects name it.
-//   - files/: new files added to upstream packages. files/pkg/registry/core/rest/clusterip.go
-//     is the adapter from clusterip's allocator.Interface to kube-apiserver's
-//     ipallocator.Interface: net.IP to unmapped netip.Addr, the Service as the owner, each error
-//     mapped to kube-apiserver's own (so clients read its messages), each call under a
-//     timeout, and the start of the allocators and of repair from the PostStartHook
+//   - files/: the new file only that release adds, pkg/registry/core/rest/clusterip_release.go:
+//     the mode its feature gates select and the bitmaps' etcd client, built as its storage
+//     builds its own.
+//   - and forks/common/files: the new files every release adds, kept once.
+//     pkg/registry/core/rest/clusterip.go is the adapter from clusterip's allocator.Interface to
+//     kube-apiserver's ipallocator.Interface: net.IP to unmapped netip.Addr, the Service as the
+//     owner, each error mapped to kube-apiserver's own (so clients read its messages), each
+//     call under a timeout, and the start of the allocators and of repair from the PostStartHook
 //     start-service-ip-repair-controllers, which keeps waiting for the first repair pass.
-//     files/pkg/registry/core/rest/clusterip_ipaddresses.go chooses how the allocators write
-//     their IPAddress objects (below).
+//     clusterip_ipaddresses.go chooses how the allocators write their IPAddress objects (below),
+//     and clusterip_reservations.go turns reservations on (CLUSTERIP_RESERVATIONS=on).
 //
 // Where clusterip alone would behave otherwise than kube-apiserver of the fork's release, the
 // adapter does as kube-apiserver does: the allocators are built in the hook (clusterip.New may list IPAddress

@@ -38,6 +38,12 @@ func forkDir(root, release string) string {
 	return filepath.Join(root, forksDir, release)
 }
 
+// commonFilesDir returns the folder of the new files every release's fork adds, at their path in
+// the kubernetes tree, besides those of its own files/: forks/common/files.
+func commonFilesDir(forkDir string) string {
+	return filepath.Join(filepath.Dir(forkDir), "common", "files")
+}
+
 // KubeAPIServerForkBinary returns the path of the kube-apiserver [KubeAPIServerVersion] fork, as
 // [KubeAPIServerForkReleaseBinary] does for that release.
 func KubeAPIServerForkBinary(ctx context.Context) (string, error) {
@@ -50,7 +56,7 @@ func KubeAPIServerForkBinary(ctx context.Context) (string, error) {
 // [KubeAPIServerForkReleaseEnv] if set, else
 // <repo root>/.cache/kube-apiserver-<release>-fork-<hash>/kube-apiserver, where hash covers
 // everything the build reads from the repository: the go.mod, go.sum, patches and new files of
-// forks/<release>, and the library's non-test Go files and go.mod.
+// forks/<release>, the new files of forks/common, and the library's non-test Go files and go.mod.
 //
 // If that binary is missing, KubeAPIServerForkReleaseBinary builds it as
 // [KubeAPIServerReleaseBinary] builds the stock one, with its lock, failure record and messages;
@@ -114,7 +120,7 @@ func forkBinaryPath(root, release string) (string, error) {
 // forkInputsHash returns the first 12 hex digits of a SHA-256 of every file the build of
 // release's fork reads from the repository under root, with their paths: forks/<release>'s
 // go.mod, go.sum, patches and new files (not its guide, nor the whole-change patch made from
-// them), and the library module's go.mod, go.sum and non-test Go files.
+// them), forks/common's new files, and the library module's go.mod, go.sum and non-test Go files.
 func forkInputsHash(root, release string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "kube-apiserver %s fork\n", release)
@@ -158,11 +164,11 @@ func forkInputsHash(root, release string) (string, error) {
 			}
 		}
 	}
-	for _, sub := range []string{"patches", "files"} {
+	for _, dir := range []string{filepath.Join(fork, "patches"), filepath.Join(fork, "files"), commonFilesDir(fork)} {
 		if err != nil {
 			break
 		}
-		err = filepath.WalkDir(filepath.Join(fork, sub), func(path string, d fs.DirEntry, err error) error {
+		err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
@@ -200,8 +206,8 @@ func buildFork(ctx context.Context, root, release, work, out string) error {
 // k8s.io/kubernetes module through a symbolic link in work, which a copy of the fork module's
 // go.mod (passed with -modfile) puts in place of the module with a replace directive. Each patch
 // is applied to its pristine file into work/patched; overlay.json maps the file's path under the
-// link to the patched copy, and each file of the fork's files/ directory to a new file of the
-// same package.
+// link to the patched copy, and each file of the fork's files/ directory and of forks/common/files
+// to a new file of the same package.
 func prepareFork(ctx context.Context, root, release, work string) (flags, pkgs []string, err error) {
 	modDir := forkDir(root, release)
 	if err := os.RemoveAll(work); err != nil {
@@ -305,7 +311,8 @@ func kubernetesModuleDir(ctx context.Context, modDir string) (string, error) {
 
 // forkOverlay applies the patches of the fork in modDir, of release, to the pristine files into
 // patched and returns the -overlay replacements: each patched file, and each file of the files/
-// directory, under link, the path by which the build reaches the pristine module.
+// directory and of forks/common/files, under link, the path by which the build reaches the
+// pristine module. A new file in both is an error.
 func forkOverlay(modDir, release, pristine, link, patched string) (map[string]string, error) {
 	replace := map[string]string{}
 	patches, err := filepath.Glob(filepath.Join(modDir, "patches", "*.patch"))
@@ -342,25 +349,32 @@ func forkOverlay(modDir, release, pristine, link, patched string) (map[string]st
 		}
 		replace[filepath.Join(link, filepath.FromSlash(p.path))] = dst
 	}
-	overlayDir := filepath.Join(modDir, "files")
-	err = filepath.WalkDir(overlayDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(overlayDir, path)
+	for _, overlayDir := range []string{commonFilesDir(modDir), filepath.Join(modDir, "files")} {
+		err = filepath.WalkDir(overlayDir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, err := filepath.Rel(overlayDir, path)
+			if err != nil {
+				return err
+			}
+			target := filepath.Join(link, rel)
+			if _, err := os.Stat(filepath.Join(pristine, rel)); err == nil {
+				return fmt.Errorf("%s would replace an upstream file: change upstream files with a patch", path)
+			}
+			if _, err := os.Stat(filepath.Dir(filepath.Join(pristine, rel))); err != nil {
+				return fmt.Errorf("%s adds a file to a package k8s.io/kubernetes@%s does not have: %w", path, release, err)
+			}
+			if other, ok := replace[target]; ok {
+				return fmt.Errorf("%s and %s add the same file", other, path)
+			}
+			replace[target] = path
+			return nil
+		})
 		if err != nil {
-			return err
+			break
 		}
-		target := filepath.Join(link, rel)
-		if _, err := os.Stat(filepath.Join(pristine, rel)); err == nil {
-			return fmt.Errorf("%s would replace an upstream file: change upstream files with a patch", path)
-		}
-		if _, err := os.Stat(filepath.Dir(filepath.Join(pristine, rel))); err != nil {
-			return fmt.Errorf("%s adds a file to a package k8s.io/kubernetes@%s does not have: %w", path, release, err)
-		}
-		replace[target] = path
-		return nil
-	})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: overlay: %w", err)
 	}

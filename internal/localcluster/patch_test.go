@@ -125,7 +125,8 @@ func TestForkPatchesApplyToPristineKubernetes(t *testing.T) {
 			for _, f := range []string{
 				"pkg/registry/core/rest/storage_core.go",
 				"pkg/registry/core/service/storage/alloc.go",
-				"pkg/registry/core/rest/clusterip.go",
+				"pkg/registry/core/rest/clusterip.go",         // forks/common
+				"pkg/registry/core/rest/clusterip_release.go", // forks/<release>
 			} {
 				if _, ok := replace[filepath.Join(link, filepath.FromSlash(f))]; !ok {
 					t.Errorf("overlay has no replacement of %s; it has %v", f, replace)

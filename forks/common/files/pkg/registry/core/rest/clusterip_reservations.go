@@ -1,5 +1,5 @@
-// This file is not part of Kubernetes: the kube-apiserver v1.35.4 fork of
-// github.com/kube-ipam/clusterip (forks/v1.35.4 in its repository) adds it to package
+// This file is not part of Kubernetes: each kube-apiserver fork of github.com/kube-ipam/clusterip
+// (forks/<release> in its repository; the file is kept once, in forks/common) adds it to package
 // k8s.io/kubernetes/pkg/registry/core/rest, beside clusterip.go.
 
 package rest

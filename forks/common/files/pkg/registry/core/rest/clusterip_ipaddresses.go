@@ -1,5 +1,5 @@
-// This file is not part of Kubernetes: the kube-apiserver v1.33.13 fork of
-// github.com/kube-ipam/clusterip (forks/v1.33.13 in its repository) adds it to package
+// This file is not part of Kubernetes: each kube-apiserver fork of github.com/kube-ipam/clusterip
+// (forks/<release> in its repository; the file is kept once, in forks/common) adds it to package
 // k8s.io/kubernetes/pkg/registry/core/rest, beside clusterip.go.
 
 package rest
@@ -152,7 +152,7 @@ func (s registryIPAddresses) Create(ctx context.Context, in *networkingv1.IPAddr
 	if err := legacyscheme.Scheme.Convert(in, obj, nil); err != nil {
 		return nil, err
 	}
-	created, err := s.registry.Create(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), obj, nil, &opts)
+	created, err := s.registry.Create(registryContext(ctx, "create", in.Name), obj, nil, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +165,22 @@ func (s registryIPAddresses) Create(ctx context.Context, in *networkingv1.IPAddr
 
 // Delete deletes the IPAddress named name from the registry, with opts' preconditions.
 func (s registryIPAddresses) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
-	_, _, err := s.registry.Delete(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), name, registryrest.ValidateAllObjectFunc, &opts)
+	_, _, err := s.registry.Delete(registryContext(ctx, "delete", name), name, registryrest.ValidateAllObjectFunc, &opts)
 	return err
+}
+
+// registryContext returns ctx as the registry sees a request with verb on the IPAddress name:
+// cluster-scoped, with the RequestInfo of networking.k8s.io/v1 ipaddresses, which declarative
+// validation reads the API version from (without it, every create is refused).
+func registryContext(ctx context.Context, verb, name string) context.Context {
+	ctx = genericapirequest.WithNamespace(ctx, metav1.NamespaceNone)
+	return genericapirequest.WithRequestInfo(ctx, &genericapirequest.RequestInfo{
+		IsResourceRequest: true,
+		Verb:              verb,
+		APIPrefix:         "apis",
+		APIGroup:          networkingv1.GroupName,
+		APIVersion:        "v1",
+		Resource:          "ipaddresses",
+		Name:              name,
+	})
 }

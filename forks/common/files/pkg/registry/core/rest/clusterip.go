@@ -1,14 +1,13 @@
-// This file is not part of Kubernetes: the kube-apiserver v1.37.2 fork of
-// github.com/kube-ipam/clusterip (forks/v1.37.2 in its repository) adds it to package
+// This file is not part of Kubernetes: each kube-apiserver fork of github.com/kube-ipam/clusterip
+// (forks/<release> in its repository; the file is kept once, in forks/common) adds it to package
 // k8s.io/kubernetes/pkg/registry/core/rest. It puts clusterip's allocators behind kube-apiserver's
 // ipallocator.Interface, and runs them and clusterip's repair controller in place of
-// kube-apiserver's own.
+// kube-apiserver's own. What differs by release is in clusterip_release.go.
 
 package rest
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -20,20 +19,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"go.etcd.io/etcd/client/pkg/v3/logutil"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -42,7 +32,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/component-base/metrics/legacyregistry"
-	"k8s.io/component-base/tracing"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	api "k8s.io/kubernetes/pkg/apis/core"
@@ -109,22 +98,6 @@ type clusterIPAllocators struct {
 	// clusterIPWritesRegistry (see useRESTOptions); nil until the server's REST storage is
 	// built, and in Legacy mode or with clusterIPWritesLoopback.
 	ipAddresses *ipaddressstore.REST
-}
-
-// clusterIPMode returns the mode kube-apiserver's own feature gates select, as stock
-// kube-apiserver v1.37 selects its allocators: MultiCIDRServiceAllocator off is Legacy;
-// on, DisableAllocatorDualWrite chooses between DualWrite and IPAddressOnly. A v1.37 binary
-// emulates 1.34 at the lowest, where MultiCIDRServiceAllocator is locked on, so it reaches
-// IPAddressOnly (its default) and DualWrite (--emulated-version=1.34 with
-// DisableAllocatorDualWrite=false) only; the gates refuse the other combinations at start-up.
-func clusterIPMode() featuregate.Mode {
-	switch {
-	case !utilfeature.DefaultFeatureGate.Enabled(features.MultiCIDRServiceAllocator):
-		return featuregate.Legacy
-	case !utilfeature.DefaultFeatureGate.Enabled(features.DisableAllocatorDualWrite):
-		return featuregate.DualWrite
-	}
-	return featuregate.IPAddressOnly
 }
 
 // clusterIPVersion returns the kube-apiserver version whose semantics the allocators must have:
@@ -232,102 +205,6 @@ func (a *clusterIPAllocators) clusterIPConfig() (clusterip.Config, error) {
 	}
 	cfg.Bitmaps = etcdstore.Stores{Client: etcd, Prefix: a.storage.Prefix}
 	return cfg, nil
-}
-
-// The etcd client settings kube-apiserver's storage uses for its own clients.
-const (
-	etcdDialTimeout      = 20 * time.Second
-	etcdKeepaliveTime    = 30 * time.Second
-	etcdKeepaliveTimeout = 10 * time.Second
-)
-
-// clusterIPEtcdMetrics are the gRPC client metrics of the bitmaps' etcd client, registered in the
-// legacy registry once. kube-apiserver v1.37's storage keeps its own client metrics unexported, so
-// these are a set of their own, under the "clusterip" namespace (clusterip_grpc_client_…).
-var (
-	clusterIPEtcdMetrics = grpcprom.NewClientMetrics(grpcprom.WithClientCounterOptions(grpcprom.WithNamespace("clusterip")))
-	registerEtcdMetrics  sync.Once
-)
-
-// newClusterIPEtcdClient returns a client of the etcd servers t names, built as kube-apiserver
-// v1.37's storage builds its own: t's TLS files (none: plain HTTP), its egress selector's dialer
-// for etcd (--egress-selector-config-file), OpenTelemetry with t's TracerProvider (a no-op one
-// still propagates the context), gRPC client metrics (clusterIPEtcdMetrics), the same dial and
-// keepalive timeouts, and a wait until the connection is ready or the dial times out.
-func newClusterIPEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
-	var tlsConfig *tls.Config
-	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
-		var err error
-		tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}
-		if tlsConfig, err = tlsInfo.ClientConfig(); err != nil {
-			return nil, err
-		}
-	}
-	registerEtcdMetrics.Do(func() { legacyregistry.RawMustRegister(clusterIPEtcdMetrics) })
-	dialOptions := []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(clusterIPEtcdMetrics.UnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(clusterIPEtcdMetrics.StreamClientInterceptor()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
-			otelgrpc.WithMessageEvents(otelgrpc.ReceivedEvents, otelgrpc.SentEvents),
-			otelgrpc.WithPropagators(tracing.Propagators()),
-			otelgrpc.WithTracerProvider(t.TracerProvider),
-		)),
-	}
-	if t.EgressLookup != nil {
-		egressDialer, err := t.EgressLookup(egressselector.Etcd.AsNetworkContext())
-		if err != nil {
-			return nil, fmt.Errorf("the egress selector's dialer for etcd: %w", err)
-		}
-		if egressDialer != nil {
-			dialOptions = append(dialOptions, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return egressDialer(ctx, "tcp", addr)
-			}))
-		}
-	}
-	logger, err := logutil.CreateDefaultZapLogger(zap.InfoLevel)
-	if err != nil {
-		logger = zap.NewNop()
-	}
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:            t.ServerList,
-		TLS:                  tlsConfig,
-		DialTimeout:          etcdDialTimeout,
-		DialKeepAliveTime:    etcdKeepaliveTime,
-		DialKeepAliveTimeout: etcdKeepaliveTimeout,
-		DialOptions:          dialOptions,
-		Logger:               logger.Named("clusterip-etcd-client"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := waitEtcdReady(client, etcdDialTimeout); err != nil {
-		client.Close()
-		return nil, err
-	}
-	return client, nil
-}
-
-// waitEtcdReady waits until client's connection is ready, connecting it if idle, for at most
-// timeout, as kube-apiserver v1.37's storage waits for its own client.
-func waitEtcdReady(client *clientv3.Client, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	conn := client.ActiveConnection()
-	if conn == nil {
-		return errors.New("no grpc connection to etcd")
-	}
-	for {
-		state := conn.GetState()
-		switch state {
-		case connectivity.Ready:
-			return nil
-		case connectivity.Idle:
-			conn.Connect()
-		}
-		if !conn.WaitForStateChange(ctx, state) {
-			return fmt.Errorf("etcd grpc connection not ready: %w", ctx.Err())
-		}
-	}
 }
 
 // repairRunner returns the function that the PostStartHook start-service-ip-repair-controllers
@@ -444,7 +321,7 @@ func (a *clusterIPAllocators) repairRunner(interval time.Duration, client kubern
 // waitServiceCIDRs waits until the allocators have a ready ServiceCIDR of every family, or of
 // every family of the default ServiceCIDR once it is ready (servicecidr.Ready). The default ServiceCIDR is what
 // kube-apiserver's start-kubernetes-service-cidr-controller hook waits for; when the flags' primary
-// family has changed (IPv4 to IPv6), v1.37 keeps it as it was, so no ServiceCIDR of the new
+// family has changed (IPv4 to IPv6), kube-apiserver keeps it as it was, so no ServiceCIDR of the new
 // family comes by itself, and stock kube-apiserver reports ready without one.
 func waitServiceCIDRs(ctx context.Context, allocs *clusterip.Allocators, serviceCIDRs networkingv1listers.ServiceCIDRLister) error {
 	all := allocs.Families()
@@ -479,7 +356,7 @@ const defaultServiceCIDR = "kubernetes"
 
 // newMismatched builds the allocators when a bitmap stored in etcd is of another range than the
 // flags (the flags changed: a family added, removed or swapped), err being what clusterip.New
-// said of it. It does what kube-apiserver v1.37 does with such a bitmap:
+// said of it. It does what kube-apiserver does with such a bitmap:
 //
 //   - DualWrite: kube-apiserver's dual write finds the bitmap unusable and allocates from the
 //     ServiceCIDRs alone, so cfg becomes IPAddressOnly (allocators and repair), and the bitmap is
@@ -697,7 +574,7 @@ func (c *clusterIPAllocator) Destroy() {
 func (c *clusterIPAllocator) EnableMetrics() {}
 
 // DryRun returns a view that validates every call as the allocator would but changes nothing;
-// unlike kube-apiserver v1.37's (which answers from one ServiceCIDR chosen at random), it reports
+// unlike kube-apiserver's (which answers from one ServiceCIDR chosen at random), it reports
 // an address that is already allocated.
 func (c *clusterIPAllocator) DryRun() ipallocator.Interface {
 	v := *c

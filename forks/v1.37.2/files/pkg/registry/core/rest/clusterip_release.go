@@ -1,0 +1,146 @@
+// This file is not part of Kubernetes: the kube-apiserver v1.37.2 fork of
+// github.com/kube-ipam/clusterip (forks/v1.37.2 in its repository) adds it to package
+// k8s.io/kubernetes/pkg/registry/core/rest, beside clusterip.go: what the adapter does as this
+// release of kube-apiserver does it, the mode its feature gates select and the etcd client of
+// the bitmaps, built as its storage builds its own.
+
+package rest
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"k8s.io/apiserver/pkg/server/egressselector"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/tracing"
+	"k8s.io/kubernetes/pkg/features"
+
+	"github.com/kube-ipam/clusterip/featuregate"
+)
+
+// clusterIPMode returns the mode kube-apiserver's own feature gates select, as stock
+// kube-apiserver v1.37 selects its allocators: MultiCIDRServiceAllocator off is Legacy;
+// on, DisableAllocatorDualWrite chooses between DualWrite and IPAddressOnly. A v1.37 binary
+// emulates 1.34 at the lowest, where MultiCIDRServiceAllocator is locked on, so it reaches
+// IPAddressOnly (its default) and DualWrite (--emulated-version=1.34 with
+// DisableAllocatorDualWrite=false) only; the gates refuse the other combinations at start-up.
+func clusterIPMode() featuregate.Mode {
+	switch {
+	case !utilfeature.DefaultFeatureGate.Enabled(features.MultiCIDRServiceAllocator):
+		return featuregate.Legacy
+	case !utilfeature.DefaultFeatureGate.Enabled(features.DisableAllocatorDualWrite):
+		return featuregate.DualWrite
+	}
+	return featuregate.IPAddressOnly
+}
+
+// The etcd client settings kube-apiserver's storage uses for its own clients.
+const (
+	etcdDialTimeout      = 20 * time.Second
+	etcdKeepaliveTime    = 30 * time.Second
+	etcdKeepaliveTimeout = 10 * time.Second
+)
+
+// clusterIPEtcdMetrics are the gRPC client metrics of the bitmaps' etcd client, registered in the
+// legacy registry once. kube-apiserver v1.37's storage keeps its own client metrics unexported, so
+// these are a set of their own, under the "clusterip" namespace (clusterip_grpc_client_…).
+var (
+	clusterIPEtcdMetrics = grpcprom.NewClientMetrics(grpcprom.WithClientCounterOptions(grpcprom.WithNamespace("clusterip")))
+	registerEtcdMetrics  sync.Once
+)
+
+// newClusterIPEtcdClient returns a client of the etcd servers t names, built as kube-apiserver
+// v1.37's storage builds its own: t's TLS files (none: plain HTTP), its egress selector's dialer
+// for etcd (--egress-selector-config-file), OpenTelemetry with t's TracerProvider (a no-op one
+// still propagates the context), gRPC client metrics (clusterIPEtcdMetrics), the same dial and
+// keepalive timeouts, and a wait until the connection is ready or the dial times out.
+func newClusterIPEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
+	var tlsConfig *tls.Config
+	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
+		var err error
+		tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}
+		if tlsConfig, err = tlsInfo.ClientConfig(); err != nil {
+			return nil, err
+		}
+	}
+	registerEtcdMetrics.Do(func() { legacyregistry.RawMustRegister(clusterIPEtcdMetrics) })
+	dialOptions := []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(clusterIPEtcdMetrics.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(clusterIPEtcdMetrics.StreamClientInterceptor()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithMessageEvents(otelgrpc.ReceivedEvents, otelgrpc.SentEvents),
+			otelgrpc.WithPropagators(tracing.Propagators()),
+			otelgrpc.WithTracerProvider(t.TracerProvider),
+		)),
+	}
+	if t.EgressLookup != nil {
+		egressDialer, err := t.EgressLookup(egressselector.Etcd.AsNetworkContext())
+		if err != nil {
+			return nil, fmt.Errorf("the egress selector's dialer for etcd: %w", err)
+		}
+		if egressDialer != nil {
+			dialOptions = append(dialOptions, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return egressDialer(ctx, "tcp", addr)
+			}))
+		}
+	}
+	logger, err := logutil.CreateDefaultZapLogger(zap.InfoLevel)
+	if err != nil {
+		logger = zap.NewNop()
+	}
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:            t.ServerList,
+		TLS:                  tlsConfig,
+		DialTimeout:          etcdDialTimeout,
+		DialKeepAliveTime:    etcdKeepaliveTime,
+		DialKeepAliveTimeout: etcdKeepaliveTimeout,
+		DialOptions:          dialOptions,
+		Logger:               logger.Named("clusterip-etcd-client"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := waitEtcdReady(client, etcdDialTimeout); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return client, nil
+}
+
+// waitEtcdReady waits until client's connection is ready, connecting it if idle, for at most
+// timeout, as kube-apiserver v1.37's storage waits for its own client.
+func waitEtcdReady(client *clientv3.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn := client.ActiveConnection()
+	if conn == nil {
+		return errors.New("no grpc connection to etcd")
+	}
+	for {
+		state := conn.GetState()
+		switch state {
+		case connectivity.Ready:
+			return nil
+		case connectivity.Idle:
+			conn.Connect()
+		}
+		if !conn.WaitForStateChange(ctx, state) {
+			return fmt.Errorf("etcd grpc connection not ready: %w", ctx.Err())
+		}
+	}
+}
