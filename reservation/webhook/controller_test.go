@@ -119,6 +119,8 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 		wantEnd    time.Duration
 		wantKept   bool
 		wantReason bool
+		holder     runtime.Object // another Service's allocation of 10.96.0.20, if any
+		wantLost   int
 	}{
 		{name: "a cooldown keeps a Service without a policy", cooldown: "3s", wantKept: true, wantEnd: 3 * time.Second, wantReason: true},
 		{name: "a cooldown keeps a Service with Release", cooldown: "3s", policy: "Release", wantKept: true, wantEnd: 3 * time.Second, wantReason: true},
@@ -127,6 +129,7 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 		{name: "a cooldown that does not parse frees", cooldown: "soon"},
 		{name: "no ServiceCIDR informer, no cooldown", cooldown: "3s", noCIDRs: true},
 		{name: "no annotation frees", cooldown: ""},
+		{name: "another Service holding the address is a lost window", cooldown: "3s", holder: testenv.IPAddress("10.96.0.20", "default", "other"), wantLost: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,9 +142,18 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			if tt.cooldown != "" {
 				sc.Annotations = map[string]string{reservation.AnnotationReleaseCooldown: tt.cooldown}
 			}
-			fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{svc, sc}})
+			objs := []runtime.Object{svc, sc}
+			if tt.holder != nil {
+				objs = append(objs, tt.holder)
+			}
+			fake := fakeclient.New(fakeclient.Options{Objects: objs})
+			reg := prometheus.NewRegistry()
+			m, err := webhook.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			factory := informers.NewSharedInformerFactory(fake, 0)
-			opts := webhook.ControllerOptions{ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond, Now: func() time.Time { return now }}
+			opts := webhook.ControllerOptions{Metrics: m, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond, Now: func() time.Time { return now }}
 			if !tt.noCIDRs {
 				opts.ServiceCIDRs = factory.Networking().V1().ServiceCIDRs()
 			}
@@ -162,9 +174,14 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			if err := fake.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			if tt.wantLost > 0 {
+				testenv.WaitFor(t, "the lost window to be counted", func() bool {
+					return counterValue(t, reg, "clusterip_reservation_controller_window_lost_total") == tt.wantLost
+				})
+			}
 			if !tt.wantKept {
 				time.Sleep(50 * time.Millisecond) // time enough to do the wrong thing
-				if obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{}); err == nil {
+				if obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{}); err == nil && reservation.IsReservation(obj) {
 					t.Errorf("a reservation was made: %+v", obj)
 				}
 				return
