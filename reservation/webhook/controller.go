@@ -64,9 +64,9 @@ type retainItem struct {
 }
 
 // Controller turns the ClusterIPs of a deleted Service whose release policy is Retain, or whose
-// ServiceCIDR has a release cooldown, into reservations, and counts the windows lost (see the package doc). It follows a Service
-// informer, queues each address of a deleted Service in a typed workqueue and handles it in
-// workers that poll the API server.
+// ServiceCIDR has a release cooldown, into reservations, and counts the windows lost (see the
+// package doc). It follows a Service informer, queues each address of a deleted Service in a
+// typed workqueue and handles it in workers that poll the API server.
 //
 // The zero Controller is not usable; use [NewController]. A Controller is safe for concurrent
 // use.
