@@ -120,7 +120,8 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 	a.version = version
 	opts := service.Options{Version: version, FeatureGate: gate}
 	if cfg.Reservations {
-		claimer, err := reservation.NewClaimer(cfg.Client, cfg.Informers.Networking().V1().IPAddresses(), cfg.ManagedBy)
+		nw := cfg.Informers.Networking().V1()
+		claimer, err := reservation.NewClaimer(cfg.Client, nw.IPAddresses(), cfg.ManagedBy, reservation.WithServiceCIDRs(nw.ServiceCIDRs()))
 		if err != nil {
 			a.Close()
 			return nil, &ConfigError{Field: "Reservations", Reason: "the IPAddress informer", Err: err}

@@ -88,8 +88,9 @@ type Config struct {
 	// address reserved for it (package reservation: a reservation kept For its namespace and
 	// name), claiming the reservation's IPAddress object in one update, so that no other
 	// allocator can take the address at any instant; Services().Release keeps the addresses of a
-	// Service whose release policy retains them (reservation.AnnotationReleasePolicy) as
-	// reservations for its return; and Run deletes each reservation when it ends (a cooldown).
+	// Service whose release policy retains them (reservation.AnnotationReleasePolicy), or whose
+	// ServiceCIDR has a release cooldown (reservation.AnnotationReleaseCooldown), as reservations
+	// for its return; and Run deletes each reservation when it ends (a cooldown).
 	// New adds an index to the IPAddress informer of Informers. Only in IPAddressOnly mode, the
 	// mode in which kube-apiserver, too, keeps its hands off reserved addresses (New refuses it in
 	// the others). Defaults to false: no reservation is looked up, and reserved addresses are only

@@ -10,12 +10,14 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/ipaddress"
@@ -34,16 +36,32 @@ import (
 type Claimer struct {
 	client    networkingv1client.IPAddressInterface
 	index     *Index
+	cidrs     networkingv1informers.ServiceCIDRInformer // nil: no release cooldown
 	managedBy string
 	now       func() time.Time
 }
 
+// ClaimerOption adjusts [NewClaimer].
+type ClaimerOption func(*Claimer)
+
+// WithServiceCIDRs makes the Claimer read the release cooldown of a deleted Service's addresses
+// ([AnnotationReleaseCooldown]) from the ServiceCIDRs informer shows, which the caller starts
+// (and which should have synced before Services are deleted: until then an address has no
+// cooldown). Default none: no address has a cooldown. A nil informer keeps the default.
+func WithServiceCIDRs(informer networkingv1informers.ServiceCIDRInformer) ClaimerOption {
+	return func(c *Claimer) {
+		if informer != nil {
+			c.cidrs = informer
+		}
+	}
+}
+
 // NewClaimer returns a Claimer that reads reservations from informer and updates them with
 // client, labelling a claimed object managed by managedBy, the allocator's label (empty means
-// kube-apiserver's "ipallocator.k8s.io", as package ipaddress writes it). It adds an index to
-// informer, which fails once the informer has started. A nil client or informer is an error
-// matching allocator.ErrInvalid.
-func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAddressInformer, managedBy string) (*Claimer, error) {
+// kube-apiserver's "ipallocator.k8s.io", as package ipaddress writes it), adjusted by opts. It
+// adds an index to informer, which fails once the informer has started. A nil client or
+// informer is an error matching allocator.ErrInvalid.
+func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAddressInformer, managedBy string, opts ...ClaimerOption) (*Claimer, error) {
 	if client == nil || informer == nil {
 		return nil, fmt.Errorf("reservation: NewClaimer needs a client and an IPAddress informer: %w", allocator.ErrInvalid)
 	}
@@ -54,7 +72,16 @@ func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAd
 	if err != nil {
 		return nil, err
 	}
-	return &Claimer{client: client.NetworkingV1().IPAddresses(), index: index, managedBy: managedBy, now: time.Now}, nil
+	c := &Claimer{client: client.NetworkingV1().IPAddresses(), index: index, managedBy: managedBy, now: time.Now}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	if c.cidrs != nil {
+		c.cidrs.Informer() // registers the informer with its factory, so that the caller's Start starts it
+	}
+	return c, nil
 }
 
 // Reserved returns the address reserved for owner (a Service, by namespace and name) in family,
@@ -134,33 +161,58 @@ func (c *Claimer) unclaim(ctx context.Context, r Reservation) error {
 func (c *Claimer) CheckService(svc *corev1.Service) *field.Error { return CheckReleasePolicy(svc) }
 
 // Retain keeps ip, one of the ClusterIPs of svc, which is being deleted, as svc's release policy
-// says (see [ReleasePolicy]): with "Retain" it updates the IPAddress object of ip, the Service's
-// allocation, into a reservation kept for svc's namespace and name, with the policy's end, in one
+// and the release cooldown of ip's ServiceCIDR say (see [KeptOnDelete]; the cooldown only with
+// [WithServiceCIDRs]): it updates the IPAddress object of ip, the Service's allocation, into a
+// reservation kept for svc's namespace and name, with the end [KeptOnDelete] gives, in one
 // update guarded by the object's resourceVersion, so no allocator can take the address at any
-// instant; it reports true. It reports false, changing nothing, when the policy is "Release", the
-// annotation does not parse, or the object is not svc's allocation (another parent, or none):
-// the caller then releases ip as usual. An API error other than a Conflict is returned.
+// instant; it reports true. It reports false, changing nothing, when neither the policy nor
+// a cooldown keeps ip, the policy annotation does not parse, or the object is not svc's
+// allocation (another parent, or none): the caller then releases ip as usual. A cooldown
+// annotation that does not parse is logged (klog, from ctx) and counts as none. An API error
+// other than a Conflict is returned.
 func (c *Claimer) Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr) (bool, error) {
 	policy, err := ReleasePolicyOf(svc.Annotations)
-	if err != nil || !policy.Retain {
+	if err != nil {
 		return false, nil
 	}
-	r := Reservation{Addr: ip, For: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, Expires: policy.Expires(c.now())}
+	svcKey := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	r, ok := KeptOnDelete(svcKey, ip, policy, c.cooldown(ctx, ip), c.now())
+	if !ok {
+		return false, nil
+	}
 	want, err := ObjectFor(r)
 	if err != nil {
 		return false, nil
 	}
+	owner := allocator.Owner{Resource: serviceResource, Namespace: svc.Namespace, Name: svc.Name}
 	kept, err := c.update(ctx, ip, func(obj *networkingv1.IPAddress) bool {
-		if !c.allocationOf(obj, r.Owner()) {
+		if !c.allocationOf(obj, owner) {
 			return false
 		}
 		obj.Labels, obj.Annotations = want.Labels, want.Annotations
 		return true
 	})
 	if err != nil {
-		return false, fmt.Errorf("reservation: retain %s for %s: %w", ip, r.For, err)
+		return false, fmt.Errorf("reservation: retain %s of %s: %w", ip, svcKey, err)
 	}
 	return kept, nil
+}
+
+// cooldown returns the release cooldown of ip from the ServiceCIDR informer (0 without one),
+// logging the annotations that do not parse.
+func (c *Claimer) cooldown(ctx context.Context, ip netip.Addr) time.Duration {
+	if c.cidrs == nil {
+		return 0
+	}
+	cidrs, err := c.cidrs.Lister().List(labels.Everything())
+	if err != nil {
+		return 0
+	}
+	d, err := ReleaseCooldownFor(cidrs, ip)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Ignoring a release cooldown that does not parse", "ip", ip)
+	}
+	return d
 }
 
 // allocationOf reports whether obj is the allocation of owner by the Claimer's allocator: its

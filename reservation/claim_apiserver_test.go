@@ -310,6 +310,14 @@ func gauge(t *testing.T, reg prometheus.Gatherer, name, cidr string) float64 {
 // registry on the library does, until t ends, and returns them once ready.
 func startRegistry(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Config) *clusterip.Allocators {
 	t.Helper()
+	a, _ := startRegistryWithInformers(t, api, cfg)
+	return a
+}
+
+// startRegistryWithInformers is startRegistry, returning the informer factory the allocators
+// read too.
+func startRegistryWithInformers(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Config) (*clusterip.Allocators, informers.SharedInformerFactory) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inf := informers.NewSharedInformerFactory(api.Client, 0)
 	cfg.Client, cfg.Informers = api.Client, inf
@@ -325,5 +333,5 @@ func startRegistry(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Confi
 	if err := a.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return a
+	return a, inf
 }

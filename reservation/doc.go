@@ -53,9 +53,25 @@
 // reservations, never the IPAddress object of a Service's allocation.
 //
 // A [Claimer] gives a Service the address reserved for it, and keeps a deleted Service's addresses
-// as reservations when its [AnnotationReleasePolicy] says so, each in one update of the object,
-// in a registry built on this module (clusterip.Config.Reservations, through allocator/service's
-// Options.Reserved) and in the kube-apiserver forks of its repository (CLUSTERIP_RESERVATIONS=on);
-// an [ExpiryController] deletes each reservation when it ends. Package reservation/webhook does the same beside a stock kube-apiserver, with the window
-// its doc names.
+// as reservations when its [AnnotationReleasePolicy] or its ServiceCIDR's release cooldown says
+// so, each in one update of the object, in a registry built on this module
+// (clusterip.Config.Reservations, through allocator/service's Options.Reserved) and in the
+// kube-apiserver forks of its repository (CLUSTERIP_RESERVATIONS=on); an [ExpiryController]
+// deletes each reservation when it ends. Package reservation/webhook does the
+// same beside a stock kube-apiserver, with the window its doc names.
+//
+// # Release cooldowns
+//
+// A ServiceCIDR annotated [AnnotationReleaseCooldown] (a Go duration, 1s to ten years, read by
+// [ParseReleaseCooldown] alone) holds each address a deleted Service of it releases until the
+// cooldown ends: the Service's allocation becomes a reservation kept for the Service's namespace
+// and name, with an end and a reason naming the Service ([KeptOnDelete] states the rule, and
+// how it combines with a Retain policy: the longer end wins). It is kept for the Service, not
+// anonymous, because kube-apiserver refuses any change to an IPAddress object's spec.parentRef:
+// only so is it one resourceVersion-guarded update with no instant in which the address is free.
+// No other Service gets the address before the end; the same Service created again does. A value
+// that does not parse is an [*InvalidError] from [ReleaseCooldownFor], which the Claimer and the
+// webhook's controller log, and counts as no cooldown: a typo never blocks a delete. A
+// ServiceCIDR without the annotation changes nothing. The Claimer reads ServiceCIDRs only with
+// [WithServiceCIDRs] (clusterip.New passes it).
 package reservation

@@ -86,7 +86,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if err != nil {
 		return err
 	}
-	ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims})
+	ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs()})
 	if err != nil {
 		return err
 	}

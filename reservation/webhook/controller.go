@@ -13,9 +13,11 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1informers "k8s.io/client-go/informers/core/v1"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/cache"
@@ -46,6 +48,11 @@ type ControllerOptions struct {
 	PollInterval time.Duration
 	// Now is the clock reservations' ends are computed from. Defaults to time.Now.
 	Now func() time.Time
+	// ServiceCIDRs, if not nil, is the ServiceCIDR informer (the caller starts it) the release
+	// cooldown of a deleted Service's addresses is read from
+	// ([reservation.AnnotationReleaseCooldown], [reservation.ReleaseCooldownFor]). Defaults to
+	// none: no address has a cooldown, and only a Retain policy keeps one.
+	ServiceCIDRs networkingv1informers.ServiceCIDRInformer
 }
 
 // retainItem is one address of a deleted Service to keep as a reservation.
@@ -53,12 +60,13 @@ type retainItem struct {
 	For     types.NamespacedName
 	Addr    netip.Addr
 	Expires time.Time // the zero Time for no end
+	Reason  string
 }
 
-// Controller turns the ClusterIPs of a deleted Service whose release policy is Retain into
-// reservations, and counts the windows lost (see the package doc). It follows a Service
-// informer, queues each address of a deleted Service in a typed workqueue and handles it in
-// workers that poll the API server.
+// Controller turns the ClusterIPs of a deleted Service whose release policy is Retain, or whose
+// ServiceCIDR has a release cooldown, into reservations, and counts the windows lost (see the
+// package doc). It follows a Service informer, queues each address of a deleted Service in a
+// typed workqueue and handles it in workers that poll the API server.
 //
 // The zero Controller is not usable; use [NewController]. A Controller is safe for concurrent
 // use.
@@ -68,6 +76,7 @@ type Controller struct {
 	queue    workqueue.TypedRateLimitingInterface[retainItem]
 	metrics  *Metrics
 	claims   *Claims
+	cidrs    networkingv1informers.ServiceCIDRInformer // nil: no release cooldown
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
@@ -86,6 +95,7 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 			workqueue.TypedRateLimitingQueueConfig[retainItem]{Name: ControllerName}),
 		metrics:  opts.Metrics.orNew(),
 		claims:   opts.Claims,
+		cidrs:    opts.ServiceCIDRs,
 		timeout:  opts.ReleaseTimeout,
 		interval: opts.PollInterval,
 		now:      opts.Now,
@@ -108,6 +118,9 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		return nil, fmt.Errorf("webhook: follow the Service informer: %w", err)
 	}
 	c.reg = reg
+	if c.cidrs != nil {
+		c.cidrs.Informer() // registers the informer with its factory, so that the caller's Start starts it
+	}
 	return c, nil
 }
 
@@ -190,7 +203,9 @@ func (c *Controller) observe(old, obj any) {
 	}
 }
 
-// deleted queues each ClusterIP of a deleted Service whose release policy is Retain.
+// deleted queues each ClusterIP of a deleted Service that its release policy or the release
+// cooldown of its ServiceCIDR keeps (see [reservation.KeptOnDelete]), with the end counted from
+// now.
 func (c *Controller) deleted(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -200,13 +215,33 @@ func (c *Controller) deleted(obj any) {
 		return
 	}
 	policy, err := reservation.ReleasePolicyOf(svc.Annotations)
-	if err != nil || !policy.Retain {
+	if err != nil {
 		return
 	}
-	expires := policy.Expires(c.now())
+	now := c.now()
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	for _, ip := range clusterIPs(svc) {
-		c.queue.Add(retainItem{For: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, Addr: ip, Expires: expires})
+		if r, ok := reservation.KeptOnDelete(key, ip, policy, c.cooldown(ip), now); ok {
+			c.queue.Add(retainItem{For: r.For, Addr: r.Addr, Expires: r.Expires, Reason: r.Reason})
+		}
 	}
+}
+
+// cooldown returns the release cooldown of ip from the ServiceCIDR informer (0 without one),
+// logging the annotations that do not parse.
+func (c *Controller) cooldown(ip netip.Addr) time.Duration {
+	if c.cidrs == nil {
+		return 0
+	}
+	cidrs, err := c.cidrs.Lister().List(labels.Everything())
+	if err != nil {
+		return 0
+	}
+	d, err := reservation.ReleaseCooldownFor(cidrs, ip)
+	if err != nil {
+		klog.Background().Error(err, "Ignoring a release cooldown that does not parse", "controller", ControllerName, "ip", ip)
+	}
+	return d
 }
 
 // clusterIPs returns the addresses svc holds: spec.clusterIPs, or spec.clusterIP for a Service
@@ -229,7 +264,7 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 // then creates the reservation. Another holder (of another parent) is a lost window: counted,
 // logged and not retried.
 func (c *Controller) retain(ctx context.Context, item retainItem) error {
-	r := reservation.Reservation{Addr: item.Addr, For: item.For, Expires: item.Expires}
+	r := reservation.Reservation{Addr: item.Addr, For: item.For, Expires: item.Expires, Reason: item.Reason}
 	want, err := reservation.ObjectFor(r)
 	if err != nil {
 		return &permanentError{err}

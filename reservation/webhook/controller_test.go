@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,108 @@ func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
 			obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
 			if err == nil && reservation.IsReservation(obj) {
 				t.Errorf("a reservation was made: %+v", obj)
+			}
+		})
+	}
+}
+
+// TestControllerKeepsAnAddressForItsServiceCIDRsCooldown runs the controller on the fake
+// clientset with a ServiceCIDR informer: a deleted Service's address in a ServiceCIDR with a
+// release cooldown becomes a reservation kept for it until the end reservation.KeptOnDelete
+// gives, counted from the delete; a cooldown that does not parse, and a controller without the
+// ServiceCIDR informer, change nothing.
+func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name       string
+		cooldown   string // the ServiceCIDR's annotation; "" for none
+		policy     string // the Service's; "" for none
+		noCIDRs    bool   // the controller has no ServiceCIDR informer
+		wantEnd    time.Duration
+		wantKept   bool
+		wantReason bool
+		holder     runtime.Object // another Service's allocation of 10.96.0.20, if any
+		wantLost   int
+	}{
+		{name: "a cooldown keeps a Service without a policy", cooldown: "3s", wantKept: true, wantEnd: 3 * time.Second, wantReason: true},
+		{name: "a cooldown keeps a Service with Release", cooldown: "3s", policy: "Release", wantKept: true, wantEnd: 3 * time.Second, wantReason: true},
+		{name: "a longer cooldown outlasts Retain/1s", cooldown: "1m", policy: "Retain/1s", wantKept: true, wantEnd: time.Minute, wantReason: true},
+		{name: "Retain/1h outlasts a cooldown", cooldown: "3s", policy: "Retain/1h", wantKept: true, wantEnd: time.Hour},
+		{name: "a cooldown that does not parse frees", cooldown: "soon"},
+		{name: "no ServiceCIDR informer, no cooldown", cooldown: "3s", noCIDRs: true},
+		{name: "no annotation frees", cooldown: ""},
+		{name: "another Service holding the address is a lost window", cooldown: "3s", holder: testenv.IPAddress("10.96.0.20", "default", "other"), wantLost: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := testenv.ClusterIPService("web", "10.96.0.20")
+			svc.Spec.ClusterIPs = []string{"10.96.0.20"}
+			if tt.policy != "" {
+				svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: tt.policy}
+			}
+			sc := testenv.ServiceCIDR("kubernetes", "10.96.0.0/24")
+			if tt.cooldown != "" {
+				sc.Annotations = map[string]string{reservation.AnnotationReleaseCooldown: tt.cooldown}
+			}
+			objs := []runtime.Object{svc, sc}
+			if tt.holder != nil {
+				objs = append(objs, tt.holder)
+			}
+			fake := fakeclient.New(fakeclient.Options{Objects: objs})
+			reg := prometheus.NewRegistry()
+			m, err := webhook.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			factory := informers.NewSharedInformerFactory(fake, 0)
+			opts := webhook.ControllerOptions{Metrics: m, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond, Now: func() time.Time { return now }}
+			if !tt.noCIDRs {
+				opts.ServiceCIDRs = factory.Networking().V1().ServiceCIDRs()
+			}
+			c, err := webhook.NewController(fake, factory.Core().V1().Services(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			factory.Start(ctx.Done())
+			done := make(chan error)
+			go func() { done <- c.Run(ctx, 1) }()
+			defer func() { cancel(); <-done; factory.Shutdown() }()
+			fake.WaitWatching(t, "services")
+			if !tt.noCIDRs {
+				fake.WaitWatching(t, "servicecidrs")
+			}
+			if err := fake.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantLost > 0 {
+				testenv.WaitFor(t, "the lost window to be counted", func() bool {
+					return counterValue(t, reg, "clusterip_reservation_controller_window_lost_total") == tt.wantLost
+				})
+			}
+			if !tt.wantKept {
+				time.Sleep(50 * time.Millisecond) // time enough to do the wrong thing
+				if obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{}); err == nil && reservation.IsReservation(obj) {
+					t.Errorf("a reservation was made: %+v", obj)
+				}
+				return
+			}
+			var r reservation.Reservation
+			testenv.WaitFor(t, "the reservation", func() bool {
+				obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
+				if err != nil {
+					return false
+				}
+				var ok bool
+				r, ok = reservation.FromObject(obj)
+				return ok
+			})
+			if r.For.String() != "default/web" || !r.Expires.Equal(now.Add(tt.wantEnd)) {
+				t.Errorf("reservation %+v; want one kept for default/web until %v", r, now.Add(tt.wantEnd))
+			}
+			if got := strings.Contains(r.Reason, "default/web"); got != tt.wantReason {
+				t.Errorf("reason %q names the Service: %v, want %v", r.Reason, got, tt.wantReason)
 			}
 		})
 	}

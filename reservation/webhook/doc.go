@@ -31,10 +31,12 @@
 //
 // # The controller
 //
-// [Controller] follows a Service informer. When a Service whose release policy is Retain is
-// deleted, it waits (a bounded time) until kube-apiserver has deleted the IPAddress object of
-// each of its ClusterIPs, and then creates the reservation ([reservation.ObjectFor]) kept for the
-// Service's namespace and name, ending as the policy says. The window again: with a stock
+// [Controller] follows a Service informer. When a Service whose release policy is Retain, or
+// whose ServiceCIDR has a release cooldown ([reservation.AnnotationReleaseCooldown], read with
+// ControllerOptions.ServiceCIDRs), is deleted, it waits (a bounded time) until kube-apiserver has
+// deleted the IPAddress object of each of its ClusterIPs, and then creates the reservation
+// ([reservation.ObjectFor]) kept for the Service's namespace and name, ending as
+// [reservation.KeptOnDelete] says (counted from the delete). The window again: with a stock
 // kube-apiserver the address is free between the Service's delete and the controller's create;
 // if another Service takes it meanwhile, the controller logs it and counts it in
 // clusterip_reservation_controller_window_lost_total. A registry with Config.Reservations turns

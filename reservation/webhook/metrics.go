@@ -38,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		controllerWindowLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "clusterip_reservation_controller_window_lost_total",
-			Help: "Addresses of a deleted Service with a Retain policy that another Service took before the reservation was made.",
+			Help: "Addresses of a deleted Service with a Retain policy or a release cooldown that another Service took before the reservation was made.",
 		}),
 	}
 	if reg != nil {

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -35,12 +36,16 @@ var webIP = netip.MustParseAddr("10.96.0.20")
 var webKey = types.NamespacedName{Namespace: "default", Name: "web"}
 
 // stockWithWebhook is a stock kube-apiserver v1.37.2 calling a webhook.Handler served over TLS
-// on 127.0.0.1 by this test process, which runs the webhook.Controller too.
+// on 127.0.0.1 by this test process, which runs the webhook.Controller (reading release
+// cooldowns from ServiceCIDRs) and a reservation.ExpiryController too.
 type stockWithWebhook struct {
 	api      kubernetes.Interface
 	res      *reservation.Client
 	reg      *prometheus.Registry
 	reserved func() bool // reports whether the handler's informer shows webIP reserved for web
+	// cidrs is the informer factory's ServiceCIDR informer, from which the controller reads
+	// release cooldowns.
+	cidrs networkingv1informers.ServiceCIDRInformer
 }
 
 // startStockWithWebhook starts it all and waits until kube-apiserver calls the webhook.
@@ -67,7 +72,12 @@ func startStockWithWebhook(t *testing.T) *stockWithWebhook {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := webhook.NewController(api.Client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims})
+	s.cidrs = factory.Networking().V1().ServiceCIDRs()
+	ctrl, err := webhook.NewController(api.Client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry, err := reservation.NewExpiryController(api.Client, ipas)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +91,17 @@ func startStockWithWebhook(t *testing.T) *stockWithWebhook {
 	}
 	factory.Start(ctx.Done())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		if err := ctrl.Run(ctx, 2); err != nil {
 			t.Errorf("Controller.Run: %v", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := expiry.Run(ctx); err != nil {
+			t.Errorf("ExpiryController.Run: %v", err)
 		}
 	}()
 	t.Cleanup(func() {
