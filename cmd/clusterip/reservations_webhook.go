@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -90,10 +91,16 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if err != nil {
 		return err
 	}
+	// Loaded before anything starts: a wrong path is an error at once, not after "Serving".
+	cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
+	if err != nil {
+		return fmt.Errorf("--tls-cert-file, --tls-private-key-file: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate-services", h)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx },
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -104,7 +111,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	ctrlDone := make(chan error, 1)
 	go func() { ctrlDone <- ctrl.Run(ctx, o.workers) }()
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.ServeTLS(ln, o.certFile, o.keyFile) }()
+	go func() { srvDone <- srv.ServeTLS(ln, "", "") }()
 	klog.FromContext(ctx).Info("Serving the reservations webhook", "listen", ln.Addr().String())
 
 	select {
