@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
@@ -325,7 +326,9 @@ func retainedService(name string, policy corev1.IPFamilyPolicy) *corev1.Service 
 // container's and the Service's), and with the ServiceAccount's credentials: a token of the
 // shipped ServiceAccount, bound by the manifest to its ClusterRole, in the kubeconfig named by
 // $KUBECONFIG (client-go's in-cluster config reads fixed paths). Only the webhook's clientConfig
-// is rewritten to that process's URL (see shippedWebhookConfiguration). Then a Service with a
+// is rewritten to that process's URL (see shippedWebhookConfiguration). The Deployment's readiness
+// probe is answered 200 at the container's port, and the Pod meets the restricted Pod Security
+// Standard (no warning at the create). Then a Service with a
 // malformed release policy is refused 422 at the annotation, and a dual-stack Service with
 // release policy Retain, deleted and created again as a Velero restore does, gets both its
 // ClusterIPs back through the webhook.
@@ -462,6 +465,31 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		t.Fatalf("a token of the ServiceAccount %s/%s: %v", deploy.Namespace, pod.ServiceAccountName, err)
 	}
 	p := startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+	// The probes a kubelet would make: at the container's port, answered 200 by the process.
+	for _, probe := range []*corev1.Probe{container.ReadinessProbe, container.LivenessProbe, container.StartupProbe} {
+		if probe == nil {
+			continue
+		}
+		get := probe.HTTPGet
+		if get == nil || get.Scheme != corev1.URISchemeHTTPS || (get.Port.String() != "https" && get.Port.IntVal != containerPort) {
+			t.Errorf("%s: a probe %+v, want an HTTPS GET at the container's port", webhookManifest, probe.ProbeHandler)
+			continue
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(caPEM)
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		resp, err := client.Get("https://" + p.addr + get.Path)
+		if err != nil {
+			t.Fatalf("%s: probe %s: %v", webhookManifest, get.Path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: probe %s: %s, want 200", webhookManifest, get.Path, resp.Status)
+		}
+	}
+	if container.ReadinessProbe == nil {
+		t.Errorf("%s: the container has no readiness probe: a new Pod would get requests before its informers synced", webhookManifest)
+	}
 	create(shippedWebhookConfiguration(t, p.addr, caPEM))
 	waitForWebhook(t, api.Client)
 
