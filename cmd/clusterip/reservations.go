@@ -31,6 +31,9 @@ IPAddress object managed by ` + reservation.ManagedBy + `, which stock kube-apis
   webhook  serve the webhook and run the controller that claim and retain reservations beside
            a stock kube-apiserver (see its --help)
 
+Permissions: the ClusterRole clusterip-reservations in deploy/rbac of the clusterip repository
+grants exactly what list, create and delete call; webhook's are in deploy/webhook/webhook.yaml.
+
 Exit codes: 0 done; 2 could not run (bad flags or arguments, no kubeconfig, an address refused,
 the API server unreachable).`
 

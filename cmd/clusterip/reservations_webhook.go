@@ -26,10 +26,11 @@ clusterip.kube-ipam.io/release-policy: Retain[/<duration>] leaves its addresses 
 name. A malformed release-policy annotation is refused.
 
 The webhook is at /mutate-services (HTTPS), the metrics at /metrics on the same listener, and
-/readyz answers once it serves, after its informers have synced. Each
-hook leaves a short window in which another Service can take the address; the windows lost are
-counted in clusterip_reservation_webhook_window_lost_total and
-clusterip_reservation_controller_window_lost_total. See deploy/webhook for the manifests.
+/readyz answers once it serves, after its informers have synced. Each hook leaves a short window
+in which another Service can take the address; the windows lost are counted in
+clusterip_reservation_webhook_window_lost_total and
+clusterip_reservation_controller_window_lost_total. See deploy/webhook for the manifests; the
+ClusterRole there grants exactly what it calls.
 
 Without --kubeconfig, $KUBECONFIG or ~/.kube/config it uses the in-cluster config.`
 
