@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -21,7 +22,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -30,6 +33,7 @@ import (
 
 	cip "github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
@@ -39,20 +43,24 @@ import (
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
-// rbacDir holds the ClusterRoles the repository ships.
+// rbacDir holds the ClusterRoles (and the Role) the repository ships.
 const rbacDir = "../../deploy/rbac"
 
-// The users of the RBAC test and the ClusterRoles of rbacDir bound to each.
+// The users of the RBAC tests and the files of the roles bound to each, relative to rbacDir: a
+// ClusterRole or Role of rbacDir, or the ClusterRole of a manifest elsewhere (webhookManifest).
 var rbacUsers = map[string][]string{
-	"checker":   {"check.yaml"},
-	"repairer":  {"check.yaml", "check-repair.yaml"},
-	"registry":  {"registry.yaml"},
-	"lifecycle": {"registry.yaml", "servicecidr-lifecycle.yaml"},
-	"nobody":    nil,
+	"checker":        {"check.yaml"},
+	"repairer":       {"check.yaml", "check-repair.yaml"},
+	"bitmap-remover": {"check.yaml", "check-repair.yaml", "remove-stale-bitmaps.yaml"},
+	"registry":       {"registry.yaml"},
+	"lifecycle":      {"registry.yaml", "servicecidr-lifecycle.yaml"},
+	"reserver":       {"reservations.yaml"},
+	"webhook":        {webhookManifest},
+	"nobody":         nil,
 }
 
 // TestShippedRolesGrantExactlyWhatEachUserNeeds runs a real kube-apiserver v1.33 with RBAC
-// authorization and an audit log, applies the ClusterRoles of deploy/rbac, and works as a user
+// authorization and an audit log, applies the roles of rbacUsers (applyRoles), and works as a user
 // bound to each, judging by what the server logged of that user:
 //   - with clusterip-check alone, check audits (with and without etcd) and asks for nothing but
 //     get and list; repair exits 2 naming the permissions it lacks, and writes nothing,
@@ -318,6 +326,135 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 	})
 }
 
+// TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds runs a real stock
+// kube-apiserver v1.37.2 (IPAddressOnly, identity Leases with peer addresses) with RBAC
+// authorization and an audit log, applies the roles as TestShippedRolesGrantExactlyWhatEachUserNeeds
+// does, and works as a user bound to each role of a command that needs such a server:
+//   - with clusterip-remove-stale-bitmaps (a Role in kube-system) besides the repair roles,
+//     repair --remove-stale-bitmaps removes a stale bitmap; without it, the same command is
+//     refused (403) the Leases, exits 2 naming the permission, and removes nothing; the Role
+//     lists no other namespace's Leases;
+//   - with clusterip-reservations, clusterip reservations create, list and delete work; with no
+//     role, list is refused;
+//   - with the ClusterRole of deploy/webhook/webhook.yaml, clusterip reservations webhook, run
+//     as a process, keeps a deleted Service's address as a reservation and hands it back to the
+//     Service created again; a Service it does not read is refused.
+//
+// As in the v1.33 test, no request of a bound user is refused, and the verbs each used are those
+// its roles grant (for bitmap removal: the Role's, and no others than granted).
+func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds(t *testing.T) {
+	const flag = "10.96.0.0/24"
+	e := testenv.NewEtcd(t)
+	var users []localcluster.User
+	for name := range rbacUsers {
+		users = append(users, localcluster.User{Name: name})
+	}
+	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{
+		Release: "v1.37.2", ServiceClusterIPRange: flag, AuthorizationMode: "RBAC", AuditLog: true, Users: users,
+	})
+	ctx := t.Context()
+	grants := applyRoles(t, api.Client)
+	waitForDefaultServiceCIDR(t, api.Client)
+	peer := strings.TrimPrefix(api.Config.Host, "https://")
+	waitForIdentityLease(t, api.Client, func(p string) bool { return p == peer })
+	kubeconfigOf := func(user string) string {
+		return writeKubeconfigWithToken(t, api.Config.Host, api.UserConfig(user).BearerToken)
+	}
+	clientOf := func(user string) kubernetes.Interface { return kubernetes.NewForConfigOrDie(api.UserConfig(user)) }
+	log := &auditLog{path: api.AuditLogPath}
+
+	// A bitmap a DualWrite era left: v1.37.2 neither reads nor writes it.
+	key := etcdstore.ServiceIPsKey("")
+	seed, err := bitmap.New(netip.MustParsePrefix(flag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seed.Allocate(ctx, netip.MustParseAddr("10.96.0.200"), allocator.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcdstore.New(e.TestClient(t), key).Update(ctx, 0, seed.Snapshot()); err != nil {
+		t.Fatalf("seed the bitmap: %v", err)
+	}
+	removeArgs := func(user string) []string {
+		return []string{"repair", "--remove-stale-bitmaps", "--kubeconfig", kubeconfigOf(user), "--etcd-servers", strings.Join(e.Endpoints(), ","), "--leak-grace", "0"}
+	}
+
+	t.Run("repair --remove-stale-bitmaps without the Lease role is refused and removes nothing", func(t *testing.T) {
+		from := log.mark(t)
+		before := modRevision(t, e, key)
+		checkCouldNotRun(t, removeArgs("repairer"), "--remove-stale-bitmaps also needs list on leases.coordination.k8s.io in kube-system, to count the kube-apiservers by their identity Leases; bind the Role clusterip-remove-stale-bitmaps")
+		if codes := log.requests(t, from, "repairer")["list leases.coordination.k8s.io"]; !slices.Contains(codes, 403) {
+			t.Errorf("repairer's Lease lists were answered %v, want a 403", codes)
+		}
+		if after := modRevision(t, e, key); after != before {
+			t.Errorf("repair without the Lease role changed the bitmap at %s: mod revision %d, then %d", key, before, after)
+		}
+	})
+
+	t.Run("repair --remove-stale-bitmaps with the Lease role removes the stale bitmap", func(t *testing.T) {
+		from := log.mark(t)
+		r := clusterip(t, removeArgs("bitmap-remover")...)
+		if r.code != exitOK || !strings.Contains(r.stderr, "clusterip: removed the stale bitmap "+key) {
+			t.Fatalf("repair --remove-stale-bitmaps: exit %d, want %d and the bitmap removed\nstdout:\n%s\nstderr:\n%s", r.code, exitOK, r.stdout, r.stderr)
+		}
+		if rev := modRevision(t, e, key); rev != 0 {
+			t.Errorf("%s is still in etcd (mod revision %d)", key, rev)
+		}
+		log.checkUsed(t, from, "bitmap-remover", grants.of("bitmap-remover"), grants["remove-stale-bitmaps.yaml"])
+		if _, err := clientOf("bitmap-remover").CoordinationV1().Leases(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("bitmap-remover listed the Leases of namespace default: %v, want 403: the Role is kube-system's", err)
+		}
+	})
+
+	t.Run("the reservations role creates, lists and deletes reservations", func(t *testing.T) {
+		from := log.mark(t)
+		kubeconfig := kubeconfigOf("reserver")
+		for _, args := range [][]string{
+			{"create", "10.96.0.20", "--for", "default/web", "--reason", "clients pin it"},
+			{"list", "-o", "json"},
+			{"delete", "10.96.0.20"},
+		} {
+			r := clusterip(t, slices.Concat([]string{"reservations"}, args, []string{"--kubeconfig", kubeconfig})...)
+			if r.code != exitOK {
+				t.Errorf("clusterip reservations %q as reserver: exit %d, want %d\nstderr:\n%s", args, r.code, exitOK, r.stderr)
+			}
+		}
+		log.checkUsedExactly(t, from, "reserver", grants.of("reserver"))
+
+		from = log.mark(t)
+		checkCouldNotRun(t, []string{"reservations", "list", "--kubeconfig", kubeconfigOf("nobody")}, "forbidden: User \"nobody\" cannot list resource \"ipaddresses\" in API group \"networking.k8s.io\" at the cluster scope; bind the ClusterRole clusterip-reservations")
+		if codes := log.requests(t, from, "nobody")["list ipaddresses.networking.k8s.io"]; !slices.Contains(codes, 403) {
+			t.Errorf("nobody's IPAddress lists were answered %v, want a 403", codes)
+		}
+	})
+
+	t.Run("the webhook role runs the webhook and its controller", func(t *testing.T) {
+		from := log.mark(t)
+		dir := t.TempDir()
+		caPEM := writeServingCertificate(t, dir)
+		p := startWebhook(t, []string{"reservations", "webhook", "--kubeconfig", kubeconfigOf("webhook"),
+			"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-private-key-file", filepath.Join(dir, "tls.key"), "--listen", "127.0.0.1:0"}, nil)
+		dyn, err := dynamic.NewForConfig(api.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dyn.Resource(admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingwebhookconfigurations")).
+			Create(ctx, shippedWebhookConfiguration(t, p.addr, caPEM), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitForWebhook(t, api.Client)
+		first, second := deleteAndRecreate(t, api.Client, retainedService("web", corev1.IPFamilyPolicySingleStack))
+		if !slices.Equal(first, second) {
+			t.Errorf("ClusterIPs after the restore = %q, want %q", second, first)
+		}
+		p.stop()
+		log.checkUsedExactly(t, from, "webhook", grants.of("webhook"))
+		if _, err := clientOf("webhook").CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the webhook's user read Service default/web: %v, want 403", err)
+		}
+	})
+}
+
 // readyStatus returns the status of sc's Ready condition, or "" if it has none.
 func readyStatus(sc *networkingv1.ServiceCIDR) metav1.ConditionStatus {
 	if c := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady); c != nil {
@@ -352,52 +489,96 @@ func (g roleGrants) of(user string) map[string]bool {
 	return out
 }
 
-// applyRoles creates every ClusterRole of rbacDir and binds those of rbacUsers to each user, and
-// returns what each grants. It fails t if rbacDir holds a file that is not one ClusterRole.
+// applyRoles creates every role of rbacDir and the ClusterRole of each other file of rbacUsers,
+// binds those of rbacUsers to each user (a ClusterRole with a ClusterRoleBinding, a Role with a
+// RoleBinding in its namespace), and returns what each file grants. It fails t if rbacDir holds a
+// file that is not one ClusterRole or Role, or another file of rbacUsers not exactly one
+// ClusterRole among its objects.
 func applyRoles(t *testing.T, admin kubernetes.Interface) roleGrants {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(rbacDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no ClusterRoles in %s: %v", rbacDir, err)
 	}
-	grants := roleGrants{}
-	names := map[string]string{}
+	type role struct {
+		kind, name, namespace string
+		rules                 []rbacv1.PolicyRule
+	}
+	roles := map[string]role{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict(b, &role); err != nil || role.Kind != "ClusterRole" {
-			t.Fatalf("%s: not one ClusterRole (kind %q): %v", f, role.Kind, err)
+		var r rbacv1.Role // a ClusterRole's fields but aggregationRule, which none has
+		if err := yaml.UnmarshalStrict(b, &r); err != nil || (r.Kind != "ClusterRole" && r.Kind != "Role") {
+			t.Fatalf("%s: not one ClusterRole or Role (kind %q): %v", f, r.Kind, err)
 		}
-		if _, err := admin.RbacV1().ClusterRoles().Create(t.Context(), &role, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create the ClusterRole of %s: %v", f, err)
+		if r.Kind == "ClusterRole" {
+			_, err = admin.RbacV1().ClusterRoles().Create(t.Context(), &rbacv1.ClusterRole{ObjectMeta: r.ObjectMeta, Rules: r.Rules}, metav1.CreateOptions{})
+		} else {
+			_, err = admin.RbacV1().Roles(r.Namespace).Create(t.Context(), &r, metav1.CreateOptions{})
 		}
-		base := filepath.Base(f)
-		names[base] = role.Name
-		grants[base] = map[string]bool{}
-		for _, r := range role.Rules {
-			for _, g := range r.APIGroups {
-				for _, res := range r.Resources {
-					for _, v := range r.Verbs {
+		if err != nil {
+			t.Fatalf("create the %s of %s: %v", r.Kind, f, err)
+		}
+		roles[filepath.Base(f)] = role{r.Kind, r.Name, r.Namespace, r.Rules}
+	}
+	for _, fs := range rbacUsers {
+		for _, f := range fs {
+			if _, ok := roles[f]; ok || filepath.Dir(f) == "." {
+				continue
+			}
+			var found []rbacv1.ClusterRole
+			for _, obj := range manifestObjects(t, filepath.Join(rbacDir, f)) {
+				if obj.GetKind() == "ClusterRole" {
+					var cr rbacv1.ClusterRole
+					if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, &cr, true); err != nil {
+						t.Fatalf("%s: ClusterRole %s: %v", f, obj.GetName(), err)
+					}
+					found = append(found, cr)
+				}
+			}
+			if len(found) != 1 {
+				t.Fatalf("%s: %d ClusterRoles, want one", f, len(found))
+			}
+			if _, err := admin.RbacV1().ClusterRoles().Create(t.Context(), &found[0], metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create the ClusterRole of %s: %v", f, err)
+			}
+			roles[f] = role{"ClusterRole", found[0].Name, "", found[0].Rules}
+		}
+	}
+	grants := roleGrants{}
+	for f, r := range roles {
+		grants[f] = map[string]bool{}
+		for _, rule := range r.rules {
+			for _, g := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					for _, v := range rule.Verbs {
 						name, sub, _ := strings.Cut(res, "/")
-						grants[base][access(v, g, name, sub)] = true
+						grants[f][access(v, g, name, sub)] = true
 					}
 				}
 			}
 		}
 	}
-	for user, roles := range rbacUsers {
-		for _, f := range roles {
-			if _, ok := names[f]; !ok {
+	for user, fs := range rbacUsers {
+		for _, f := range fs {
+			r, ok := roles[f]
+			if !ok {
 				t.Fatalf("no %s in %s", f, rbacDir)
 			}
-			if _, err := admin.RbacV1().ClusterRoleBindings().Create(t.Context(), &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + names[f]},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: names[f]},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-			}, metav1.CreateOptions{}); err != nil {
+			meta := metav1.ObjectMeta{Name: user + "-" + r.name}
+			ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: r.kind, Name: r.name}
+			subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}
+			var err error
+			if r.kind == "Role" {
+				meta.Namespace = r.namespace
+				_, err = admin.RbacV1().RoleBindings(r.namespace).Create(t.Context(), &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+			} else {
+				_, err = admin.RbacV1().ClusterRoleBindings().Create(t.Context(), &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -54,7 +54,8 @@ says on stderr which it would remove and why it may, or exits 2 with why it may 
 Permissions: repair reads what check reads, and creates, updates and deletes IPAddress objects:
 the ClusterRoles clusterip-check and clusterip-check-repair in deploy/rbac of the clusterip
 repository grant exactly that. It names any permission it lacks before it changes anything.
---remove-stale-bitmaps also lists leases.coordination.k8s.io in kube-system.
+--remove-stale-bitmaps also lists leases.coordination.k8s.io in kube-system: the Role
+clusterip-remove-stale-bitmaps there grants it.
 
 Exit codes: 0 consistent after the repair (with --dry-run: nothing to repair); 1 inconsistencies
 remain (with --dry-run: there is something to repair, listed in the plan, or with

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
@@ -29,6 +30,9 @@ IPAddress object managed by ` + reservation.ManagedBy + `, which stock kube-apis
   delete   release a reservation; an address a Service holds is never released
   webhook  serve the webhook and run the controller that claim and retain reservations beside
            a stock kube-apiserver (see its --help)
+
+Permissions: the ClusterRole clusterip-reservations in deploy/rbac of the clusterip repository
+grants exactly what list, create and delete call; webhook's are in deploy/webhook/webhook.yaml.
 
 Exit codes: 0 done; 2 could not run (bad flags or arguments, no kubeconfig, an address refused,
 the API server unreachable).`
@@ -82,7 +86,7 @@ func newReservationsCommand() *cobra.Command {
 			}
 			rs, err := c.List(cmd.Context())
 			if err != nil {
-				return err
+				return withRoleHint(err)
 			}
 			return writeReservations(cmd.OutOrStdout(), o.output, rs, time.Now())
 		},
@@ -103,7 +107,7 @@ func newReservationsCommand() *cobra.Command {
 				return err
 			}
 			if err := c.Reserve(cmd.Context(), r); err != nil {
-				return err
+				return withRoleHint(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "reserved %s\n", r.Addr)
 			return nil
@@ -130,7 +134,7 @@ func newReservationsCommand() *cobra.Command {
 				return err
 			}
 			if err := c.Release(cmd.Context(), addr); err != nil {
-				return err
+				return withRoleHint(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", addr)
 			return nil
@@ -138,6 +142,15 @@ func newReservationsCommand() *cobra.Command {
 	}
 	cmd.AddCommand(list, create, del, newReservationsWebhookCommand(&o.kube))
 	return cmd
+}
+
+// withRoleHint names the ClusterRole that grants what the reservations verbs need when the API
+// server refused err for want of a permission, and returns any other err as it is.
+func withRoleHint(err error) error {
+	if !apierrors.IsForbidden(err) {
+		return err
+	}
+	return fmt.Errorf("%w; bind the ClusterRole clusterip-reservations (deploy/rbac in the clusterip repository)", err)
 }
 
 // client returns a reservation.Client of the kubeconfig's cluster.

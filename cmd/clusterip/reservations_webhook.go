@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -24,10 +25,12 @@ gets the address reserved for its namespace/name, and a Service deleted with the
 clusterip.kube-ipam.io/release-policy: Retain[/<duration>] leaves its addresses reserved for its
 name. A malformed release-policy annotation is refused.
 
-The webhook is at /mutate-services (HTTPS), the metrics at /metrics on the same listener. Each
-hook leaves a short window in which another Service can take the address; the windows lost are
-counted in clusterip_reservation_webhook_window_lost_total and
-clusterip_reservation_controller_window_lost_total. See deploy/webhook for the manifests.
+The webhook is at /mutate-services (HTTPS), the metrics at /metrics on the same listener, and
+/readyz answers once it serves, after its informers have synced. Each hook leaves a short window
+in which another Service can take the address; the windows lost are counted in
+clusterip_reservation_webhook_window_lost_total and
+clusterip_reservation_controller_window_lost_total. See deploy/webhook for the manifests; the
+ClusterRole there grants exactly what it calls.
 
 Without --kubeconfig, $KUBECONFIG or ~/.kube/config it uses the in-cluster config.`
 
@@ -90,10 +93,17 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if err != nil {
 		return err
 	}
+	// Loaded before anything starts: a wrong path is an error at once, not after "Serving".
+	cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
+	if err != nil {
+		return fmt.Errorf("--tls-cert-file, --tls-private-key-file: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate-services", h)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx },
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -103,8 +113,18 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	defer factory.Shutdown()
 	ctrlDone := make(chan error, 1)
 	go func() { ctrlDone <- ctrl.Run(ctx, o.workers) }()
+	// Serve only once the informers have synced: before, the handler would find no reservation
+	// and let a Service through without its addresses (a new Pod of a rolling update, say).
+	// Meanwhile requests wait in the listener's backlog, until kube-apiserver gives up after the
+	// webhook's timeoutSeconds and failurePolicy decides, and /readyz (the Deployment's readiness
+	// probe) does not answer.
+	factory.WaitForCacheSync(ctx.Done())
+	if ctx.Err() != nil {
+		_ = ln.Close()
+		return <-ctrlDone
+	}
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.ServeTLS(ln, o.certFile, o.keyFile) }()
+	go func() { srvDone <- srv.ServeTLS(ln, "", "") }()
 	klog.FromContext(ctx).Info("Serving the reservations webhook", "listen", ln.Addr().String())
 
 	select {

@@ -31,7 +31,7 @@ type bitmapWriters struct {
 func (o *checkOptions) checkBitmapWriters(ctx context.Context, client kubernetes.Interface, restConfig *rest.Config) (*bitmapWriters, error) {
 	live, err := repair.LiveAPIServers(ctx, client)
 	if apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("missing RBAC permission at API server %s: %w; --remove-stale-bitmaps also needs list on leases.coordination.k8s.io in kube-system, to count the kube-apiservers by their identity Leases",
+		return nil, fmt.Errorf("missing RBAC permission at API server %s: %w; --remove-stale-bitmaps also needs list on leases.coordination.k8s.io in kube-system, to count the kube-apiservers by their identity Leases; bind the Role clusterip-remove-stale-bitmaps (deploy/rbac in the clusterip repository) with a RoleBinding in kube-system",
 			restConfig.Host, err)
 	}
 	if err != nil {
