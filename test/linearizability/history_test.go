@@ -105,8 +105,12 @@ func countReservations(history []Op) map[string]map[Outcome]int {
 	return m
 }
 
-// reservationString writes counts as "Reserve=ok/refused/unknown ...", in a fixed order.
+// reservationString writes counts as "Reserve=ok/refused/unknown ...", in a fixed order, or
+// "none" when there are none (the upgrade window has no IPAddressOnly process).
 func reservationString(m map[string]map[Outcome]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
 	var parts []string
 	for _, k := range []string{"Reserve", "Unreserve", "Claim", "Retain"} {
 		c := m[k]
