@@ -128,6 +128,9 @@ func reservationString(m map[string]map[Outcome]int) string {
 // kube-apiserver, and a process stopped with SIGSTOP for longer than its deadlines. Every history
 // must be linearizable (see Model); the test logs the addresses where it is so only because
 // a refusal left a bit set (see Op.RefusalLeavesBit).
+// In the finish window the IPAddressOnly process runs with Config.Reservations and also reserves,
+// claims, retains and releases addresses (reservations_test.go): no Service but the one a
+// reservation is kept for may ever hold its address, and that one gets it (see Claim).
 // Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must find no
 // address with two owners (a duplicate that lasts to the end, which the pass would otherwise
 // fix as a wrong parent) and must leave the audit consistent.
