@@ -26,6 +26,16 @@
 // writes no bit (Op.FallsBackToObjects): the model lets it take an address nobody holds whatever
 // its bit, never a held one, though real kube-apiserver takes one a Legacy caller holds.
 //
+// Reservations (package reservation) are holders too: Reserve takes a free address for a
+// reservation, kept for a named Service ([ReservedFor]) or for none ([ReservedAnonymously]), as an
+// IPAddressOnly Allocate does; Unreserve frees a reservation and refuses to free anything else;
+// a Release that Retains turns its Service's allocation into a reservation kept for it; and a
+// Claim, a Service create with Config.Reservations, takes the reservation kept for its Service
+// or, where none is, a free address. Since an address has one holder, a reserved address is
+// never held by any Service (no allocation takes it, a Claim takes only its own); and a Claim
+// that gets another address while its reservation exists is illegal, which the partition checks
+// by putting each Claim in the part of every address its Service's reservation may hold.
+//
 // Operations on different addresses commute, so a history is checked one address at a time
 // ([Model]'s partition): an AllocateNext whose answer was lost names no address, so it is put in
 // every address's part as an allocation that may have happened; those of one kind of caller are

@@ -80,6 +80,43 @@ type historyStats struct {
 	faults   map[string]int
 	check    Result
 	leftBits int // addresses where a refusal left a bit behind
+	// reservations counts the reservation operations by kind (a Release that Retains as
+	// "Retain"), and their outcomes.
+	reservations map[string]map[Outcome]int
+}
+
+// countReservations returns the reservation operations of history by kind (a Release that
+// Retains as "Retain") and outcome.
+func countReservations(history []Op) map[string]map[Outcome]int {
+	m := map[string]map[Outcome]int{}
+	for _, op := range history {
+		k := op.Kind.String()
+		switch {
+		case op.Kind == Release && op.Retains:
+			k = "Retain"
+		case op.Kind != Reserve && op.Kind != Unreserve && op.Kind != Claim:
+			continue
+		}
+		if m[k] == nil {
+			m[k] = map[Outcome]int{}
+		}
+		m[k][op.Outcome]++
+	}
+	return m
+}
+
+// reservationString writes counts as "Reserve=ok/refused/unknown ...", in a fixed order, or
+// "none" when there are none (the upgrade window has no IPAddressOnly process).
+func reservationString(m map[string]map[Outcome]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range []string{"Reserve", "Unreserve", "Claim", "Retain"} {
+		c := m[k]
+		parts = append(parts, fmt.Sprintf("%s=%d/%d/%d", k, c[OK], c[Refused], c[Unknown]))
+	}
+	return "{" + strings.Join(parts, " ") + "} (ok/refused/unknown)"
 }
 
 // TestHistoriesAreLinearizable records, for each window, a history of three allocator
@@ -91,6 +128,9 @@ type historyStats struct {
 // kube-apiserver, and a process stopped with SIGSTOP for longer than its deadlines. Every history
 // must be linearizable (see Model); the test logs the addresses where it is so only because
 // a refusal left a bit set (see Op.RefusalLeavesBit).
+// In the finish window the IPAddressOnly process runs with Config.Reservations and also reserves,
+// claims, retains and releases addresses (reservations_test.go): no Service but the one a
+// reservation is kept for may ever hold its address, and that one gets it (see Claim).
 // Then one pass of the repair controller, in DualWrite mode with no leak hold-off, must find no
 // address with two owners (a duplicate that lasts to the end, which the pass would otherwise
 // fix as a wrong parent) and must leave the audit consistent.
@@ -120,7 +160,7 @@ func TestHistoriesAreLinearizable(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := 0
-	totals := historyStats{outcomes: map[Outcome]int{}, faults: map[string]int{}}
+	totals := historyStats{outcomes: map[Outcome]int{}, faults: map[string]int{}, reservations: map[string]map[Outcome]int{}}
 	for _, w := range windows {
 		t.Run(w.name, func(t *testing.T) {
 			s := runHistory(t, bin, w, *historyDuration, out)
@@ -133,12 +173,20 @@ func TestHistoriesAreLinearizable(t *testing.T) {
 			}
 			totals.check.Elapsed += s.check.Elapsed
 			totals.leftBits += s.leftBits
+			for k, byOutcome := range s.reservations {
+				if totals.reservations[k] == nil {
+					totals.reservations[k] = map[Outcome]int{}
+				}
+				for o, n := range byOutcome {
+					totals.reservations[k][o] += n
+				}
+			}
 			runs++
 		})
 	}
-	t.Logf("%d histories, %d operations checked (%d ok, %d refused, %d unknown), faults %s, checker %v; addresses where a refusal left a bit behind: %d",
+	t.Logf("%d histories, %d operations checked (%d ok, %d refused, %d unknown), faults %s, checker %v; addresses where a refusal left a bit behind: %d; reservations %s",
 		runs, totals.ops, totals.outcomes[OK], totals.outcomes[Refused], totals.outcomes[Unknown],
-		faultString(totals.faults), totals.check.Elapsed.Round(time.Millisecond), totals.leftBits)
+		faultString(totals.faults), totals.check.Elapsed.Round(time.Millisecond), totals.leftBits, reservationString(totals.reservations))
 }
 
 func faultString(m map[string]int) string {
@@ -303,7 +351,7 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 	}
 	t.Logf("%s: %d creates whose answer was lost had stored their Service", w.name, lost-countUnknown(ops))
 
-	s := historyStats{ops: len(ops), outcomes: map[Outcome]int{}, faults: h.faults}
+	s := historyStats{ops: len(ops), outcomes: map[Outcome]int{}, faults: h.faults, reservations: countReservations(ops)}
 	for _, op := range ops {
 		s.outcomes[op.Outcome]++
 	}
@@ -315,9 +363,9 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 		t.Error(err)
 	}
 	s.check = res
-	t.Logf("%s: %d operations on %d addresses (%d ok, %d refused, %d unknown) in %v; faults %s; checker: %s in %v",
+	t.Logf("%s: %d operations on %d addresses (%d ok, %d refused, %d unknown) in %v; faults %s; reservations %s; checker: %s in %v",
 		w.name, len(ops), res.Addresses, s.outcomes[OK], s.outcomes[Refused], s.outcomes[Unknown],
-		time.Duration(end-t0.UnixNano()).Round(time.Second), faultString(h.faults), res.Verdict, res.Elapsed.Round(time.Millisecond))
+		time.Duration(end-t0.UnixNano()).Round(time.Second), faultString(h.faults), reservationString(s.reservations), res.Verdict, res.Elapsed.Round(time.Millisecond))
 	if res.Verdict != porcupine.Ok {
 		bad := IllegalAddresses(Model, ops, partTimeout)
 		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v, explained in %s",

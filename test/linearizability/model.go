@@ -34,6 +34,23 @@ const (
 	// each such Release, over the same interval and with the same outcome ([WithUndos]); nobody
 	// calls it.
 	Delete
+	// Reserve is reservation.Client.Reserve: it creates a reservation's IPAddress object, the
+	// holder Op.Owner ([ReservedFor] a Service, or [ReservedAnonymously]), where nobody holds the
+	// address (it reads IPAddress objects and Services, never the bitmap), as an Allocate of a
+	// caller that does not read the bitmap does. Refused: the address is held (HeldError).
+	Reserve
+	// Unreserve is reservation.Client.Release: it deletes the reservation that holds Op.Addr,
+	// whoever it is kept for, and is OK too where nothing holds the address; it never frees an
+	// address a Service holds, which it refuses (HeldError).
+	Unreserve
+	// Claim is the create of Service Op.Owner without a ClusterIP through Services().Allocate
+	// of allocators with Config.Reservations (IPAddressOnly): where a reservation kept for
+	// Op.Owner holds an address, the Service gets that address, the reservation's object turned
+	// into the Service's allocation in one update; elsewhere it allocates an address nobody
+	// holds, as an IPAddressOnly AllocateNext does. Op.Addr is the address it got. A Claim that
+	// is not OK counts as unknown: it may have claimed its reservation, or taken any free
+	// address ([Model]'s partition).
+	Claim
 )
 
 func (k Kind) String() string {
@@ -50,6 +67,12 @@ func (k Kind) String() string {
 		return "Repair"
 	case Delete:
 		return "Delete"
+	case Reserve:
+		return "Reserve"
+	case Unreserve:
+		return "Unreserve"
+	case Claim:
+		return "Claim"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -91,8 +114,11 @@ type Op struct {
 	// "kube-apiserver".
 	Process string     `json:"process"`
 	Kind    Kind       `json:"kind"`
-	Addr    netip.Addr `json:"addr"`  // the address asked for, released, or returned by an AllocateNext that is OK
-	Owner   string     `json:"owner"` // who the address is allocated for; empty for a Release
+	Addr    netip.Addr `json:"addr"` // the address asked for, released, or returned by an AllocateNext or a Claim that is OK
+	// Owner is who the address is allocated for: for a Reserve the reservation's holder
+	// ([ReservedFor], [ReservedAnonymously]), for a Claim the Service; empty for a Release, but
+	// for one that Retains, which names the Service.
+	Owner string `json:"owner"`
 	// Range is the range an AllocateNext allocates from: a refusal as full says that every
 	// usable address of it (all but the network address and, for IPv4, the broadcast address)
 	// was held at some instant of the call. Without it, only the addresses the history names
@@ -179,7 +205,31 @@ type Op struct {
 	// Legacy caller holds, since that holder has no IPAddress object: two owners, which a
 	// history must not show. True for kube-apiserver's Service creates.
 	FallsBackToObjects bool `json:"fallsBackToObjects,omitempty"`
+	// Retains says that a Release is Services().Release of Service Op.Owner whose release policy
+	// is Retain (reservation.AnnotationReleasePolicy): where the Service holds the address, its
+	// allocation becomes a reservation kept for it ([ReservedFor] Op.Owner) in one update of the
+	// IPAddress object, so nobody can take the address at any instant; where it does not, the
+	// address is released as by any Release.
+	Retains bool `json:"retains,omitempty"`
+	// Elsewhere marks the copy of an OK Claim that the partition puts in the part of an address
+	// other than the one the Claim got, where a reservation kept for its Service may be: the
+	// Claim must not find that reservation there, or it would have got that address. Op.Addr is
+	// the part's address; the address the Claim got is in Op.Err. Nobody records it.
+	Elsewhere bool `json:"elsewhere,omitempty"`
 }
+
+// ReservedFor returns the holder, in the model, of an address reserved for service (an
+// Op.Owner): only a Claim of service takes the address from it.
+func ReservedFor(service string) string { return reservedPrefix + "for " + service + ")" }
+
+// ReservedAnonymously returns the holder, in the model, of an address reserved under name and
+// kept for no Service: nobody takes the address from it.
+func ReservedAnonymously(name string) string { return reservedPrefix + name + ")" }
+
+const reservedPrefix = "(reserved "
+
+// isReservation reports whether holder is a reservation ([ReservedFor], [ReservedAnonymously]).
+func isReservation(holder string) bool { return strings.HasPrefix(holder, reservedPrefix) }
 
 // RepairGrace is the earliest, after an allocation's call, that kube-apiserver's repair loop can
 // delete the IPAddress object it may have left: 60 s after the object's CreationTimestamp, which
@@ -215,13 +265,21 @@ func (op Op) String() string {
 		s += op.Addr.String() + ", " + op.Owner
 	case AllocateNext:
 		s += op.Owner
-	case Release, Undo, Delete:
+	case Release, Undo, Delete, Unreserve:
 		s += op.Addr.String()
-	case Repair:
+		if op.Retains {
+			s += ", retain for " + op.Owner
+		}
+	case Repair, Reserve:
 		s += op.Addr.String() + ", " + op.Owner
+	case Claim:
+		s += op.Owner
 	}
 	s += ") → " + op.Outcome.String()
-	if op.Kind == AllocateNext && op.Outcome == OK {
+	switch {
+	case op.Kind == Claim && op.Elsewhere:
+		s += " elsewhere, not " + op.Addr.String()
+	case (op.Kind == AllocateNext || op.Kind == Claim) && op.Outcome == OK:
 		s += " " + op.Addr.String()
 	}
 	return s
@@ -341,6 +399,54 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		leaves := op.LeavesBit && op.Bitmap
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
+		case op.Kind == Unreserve:
+			switch {
+			case isReservation(h):
+				if op.Outcome != Refused {
+					next = append(next, free+mark) // the object deleted, no bit touched
+				}
+				if op.Outcome == Unknown {
+					next = append(next, e)
+				}
+			case h == free:
+				if op.Outcome != Refused {
+					next = append(next, e) // nothing to delete
+				}
+			default: // a Service's allocation, which it never deletes
+				if op.Outcome != OK {
+					next = append(next, e)
+				}
+			}
+		case op.Kind == Claim:
+			mine := h == ReservedFor(op.Owner)
+			claimed := holding{op.Owner, mark, false}.String() // the object updated, the bit as it was
+			switch {
+			case op.Elsewhere: // it got another address, so its reservation was not here
+				if !mine {
+					next = append(next, e)
+				}
+			case op.Outcome == OK: // its reservation, or an address nobody holds
+				if mine || h == free {
+					next = append(next, claimed)
+				}
+			default:
+				next = append(next, e)
+				if mine {
+					next = append(next, claimed)
+				}
+			}
+		case op.Kind == Release && op.Retains:
+			retained := holding{ReservedFor(h), mark, false}.String()
+			switch {
+			case h == op.Owner && op.Outcome == OK:
+				next = append(next, retained)
+			case h == op.Owner:
+				next = append(next, e, retained)
+			case op.Outcome == OK: // not the Service's allocation: released as by any Release
+				next = append(next, released)
+			default:
+				next = append(next, e, released)
+			}
 		case op.Kind == Undo:
 			if mark == pendingBit {
 				next = append(next, with(""))
@@ -378,7 +484,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if leaves && mark != stuckBit { // the IPAddress object deleted, the bit not cleared
 				next = append(next, free+leftBit)
 			}
-		case op.Outcome == OK: // Allocate, AllocateNext
+		case op.Outcome == OK: // Allocate, AllocateNext, Reserve
 			if !held {
 				next = append(next, taken)
 			}
@@ -389,7 +495,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if held {
 				next = append(next, e) // it reserved nothing
 			}
-		case op.Outcome == Refused: // Allocate of a held address
+		case op.Outcome == Refused: // Allocate or Reserve of a held address
 			if held {
 				next = append(next, e)
 				if refusalLeaves && writes && h != free {
@@ -463,9 +569,18 @@ func newModel(allowLeftBits bool) porcupine.Model {
 // free throughout but for lost AllocateNexts, so one of them, the lowest, stands for all.
 // Each allocation with Op.RepairFrees whose outcome is unknown brings a Repair of its owner
 // into the parts it is in.
+//
+// A Claim of Service s is an allocation that crosses addresses: it must take the reservation kept
+// for s wherever one is. So it goes into the part of every address where a reservation for s may
+// be (a Reserve of [ReservedFor] s, or a Release of s that Retains): an OK Claim into its own
+// address's part as an allocation, and into the others' as a copy (Op.Elsewhere) that must not
+// find the reservation there at its instant; a Claim that is not OK into those parts as a claim
+// that may have happened, and, since it may have taken a free address instead, among the lost
+// AllocateNexts.
 func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byAddr := map[netip.Addr][]porcupine.Operation{}
-	var anywhere, full []porcupine.Operation
+	var anywhere, full, claims []porcupine.Operation
+	reservedAt := map[string][]netip.Addr{} // by reservation holder: the addresses it may hold
 	for _, o := range history {
 		op := o.Input.(Op)
 		switch {
@@ -473,11 +588,38 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 			anywhere = append(anywhere, o)
 		case op.Kind == AllocateNext && op.Outcome == Refused:
 			full = append(full, o)
+		case op.Kind == Claim && op.Outcome != OK:
+			claims = append(claims, o)
+			lost := op
+			lost.Kind, lost.Addr = AllocateNext, netip.Addr{}
+			anywhere = append(anywhere, porcupine.Operation{ClientId: o.ClientId, Input: lost, Output: lost, Call: o.Call, Return: o.Return, Metadata: o.Metadata})
 		default:
 			byAddr[op.Addr] = append(byAddr[op.Addr], o)
 			if r, ok := repairOf(o, op.Addr); ok {
 				byAddr[op.Addr] = append(byAddr[op.Addr], r)
 			}
+			switch {
+			case op.Kind == Claim:
+				claims = append(claims, o)
+			case op.Kind == Reserve:
+				reservedAt[op.Owner] = append(reservedAt[op.Owner], op.Addr)
+			case op.Kind == Release && op.Retains:
+				reservedAt[ReservedFor(op.Owner)] = append(reservedAt[ReservedFor(op.Owner)], op.Addr)
+			}
+		}
+	}
+	for _, o := range claims {
+		op := o.Input.(Op)
+		for _, a := range slices.Compact(slices.SortedFunc(slices.Values(reservedAt[ReservedFor(op.Owner)]), netip.Addr.Compare)) {
+			if op.Outcome == OK && a == op.Addr {
+				continue
+			}
+			c := op
+			c.Addr, c.Elsewhere = a, op.Outcome == OK
+			if c.Elsewhere {
+				c.Err = "it got " + op.Addr.String()
+			}
+			byAddr[a] = append(byAddr[a], porcupine.Operation{ClientId: o.ClientId, Input: c, Output: c, Call: o.Call, Return: o.Return, Metadata: c.Err})
 		}
 	}
 	standIns := map[netip.Prefix]bool{}

@@ -431,3 +431,211 @@ func TestManyLostAllocateNextsCheckQuickly(t *testing.T) {
 		t.Errorf("Check() = %v after %v, want %v", res.Verdict, res.Elapsed, porcupine.Ok)
 	}
 }
+
+// TestCheckerVerdictsOnReservations is the specification of reservations in the model: a
+// reserved address is never held by a Service other than the one it is kept for (an anonymous
+// one by no Service), and a Service created while its reservation exists gets that address.
+func TestCheckerVerdictsOnReservations(t *testing.T) {
+	const proc = "ipaddressonly-1#0"
+	forWeb, anon := ReservedFor("web"), ReservedAnonymously("block-a")
+	tests := []struct {
+		name    string
+		history []Op
+		want    porcupine.CheckResult
+	}{
+		{
+			name: "a dynamic create lands on a reserved address",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: anon, Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: AllocateNext, Addr: addrA, Owner: "x", Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a dynamic create of kube-apiserver lands on an address reserved for a Service",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: "kube-apiserver", Kind: AllocateNext, Addr: addrA, Owner: "default/h-1-1", Call: 20, Return: 30, Outcome: OK,
+					Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a reservation keeps dynamic creates off its address until it is released",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: anon, Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: AllocateNext, Addr: addrB, Owner: "x", Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Allocate, Addr: addrA, Owner: "y", Call: 40, Return: 50, Outcome: Refused},
+				{Client: 0, Process: proc, Kind: Unreserve, Addr: addrA, Call: 60, Return: 70, Outcome: OK},
+				{Client: 1, Process: proc, Kind: AllocateNext, Addr: addrA, Owner: "z", Call: 80, Return: 90, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a kube-apiserver create of a reserved address is refused and leaves its bit",
+			history: WithUndos([]Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: anon, Call: 0, Return: 10, Outcome: OK},
+				leftBitHistory[1],
+				{Client: 0, Process: proc, Kind: Unreserve, Addr: addrA, Call: 40, Return: 50, Outcome: OK},
+				{Client: 2, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 60, Return: 70, Outcome: Refused, Bitmap: true},
+				{Client: 0, Process: proc, Kind: Allocate, Addr: addrA, Owner: "b", Call: 80, Return: 90, Outcome: OK},
+			}),
+			want: porcupine.Ok,
+		},
+		{
+			name: "a Reserve of an address a Service holds is refused",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Allocate, Addr: addrA, Owner: "x", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 20, Return: 30, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a Reserve of an address a Service holds succeeds",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Allocate, Addr: addrA, Owner: "x", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a Reserve refused where nobody holds the address",
+			history: []Op{
+				{Client: 1, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 20, Return: 30, Outcome: Refused},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an Unreserve frees the address of a Service",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Allocate, Addr: addrA, Owner: "x", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Unreserve, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Allocate, Addr: addrA, Owner: "y", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an Unreserve where nothing is held is OK and changes nothing",
+			history: []Op{
+				{Client: 1, Process: proc, Kind: Unreserve, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Allocate, Addr: addrA, Owner: "y", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a Service named in a reservation gets the reserved address",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrA, Owner: "web", Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Unreserve, Addr: addrA, Call: 40, Return: 50, Outcome: Refused},
+				{Client: 0, Process: proc, Kind: Release, Addr: addrA, Call: 60, Return: 70, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a Service named in a reservation gets another address while its reservation exists",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrB, Owner: "web", Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a Service created before its reservation gets another address",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrB, Owner: "web", Call: 0, Return: 25, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a Service created after its reservation was released gets another address",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Unreserve, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrB, Owner: "web", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "an address reserved for one Service is claimed by another",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Claim, Addr: addrA, Owner: "db", Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "an anonymous reservation is claimed by a Service",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: ReservedAnonymously("web"), Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Claim, Addr: addrA, Owner: "web", Call: 20, Return: 30, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a Claim whose answer was lost may have taken its reservation",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Claim, Owner: "web", Range: netip.MustParsePrefix(historyRange), Call: 20, Return: 100, Outcome: Unknown},
+				{Client: 1, Process: proc, Kind: Unreserve, Addr: addrA, Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "an Unreserve refused while a reservation holds the address",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Reserve, Addr: addrA, Owner: forWeb, Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Unreserve, Addr: addrA, Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a Claim whose answer was lost may have taken a free address",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Claim, Owner: "web", Range: netip.MustParsePrefix(historyRange), Call: 20, Return: 100, Outcome: Unknown},
+				{Client: 1, Process: proc, Kind: Allocate, Addr: addrB, Owner: "x", Call: 40, Return: 50, Outcome: Refused},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a Service deleted with Retain keeps its address for its return",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrA, Owner: "web", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Release, Addr: addrA, Owner: "web", Retains: true, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: proc, Kind: Allocate, Addr: addrA, Owner: "x", Call: 40, Return: 50, Outcome: Refused},
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrA, Owner: "web", Call: 60, Return: 70, Outcome: OK},
+			},
+			want: porcupine.Ok,
+		},
+		{
+			name: "a Service deleted with Retain comes back at another address",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrA, Owner: "web", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Release, Addr: addrA, Owner: "web", Retains: true, Call: 20, Return: 30, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrB, Owner: "web", Call: 60, Return: 70, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+		{
+			name: "the address of a Service deleted with Retain taken by a dynamic create",
+			history: []Op{
+				{Client: 0, Process: proc, Kind: Claim, Addr: addrA, Owner: "web", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: proc, Kind: Release, Addr: addrA, Owner: "web", Retains: true, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: proc, Kind: AllocateNext, Addr: addrA, Owner: "x", Call: 40, Return: 50, Outcome: OK},
+			},
+			want: porcupine.Illegal,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Check(tt.history, 0, filepath.Join(t.TempDir(), "history.html"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tt.want {
+				t.Errorf("Check() = %v, want %v", res.Verdict, tt.want)
+			}
+		})
+	}
+}

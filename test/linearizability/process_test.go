@@ -23,9 +23,11 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/reservation"
 )
 
 // An allocator process is this test binary run again with procSpecEnv set, which makes
@@ -111,6 +113,15 @@ func runProcess(spec procSpec) error {
 		inf = informers.NewSharedInformerFactory(cfg.Client, 0)
 		cfg.Informers = inf
 	}
+	// In IPAddressOnly mode, the one in which reservations work, the process also reserves and
+	// releases addresses and creates the Services named in its reservations (reservations.go).
+	var rc *reservation.Client
+	if mode == featuregate.IPAddressOnly {
+		cfg.Reservations = true
+		if rc, err = reservation.New(cfg.Client); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	newCtx, newCancel := context.WithTimeout(ctx, time.Minute)
@@ -159,8 +170,12 @@ func runProcess(spec procSpec) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			worker{spec: spec, a: a, rg: rg, client: spec.ClientBase + w, out: &out,
-				rng: rand.New(rand.NewSource(spec.Seed + int64(w)))}.run()
+			wk := worker{spec: spec, a: a, rg: rg, client: spec.ClientBase + w, out: &out,
+				rng: rand.New(rand.NewSource(spec.Seed + int64(w)))}
+			if rc != nil {
+				wk.rc, wk.svcs = rc, allocs.Services()
+			}
+			wk.run()
 		}()
 	}
 	wg.Wait()
@@ -175,6 +190,10 @@ type worker struct {
 	client int
 	out    *sync.Mutex
 	rng    *rand.Rand
+	// With reservations (IPAddressOnly mode): the client that reserves and releases, and the
+	// allocator of Services, which claims them; nil otherwise.
+	rc   *reservation.Client
+	svcs *service.Allocator
 }
 
 func (w worker) emit(id int, op Op) {
@@ -186,8 +205,13 @@ func (w worker) emit(id int, op Op) {
 
 func (w worker) run() {
 	var held []netip.Addr
+	var rs reservationState
 	for seq := 0; time.Now().Before(w.spec.Deadline); seq++ {
 		id := w.client*1_000_000 + seq
+		if w.rc != nil && w.rng.Float64() < reservationShare {
+			w.pause(w.reservationStep(id, seq, &rs))
+			continue
+		}
 		op := Op{Client: w.client, Process: w.spec.Name, Bitmap: w.spec.Mode != featuregate.IPAddressOnly.String(),
 			LeavesBit: w.spec.Mode == featuregate.DualWrite.String(), ClearsBitLast: w.spec.Mode == featuregate.DualWrite.String()}
 		r := w.rng.Float64()
@@ -236,12 +260,17 @@ func (w worker) run() {
 		if op.Kind != Release && op.Outcome == OK {
 			held = append(held, op.Addr)
 		}
-		pause := time.Duration(5+w.rng.Intn(20)) * time.Millisecond
-		if op.Outcome == Unknown {
-			pause = unknownBackoff // as a client backs off from a failing server
-		}
-		time.Sleep(pause)
+		w.pause(op.Outcome)
 	}
+}
+
+// pause waits before the next operation, longer after one whose outcome is unknown.
+func (w worker) pause(o Outcome) {
+	pause := time.Duration(5+w.rng.Intn(20)) * time.Millisecond
+	if o == Unknown {
+		pause = unknownBackoff // as a client backs off from a failing server
+	}
+	time.Sleep(pause)
 }
 
 // outcomeOf classifies the error of an allocator call: the refusals the model checks are
