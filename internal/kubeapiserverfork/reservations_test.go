@@ -32,8 +32,9 @@ const reservationsOn = "CLUSTERIP_RESERVATIONS=on"
 // registry gives a Service the addresses reserved for it, refuses a reserved address to anyone
 // who asks for it with stock's 422, never picks one dynamically over the whole range, keeps a
 // Retain Service's addresses across its delete and create again (Velero's restore) and across a
-// restart of the server, makes a claim whose create then fails a reservation again, and refuses
-// a malformed release policy with 422, writing nothing.
+// restart of the server, makes a claim whose create then fails a reservation again, refuses a
+// malformed release policy with 422, writing nothing, and holds a deleted Service's address for
+// its ServiceCIDR's release cooldown.
 func TestForkKeepsReservations(t *testing.T) {
 	fork := forkBinary(t)
 	stock := stockBinary(t)
@@ -208,10 +209,11 @@ func TestForkKeepsReservations(t *testing.T) {
 		}
 	})
 
+	// A restart, in the test and not a subtest, whose end would stop the server.
+	s.Stop()
+	s = testenv.NewKubeAPIServer(t, etcd, opts)
+	svcs = s.Client.CoreV1().Services(metav1.NamespaceDefault)
 	t.Run("the Retain Service created again after a restart gets its addresses back", func(t *testing.T) {
-		s.Stop()
-		s = testenv.NewKubeAPIServer(t, etcd, opts)
-		svcs = s.Client.CoreV1().Services(metav1.NamespaceDefault)
 		// Velero's restore: the same Service with its ClusterIPs cleared.
 		svc := testenv.ClusterIPService("velero", "")
 		svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain"}
@@ -227,6 +229,69 @@ func TestForkKeepsReservations(t *testing.T) {
 		}
 		for _, a := range anonymous {
 			wantReservation(ctx, t, s.Client.NetworkingV1().IPAddresses(), a, "")
+		}
+	})
+
+	t.Run("a ServiceCIDR's release cooldown holds a deleted Service's address to the instant it names", func(t *testing.T) {
+		cidrs := s.Client.NetworkingV1().ServiceCIDRs()
+		ipas := s.Client.NetworkingV1().IPAddresses()
+		defaultCIDR, err := cidrs.Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if defaultCIDR.Annotations == nil {
+			defaultCIDR.Annotations = map[string]string{}
+		}
+		defaultCIDR.Annotations[reservation.AnnotationReleaseCooldown] = "3s"
+		if _, err := cidrs.Update(ctx, defaultCIDR, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The allocators read the annotation from their informer: probe Services, created and
+		// deleted, show when it has arrived (their addresses are then held too).
+		probes := 0
+		testenv.WaitFor(t, "the fork's informer to show the cooldown", func() bool {
+			probes++
+			name := fmt.Sprintf("probe-%d", probes)
+			got, err := svcs.Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := svcs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = ipas.Get(ctx, got.Spec.ClusterIPs[0], metav1.GetOptions{})
+			return err == nil
+		})
+		got, err := svcs.Create(ctx, testenv.ClusterIPService("cooled", ""), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := got.Spec.ClusterIPs[0]
+		if err := svcs.Delete(ctx, "cooled", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := ipas.Get(ctx, ip, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s after the delete of default/cooled: %v, want it held for the cooldown", ip, err)
+		}
+		r, ok := reservation.FromObject(obj)
+		if !ok || r.Expires.IsZero() {
+			t.Fatalf("%s after the delete of default/cooled: labels %v, annotations %v; want a reservation that ends", ip, obj.Labels, obj.Annotations)
+		}
+		for i := 0; time.Until(r.Expires) > 300*time.Millisecond; i++ {
+			if _, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("early-%d", i), ip), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+				t.Fatalf("a create asking for %s %v before its cooldown ends: %v, want 422", ip, time.Until(r.Expires), err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		testenv.WaitFor(t, ip+" to be free once its cooldown ends", func() bool {
+			_, err := svcs.Create(ctx, testenv.ClusterIPService("after", ip), metav1.CreateOptions{})
+			return err == nil
+		})
+		if late := time.Since(r.Expires); late < 0 {
+			t.Errorf("%s was free %v before its cooldown ended", ip, -late)
+		} else {
+			t.Logf("%s free %v after its cooldown ended", ip, late.Round(time.Millisecond))
 		}
 	})
 }
