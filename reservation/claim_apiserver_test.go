@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -318,6 +319,15 @@ func startRegistry(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Confi
 // read too.
 func startRegistryWithInformers(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Config) (*clusterip.Allocators, informers.SharedInformerFactory) {
 	t.Helper()
+	a, inf, stop := startStoppableRegistry(t, api, cfg)
+	t.Cleanup(stop)
+	return a, inf
+}
+
+// startStoppableRegistry is startRegistryWithInformers, returning the function that stops the
+// registry (once) instead of leaving it to the end of t.
+func startStoppableRegistry(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Config) (*clusterip.Allocators, informers.SharedInformerFactory, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inf := informers.NewSharedInformerFactory(api.Client, 0)
 	cfg.Client, cfg.Informers = api.Client, inf
@@ -329,9 +339,84 @@ func startRegistryWithInformers(t *testing.T, api *testenv.KubeAPIServer, cfg cl
 	inf.Start(ctx.Done())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; inf.Shutdown(); a.Close() })
+	stop := sync.OnceFunc(func() { cancel(); <-done; inf.Shutdown(); a.Close() })
 	if err := a.WaitReady(ctx); err != nil {
+		stop()
 		t.Fatal(err)
 	}
-	return a, inf
+	return a, inf, stop
+}
+
+// TestReservationsSurviveRestartsOfEveryProcess makes reservations (one anonymous, one kept for
+// a future Service, one kept by a Retain Service's delete) beside a stock kube-apiserver v1.37.2
+// through the library's registry, then stops the registry, kube-apiserver and etcd, and starts
+// them again: stock still refuses the anonymous one to a create asking for it and never picks
+// it, and the new registry gives each named Service its address.
+func TestReservationsSurviveRestartsOfEveryProcess(t *testing.T) {
+	etcd := testenv.NewEtcd(t)
+	opts := testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"}
+	api := testenv.NewKubeAPIServer(t, etcd, opts)
+	ctx := t.Context()
+	v, err := featuregate.KubeVersion("1.37.2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clusterip.Config{Mode: featuregate.IPAddressOnly, Version: v, Reservations: true, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}}
+	rc, err := reservation.New(api.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, kept := netip.MustParseAddr("10.96.0.30"), netip.MustParseAddr("10.96.0.31")
+	if err := rc.Reserve(ctx, reservation.Reservation{Addr: held, Name: "held"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Reserve(ctx, reservation.Reservation{Addr: kept, For: types.NamespacedName{Namespace: "default", Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	a, _, stop := startStoppableRegistry(t, api, cfg)
+	keep := fresh("keep")
+	keep.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain"}
+	if _, err := a.Services().Allocate(ctx, keep, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Services().Release(ctx, keep); err != nil { // the registry deleted it
+		t.Fatal(err)
+	}
+	retained := keep.Spec.ClusterIPs[0]
+
+	stop()
+	api.Stop()
+	etcd.Stop()
+	if err := etcd.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	api = testenv.NewKubeAPIServer(t, etcd, opts)
+	a = startRegistry(t, api, cfg)
+
+	svcs := api.Client.CoreV1().Services("default")
+	if _, err := svcs.Create(ctx, testenv.ClusterIPService("asks", held.String()), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("stock, restarted: a create asking for %s, reserved: %v, want 422", held, err)
+	}
+	for i := range 20 {
+		got, err := svcs.Create(ctx, testenv.ClusterIPService(fmt.Sprintf("stock-%d", i), ""), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ip := got.Spec.ClusterIPs[0]; ip == held.String() || ip == kept.String() || ip == retained {
+			t.Errorf("stock, restarted, gave default/stock-%d %s, which is reserved", i, ip)
+		}
+	}
+	testenv.WaitFor(t, "the new registry's informer to show the reservations", func() bool {
+		ip, _ := claimerView(ctx, t, a, "web")
+		return ip == kept.String()
+	})
+	for name, want := range map[string]string{"web": kept.String(), "keep": retained} {
+		s := fresh(name)
+		if _, err := a.Services().Allocate(ctx, s, false); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Spec.ClusterIPs[0]; got != want {
+			t.Errorf("default/%s after the restarts got %s, want %s, reserved for it", name, got, want)
+		}
+	}
 }

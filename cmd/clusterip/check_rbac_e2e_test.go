@@ -443,7 +443,7 @@ func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds
 			t.Fatal(err)
 		}
 		waitForWebhook(t, api.Client)
-		first, second := deleteAndRecreate(t, api.Client, retainedService("web", corev1.IPFamilyPolicySingleStack))
+		first, second := deleteAndRecreate(t, api.Client, retainedService("web", corev1.IPFamilyPolicySingleStack), nil)
 		if !slices.Equal(first, second) {
 			t.Errorf("ClusterIPs after the restore = %q, want %q", second, first)
 		}

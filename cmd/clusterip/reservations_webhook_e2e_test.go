@@ -242,8 +242,9 @@ func checkMalformedPolicyRefused(t *testing.T, admin kubernetes.Interface) {
 // keeps its addresses with release policy Retain: it creates svc, deletes it, waits (at most a
 // minute each) until the controller has kept its addresses as reservations for its name and
 // until the webhook hands them out (a dry-run create, which deletes nothing, gets them), creates
-// it again as it was and returns the ClusterIPs of the first and the second.
-func deleteAndRecreate(t *testing.T, admin kubernetes.Interface, svc *corev1.Service) (first, second []string) {
+// it again as it was and returns the ClusterIPs of the first and the second. meanwhile, if not
+// nil, runs once the reservations are kept, before the webhook is asked for them.
+func deleteAndRecreate(t *testing.T, admin kubernetes.Interface, svc *corev1.Service, meanwhile func()) (first, second []string) {
 	t.Helper()
 	ctx := t.Context()
 	services := admin.CoreV1().Services(svc.Namespace)
@@ -268,6 +269,9 @@ func deleteAndRecreate(t *testing.T, admin kubernetes.Interface, svc *corev1.Ser
 		}
 		return true
 	})
+	if meanwhile != nil {
+		meanwhile()
+	}
 	poll(t, "the webhook to hand out the reservations of "+owner.String(), func() bool {
 		got, err := services.Create(ctx, svc.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && slices.Equal(got.Spec.ClusterIPs, first)
@@ -497,12 +501,28 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		checkMalformedPolicyRefused(t, api.Client)
 	})
 	t.Run("a dual-stack Service deleted and restored gets its ClusterIPs back", func(t *testing.T) {
-		first, second := deleteAndRecreate(t, api.Client, retainedService("web", corev1.IPFamilyPolicyRequireDualStack))
+		first, second := deleteAndRecreate(t, api.Client, retainedService("web", corev1.IPFamilyPolicyRequireDualStack), nil)
 		if len(first) != 2 {
 			t.Fatalf("the Service got ClusterIPs %q, want two families", first)
 		}
 		if !slices.Equal(first, second) {
 			t.Errorf("ClusterIPs after the restore = %q, want %q", second, first)
+		}
+	})
+	t.Run("a Service deleted before the webhook restarts gets its ClusterIPs back from the new process", func(t *testing.T) {
+		first, second := deleteAndRecreate(t, api.Client, retainedService("api", corev1.IPFamilyPolicyRequireDualStack), func() {
+			// The Pod restarts: the same arguments, at the address the webhook configuration names.
+			p.stop()
+			again := slices.Clone(args)
+			for i, a := range again {
+				if strings.HasPrefix(a, "--listen=") {
+					again[i] = "--listen=" + p.addr
+				}
+			}
+			p = startWebhook(t, again, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+		})
+		if !slices.Equal(first, second) {
+			t.Errorf("ClusterIPs after the restart and the restore = %q, want %q", second, first)
 		}
 	})
 }
