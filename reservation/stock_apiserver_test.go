@@ -299,7 +299,9 @@ func testStockRefusesReservedToService(t *testing.T, sc *stockCluster, reserved 
 // of kube-apiserver's own (managed-by ipallocator.k8s.io) for a Service that does not exist, at
 // the same time, on stock kube-apiserver v1.37.2. Its repair loop deletes a leaked object of its
 // own once it is older than 60 s: 70 s later the control is gone and the reservation is still
-// there, unchanged. Only v1.37.2 runs it, to keep the test time down.
+// there, unchanged; and it still is after two of the loop's intervals (it looks at every
+// IPAddress again every 3 minutes, a period no flag changes), 6.5 minutes on. Only v1.37.2 runs
+// it, to keep the test time down; it waits in parallel with the package's other tests.
 func TestStockRepairLeavesAReservationAlone(t *testing.T) {
 	t.Parallel()
 	sc := startStock(t, "v1.37.2", "")
@@ -334,6 +336,16 @@ func TestStockRepairLeavesAReservationAlone(t *testing.T) {
 	}
 	if back, ok := reservation.FromObject(got); !ok || !back.Expires.IsZero() || back.Addr != r.Addr || back.Name != r.Name || back.Reason != r.Reason {
 		t.Errorf("FromObject(the reservation 70 s on) = %+v, %v; want %+v, true", back, ok, r)
+	}
+
+	// Two intervals of stock's repair loop (3 minutes each) and a margin.
+	time.Sleep(time.Until(created.Add(2*3*time.Minute + 30*time.Second)))
+	got, err = ipas.Get(ctx, r.Addr.String(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the reservation 6.5 minutes on: %v, want it still there", err)
+	}
+	if got.UID != kept.UID || got.ResourceVersion != kept.ResourceVersion {
+		t.Errorf("the reservation 6.5 minutes on has UID %s resourceVersion %s, want %s %s (unchanged)", got.UID, got.ResourceVersion, kept.UID, kept.ResourceVersion)
 	}
 }
 
