@@ -97,7 +97,10 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
+	k8s.io/api v0.33.13 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
+	k8s.io/apimachinery v0.33.13 // indirect
+	k8s.io/client-go v0.33.13 // indirect
 	k8s.io/cloud-provider v0.0.0 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
 	k8s.io/component-helpers v0.33.13 // indirect
@@ -106,6 +109,7 @@ require (
 	k8s.io/dynamic-resource-allocation v0.0.0 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
 	k8s.io/externaljwt v0.0.0 // indirect
+	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kms v0.33.13 // indirect
 	k8s.io/kube-aggregator v0.0.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20250318190949-c8a335a9a2ff // indirect
@@ -160,12 +164,8 @@ require (
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.58.0
 	go.uber.org/zap v1.27.0
 	google.golang.org/grpc v1.68.1
-	k8s.io/api v0.33.13
-	k8s.io/apimachinery v0.33.13
 	k8s.io/apiserver v0.33.13
-	k8s.io/client-go v0.33.13
 	k8s.io/component-base v0.33.13
-	k8s.io/klog/v2 v2.130.1
 	k8s.io/kubernetes v1.33.13
 )
 
