@@ -173,7 +173,7 @@ func runProcess(spec procSpec) error {
 			wk := worker{spec: spec, a: a, rg: rg, client: spec.ClientBase + w, out: &out,
 				rng: rand.New(rand.NewSource(spec.Seed + int64(w)))}
 			if rc != nil {
-				wk.rc, wk.svcs = rc, allocs.Services()
+				wk.rc, wk.svcs, wk.claimer = rc, allocs.Services(), allocs.Reservations()
 			}
 			wk.run()
 		}()
@@ -192,8 +192,9 @@ type worker struct {
 	rng    *rand.Rand
 	// With reservations (IPAddressOnly mode): the client that reserves and releases, and the
 	// allocator of Services, which claims them; nil otherwise.
-	rc   *reservation.Client
-	svcs *service.Allocator
+	rc      *reservation.Client
+	svcs    *service.Allocator
+	claimer *reservation.Claimer
 }
 
 func (w worker) emit(id int, op Op) {
