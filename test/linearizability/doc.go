@@ -15,7 +15,11 @@
 // kube-apiserver v1.33 left when it refused an allocation (Op.RefusalLeavesBit) or kept when its
 // repair loop deleted the IPAddress object of a Service create cut short (Op.RepairFrees), one a
 // refused dual write held until it undid it (Op.TransientBit), and one a DualWrite release holds
-// between deleting the IPAddress object and clearing the bit (Op.ClearsBitLast). Such a bit only
+// between deleting the IPAddress object and clearing the bit (Op.ClearsBitLast). A dual write's
+// allocation sets the bit before it creates the IPAddress object (Op.SetsBitFirst), so the model
+// checks it in two steps: in between, the bit is set for its owner and an IPAddressOnly caller
+// may take the address and free it again, but the allocation succeeds only where nobody holds
+// the object when it creates it. Such a bit only
 // makes callers that read the bitmap refuse the address; it never lets anyone take a held one,
 // and one that its caller clears is gone by the time the caller's operation returns. The model
 // knows who wrote each bit: a caller writes one only where it finds the bit clear, so a holder's

@@ -42,7 +42,7 @@ func Explain(w io.Writer, m porcupine.Model, history []Op, addr netip.Addr, time
 			name string
 		}{{op.Bitmap, "bitmap"}, {op.LeavesBit, "leavesBit"}, {op.RefusalLeavesBit, "refusalLeavesBit"},
 			{op.TransientBit, "transientBit"}, {op.ClearsBitLast, "clearsBitLast"}, {op.ClearsBitFirst, "clearsBitFirst"},
-			{op.RepairFrees, "repairFrees"}, {op.FallsBackToObjects, "fallsBackToObjects"}} {
+			{op.RepairFrees, "repairFrees"}, {op.FallsBackToObjects, "fallsBackToObjects"}, {op.SetsBitFirst, "setsBitFirst"}} {
 			if f.on {
 				flags = append(flags, f.name)
 			}

@@ -529,7 +529,7 @@ func (h *harness) serviceWorker(client int, rng *rand.Rand) {
 	var held []svc
 	for seq := 0; time.Now().Before(h.deadline); seq++ {
 		key := fmt.Sprintf("kube-apiserver/%d/%d", client, seq)
-		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true}
+		op := Op{Client: client, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true, SetsBitFirst: true}
 		ctx, cancel := context.WithTimeout(context.Background(), serviceTimeout)
 		r := rng.Float64()
 		if len(held) >= 3 || (len(held) > 0 && r < 0.35) {
@@ -938,9 +938,10 @@ func TestSavedHistoryIsLinearizable(t *testing.T) {
 // for kube-apiserver's operations when no operation has it, Op.Range for
 // AllocateNexts that have none, and
 // Op.RefusalLeavesBit instead of Op.TransientBit (and no Undo) for a DualWrite refusal that
-// kept its bit.
+// kept its bit, and Op.SetsBitFirst for the dual writers' operations when no operation has it
+// (with the Creates of their allocations).
 func withCallerFlags(history []Op) []Op {
-	old, noClearsBitFirst, noFallback := true, true, true
+	old, noClearsBitFirst, noFallback, noSetsBitFirst := true, true, true, true
 	type key struct {
 		client int
 		call   int64
@@ -955,6 +956,9 @@ func withCallerFlags(history []Op) []Op {
 		}
 		if op.FallsBackToObjects {
 			noFallback = false
+		}
+		if op.SetsBitFirst {
+			noSetsBitFirst = false
 		}
 		if op.Kind == Allocate && op.TransientBit && strings.Contains(op.Err, keptBitRefusal) {
 			keptBit[key{op.Client, op.Call}] = true
@@ -987,7 +991,15 @@ func withCallerFlags(history []Op) []Op {
 		if op.Kind == AllocateNext && !op.Range.IsValid() {
 			op.Range = netip.MustParsePrefix(historyRange) // every history was recorded on it
 		}
+		if noSetsBitFirst && op.Bitmap && op.LeavesBit && op.Kind != Undo && op.Kind != Delete {
+			op.SetsBitFirst = true
+		}
 		out = append(out, op)
+		if noSetsBitFirst && setsBitFirst(op) {
+			create := op
+			create.Kind, create.Err = Create, ""
+			out = append(out, create)
+		}
 		if old && op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap {
 			undo := op
 			undo.Kind = Undo

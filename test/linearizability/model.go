@@ -51,6 +51,11 @@ const (
 	// is not OK counts as unknown: it may have claimed its reservation, or taken any free
 	// address ([Model]'s partition).
 	Claim
+	// Create is the second half of an allocation with Op.SetsBitFirst that is OK, or an
+	// Allocate with it whose outcome is unknown: the caller creating the IPAddress object of
+	// Op.Owner after it set the address's bit. The history gets one for each such allocation,
+	// over the same interval and with the same outcome ([WithUndos]); nobody calls it.
+	Create
 )
 
 func (k Kind) String() string {
@@ -73,6 +78,8 @@ func (k Kind) String() string {
 		return "Unreserve"
 	case Claim:
 		return "Claim"
+	case Create:
+		return "Create"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -157,6 +164,17 @@ type Op struct {
 	// ErrAllocated and keeps the bit, since the create may still land (dualwrite.go settle),
 	// which is this case too.
 	RefusalLeavesBit bool `json:"refusalLeavesBit,omitempty"`
+	// SetsBitFirst says that the caller's allocation sets the address's bit and then creates its
+	// IPAddress object, as our DualWrite allocator and kube-apiserver v1.33 in dual write do:
+	// in between, callers that read the bitmap are refused the address, while an IPAddressOnly
+	// caller may take it and release it again, since its object does not exist yet. The model
+	// sees an allocation that is OK, and an Allocate whose outcome is unknown, set a bit kept for
+	// its owner, and a Create of the same interval turn that bit into the owner's holding where
+	// nobody holds the object: so the address is the owner's by the time the allocation returns,
+	// and a holder that kept the object throughout its interval still makes it illegal.
+	// AllocateNexts whose answers were lost are merged ([Model]'s partition) and checked in one
+	// step, as are allocations without it.
+	SetsBitFirst bool `json:"setsBitFirst,omitempty"`
 	// TransientBit says that a refused Allocate set the address's bit and cleared it again before it
 	// returned: our DualWrite allocator reserves the bit, then finds the IPAddress object taken
 	// (an IPAddressOnly peer holds the address) and undoes the reservation. A caller that reads
@@ -238,12 +256,18 @@ const RepairGrace = 59 * time.Second
 
 // WithUndos returns history with the second halves of operations that take two steps, each
 // over the same interval as its first: an Undo after each refused Allocate with
-// Op.TransientBit and each OK Release with Op.ClearsBitLast, and a Delete, with the Release's
-// outcome, after each Release with Op.ClearsBitFirst that is OK or unknown.
+// Op.TransientBit and each OK Release with Op.ClearsBitLast, a Delete, with the Release's
+// outcome, after each Release with Op.ClearsBitFirst that is OK or unknown, and a Create, with
+// the allocation's outcome, after each allocation that [setsBitFirst].
 func WithUndos(history []Op) []Op {
 	out := make([]Op, 0, len(history))
 	for _, op := range history {
 		out = append(out, op)
+		if setsBitFirst(op) {
+			create := op
+			create.Kind, create.Err = Create, ""
+			out = append(out, create)
+		}
 		if (op.TransientBit && op.Kind == Allocate && op.Outcome == Refused) || (op.ClearsBitLast && op.Bitmap && op.Kind == Release && op.Outcome == OK) {
 			undo := op
 			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
@@ -258,6 +282,22 @@ func WithUndos(history []Op) []Op {
 	return out
 }
 
+// setsBitFirst reports whether op is an allocation the model checks in two steps, a bit set for
+// its owner and then its Create (Op.SetsBitFirst): one that is OK, or an Allocate whose outcome
+// is unknown, of a caller that reads the bitmap.
+func setsBitFirst(op Op) bool {
+	if !op.SetsBitFirst || !op.Bitmap {
+		return false
+	}
+	switch op.Kind {
+	case Allocate:
+		return op.Outcome != Refused
+	case AllocateNext:
+		return op.Outcome == OK
+	}
+	return false
+}
+
 func (op Op) String() string {
 	s := op.Kind.String() + "("
 	switch op.Kind {
@@ -270,7 +310,7 @@ func (op Op) String() string {
 		if op.Retains {
 			s += ", retain for " + op.Owner
 		}
-	case Repair, Reserve:
+	case Repair, Reserve, Create:
 		s += op.Addr.String() + ", " + op.Owner
 	case Claim:
 		s += op.Owner
@@ -305,7 +345,9 @@ const free = "(free)"
 // that a caller holds while its operation runs and clears before it returns, in the Undo that
 // follows the operation (Op.TransientBit, Op.ClearsBitLast); nothing else clears it, and an
 // Undo that finds none does not fit, so the Undo cannot come before the step that set the bit
-// and the bit is gone when the operation returns. No mark: the bit is clear. A caller that reads
+// and the bit is gone when the operation returns. "h" + takingBit(o): one that the allocation of
+// owner o set before creating its IPAddress object (Op.SetsBitFirst), which o's Create turns into
+// o's own holding; nothing else clears it. No mark: the bit is clear. A caller that reads
 // the bitmap writes a bit only where it finds it clear; where it is set, it is refused without
 // writing anything.
 //
@@ -319,16 +361,27 @@ const (
 	releasing  = "+releasing"
 )
 
+// takingPrefix starts the mark of a bit set by an allocation for its owner before it creates
+// the IPAddress object ([takingBit]).
+const takingPrefix = "+taking("
+
+// takingBit is the mark of a bit set for owner by an allocation with Op.SetsBitFirst.
+func takingBit(owner string) string { return takingPrefix + owner + ")" }
+
 // holding is one state an address may be in, parsed.
 type holding struct {
 	holder    string // free, or an owner
-	bit       string // who wrote the bit: ownBit, leftBit, stuckBit, pendingBit; "" when it is clear
+	bit       string // who wrote the bit: ownBit, leftBit, stuckBit, pendingBit, a takingBit; "" when it is clear
 	releasing bool   // the holder's Op.ClearsBitFirst release is between its two halves
 }
 
 func parseHolding(e string) holding {
 	var x holding
 	e, x.releasing = strings.CutSuffix(e, releasing)
+	if i := strings.Index(e, takingPrefix); i >= 0 {
+		x.holder, x.bit = e[:i], e[i:]
+		return x
+	}
 	for _, m := range []string{ownBit, stuckBit, leftBit, pendingBit} {
 		if rest, ok := strings.CutSuffix(e, m); ok {
 			e, x.bit = rest, m
@@ -451,6 +504,20 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if mark == pendingBit {
 				next = append(next, with(""))
 			}
+		case op.Kind == Create:
+			switch {
+			case mark == takingBit(op.Owner):
+				if h == free && !x.releasing {
+					next = append(next, op.Owner+ownBit) // the object created where nobody holds one
+				}
+				if op.Outcome != OK {
+					// the create refused, and the bit cleared again (Op.TransientBit), or lost
+					// and the bit kept (Op.LeavesBit)
+					next = append(next, with(""), with(leftBit))
+				}
+			case op.Outcome != OK || h == op.Owner:
+				next = append(next, e) // its first half set no bit, or took the address whole
+			}
 		case op.Kind == Delete:
 			switch {
 			case x.releasing:
@@ -484,6 +551,13 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if leaves && mark != stuckBit { // the IPAddress object deleted, the bit not cleared
 				next = append(next, free+leftBit)
 			}
+		case op.Outcome == OK && setsBitFirst(op): // the bit now, the object in the Create
+			if writes {
+				next = append(next, with(takingBit(op.Owner)))
+			}
+			if fallback != "" {
+				next = append(next, fallback)
+			}
 		case op.Outcome == OK: // Allocate, AllocateNext, Reserve
 			if !held {
 				next = append(next, taken)
@@ -512,6 +586,9 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			}
 			if fallback != "" {
 				next = append(next, fallback)
+			}
+			if writes && setsBitFirst(op) {
+				next = append(next, with(takingBit(op.Owner))) // the object, if ever, in the Create
 			}
 			switch {
 			case !writes:

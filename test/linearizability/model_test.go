@@ -134,6 +134,39 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Ok,
 		},
 		{
+			name:    "an IPAddressOnly caller takes and frees the address between a dual write's bit and its IPAddress object",
+			history: WithUndos(bitBeforeObjectHistory),
+			want:    porcupine.Ok,
+		},
+		{
+			name: "an IPAddressOnly caller holds the IPAddress object throughout a dual write that succeeds",
+			history: func() []Op {
+				h := append([]Op(nil), bitBeforeObjectHistory...)
+				h[3].Call, h[3].Return = 110, 120 // the release comes after the dual write returned
+				return WithUndos(h)
+			}(),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a dual write whose answer was lost sets its bit, and creates its object after an IPAddressOnly caller's release",
+			history: func() []Op {
+				h := append([]Op(nil), bitBeforeObjectHistory...)
+				h[0].Outcome, h[0].Return, h[0].Err = Unknown, 200, "context deadline exceeded"
+				h = append(h, Op{Client: 3, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i2", Call: 110, Return: 120, Outcome: Refused})
+				return WithUndos(h)
+			}(),
+			want: porcupine.Ok,
+		},
+		{
+			name: "a dual write checked in one step cannot have its bit seen before an IPAddressOnly caller takes the address",
+			history: func() []Op {
+				h := append([]Op(nil), bitBeforeObjectHistory...)
+				h[0].SetsBitFirst = false
+				return WithUndos(h)
+			}(),
+			want: porcupine.Illegal,
+		},
+		{
 			name:    "a DualWrite release deletes the IPAddress object before it clears the bit",
 			history: WithUndos(releaseObjectFirstHistory),
 			want:    porcupine.Ok,
@@ -328,6 +361,17 @@ var racingReleaseHistory = []Op{
 // ms): a DualWrite release, slowed by conflicts on the bitmap, deletes the IPAddress object, and
 // an IPAddressOnly process takes and frees the address before the release clears the bit, which
 // meanwhile refuses the address to kube-apiserver and to another DualWrite process.
+// bitBeforeObjectHistory is a DualWrite Allocate (Op.SetsBitFirst) that sets the bit early
+// in its interval and creates the IPAddress object late: kube-apiserver, which reads the bitmap,
+// is refused the address in between, while an IPAddressOnly caller takes it and frees it again.
+// CI saw this in a finish history, with the DualWrite Allocate taking 3 s.
+var bitBeforeObjectHistory = []Op{
+	{Client: 0, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: 0, Return: 100, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true, SetsBitFirst: true},
+	{Client: 1, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "k", Call: 10, Return: 20, Outcome: Refused, Bitmap: true, LeavesBit: true, ClearsBitFirst: true, SetsBitFirst: true},
+	{Client: 2, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 30, Return: 40, Outcome: OK},
+	{Client: 2, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 50, Return: 60, Outcome: OK},
+}
+
 var releaseObjectFirstHistory = []Op{
 	{Client: 1, Process: "dualwrite-0#0", Kind: Allocate, Addr: addrA, Owner: "dualwrite-0-0-1-33", Call: 1308, Return: 1312, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},
 	{Client: 1, Process: "dualwrite-0#0", Kind: Release, Addr: addrA, Call: 3632, Return: 4318, Outcome: OK, Bitmap: true, LeavesBit: true, ClearsBitLast: true},

@@ -214,7 +214,8 @@ func (w worker) run() {
 			continue
 		}
 		op := Op{Client: w.client, Process: w.spec.Name, Bitmap: w.spec.Mode != featuregate.IPAddressOnly.String(),
-			LeavesBit: w.spec.Mode == featuregate.DualWrite.String(), ClearsBitLast: w.spec.Mode == featuregate.DualWrite.String()}
+			LeavesBit: w.spec.Mode == featuregate.DualWrite.String(), ClearsBitLast: w.spec.Mode == featuregate.DualWrite.String(),
+			SetsBitFirst: w.spec.Mode == featuregate.DualWrite.String()}
 		r := w.rng.Float64()
 		switch {
 		case len(held) >= 3 || (len(held) > 0 && r < 0.35):
