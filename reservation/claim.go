@@ -10,7 +10,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
@@ -204,11 +203,7 @@ func (c *Claimer) cooldown(ctx context.Context, ip netip.Addr) time.Duration {
 	if c.cidrs == nil {
 		return 0
 	}
-	cidrs, err := c.cidrs.Lister().List(labels.Everything())
-	if err != nil {
-		return 0
-	}
-	d, err := ReleaseCooldownFor(cidrs, ip)
+	d, err := ReleaseCooldownIn(c.cidrs.Lister(), ip)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Ignoring a release cooldown that does not parse", "ip", ip)
 	}

@@ -7,7 +7,11 @@ import (
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
+
+	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 // AnnotationReleaseCooldown is the ServiceCIDR annotation that holds every address of the
@@ -34,11 +38,17 @@ func ParseReleaseCooldown(value string) (time.Duration, error) {
 	if err != nil {
 		return 0, invalid(fmt.Sprintf("must be a Go duration, such as \"10m\": %v", err))
 	}
-	if d < time.Second || d > maxHold {
-		return 0, invalid("the duration must be between 1s and ten years")
+	if !validHold(d) {
+		return 0, invalid(holdBounds)
 	}
 	return d, nil
 }
+
+// validHold reports whether d is a duration a release policy or a release cooldown may keep an
+// address for: at least one second and at most ten years; holdBounds says so to a user.
+func validHold(d time.Duration) bool { return d >= time.Second && d <= maxHold }
+
+const holdBounds = "the duration must be between 1s and ten years"
 
 // ReleaseCooldownOf returns the release cooldown the annotations of a ServiceCIDR choose: 0
 // without [AnnotationReleaseCooldown], else [ParseReleaseCooldown]'s.
@@ -51,18 +61,18 @@ func ReleaseCooldownOf(annotations map[string]string) (time.Duration, error) {
 }
 
 // ReleaseCooldownFor returns the release cooldown of ip: the longest [AnnotationReleaseCooldown]
-// of the ServiceCIDRs in cidrs whose spec.cidrs contain ip (overlapping ServiceCIDRs may hold one
+// of the ServiceCIDRs in cidrs that can hand ip out (overlapping ServiceCIDRs may share an
 // address), or 0 when none of them has one. A ServiceCIDR whose annotation does not parse counts
 // as having none, and its [*InvalidError], wrapped with the ServiceCIDR's name, is returned
-// beside the cooldown of the others (joined with errors.Join when there are several): the
-// caller reports it and goes on with the cooldown. Nil entries and CIDRs that do not parse are
-// skipped. It costs one pass over cidrs.
+// beside the cooldown of the others (joined with errors.Join when there are several): the caller
+// reports it and goes on with the cooldown. Nil entries and CIDRs that do not parse are skipped.
+// It costs one pass over cidrs.
 func ReleaseCooldownFor(cidrs []*networkingv1.ServiceCIDR, ip netip.Addr) (time.Duration, error) {
 	ip = ip.Unmap()
 	var longest time.Duration
 	var errs []error
 	for _, sc := range cidrs {
-		if sc == nil || !containsAddr(sc.Spec.CIDRs, ip) {
+		if sc == nil || !containsAddr(sc, ip) {
 			continue
 		}
 		d, err := ReleaseCooldownOf(sc.Annotations)
@@ -75,14 +85,28 @@ func ReleaseCooldownFor(cidrs []*networkingv1.ServiceCIDR, ip netip.Addr) (time.
 	return longest, errors.Join(errs...)
 }
 
-// containsAddr reports whether one of the prefixes cidrs spells contains ip.
-func containsAddr(cidrs []string, ip netip.Addr) bool {
-	for _, s := range cidrs {
-		if p, err := netip.ParsePrefix(s); err == nil && p.Contains(ip) {
+// containsAddr reports whether a prefix of sc's spec.cidrs can hand ip out: ip is in it and is
+// neither its network address nor, for IPv4, its broadcast address.
+func containsAddr(sc *networkingv1.ServiceCIDR, ip netip.Addr) bool {
+	for _, s := range sc.Spec.CIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil && ipmath.Usable(p.Masked(), ip) {
 			return true
 		}
 	}
 	return false
+}
+
+// ReleaseCooldownIn returns [ReleaseCooldownFor] ip over every ServiceCIDR lister holds, such as
+// a ServiceCIDR informer's: 0 and no error for a nil lister.
+func ReleaseCooldownIn(lister networkingv1listers.ServiceCIDRLister, ip netip.Addr) (time.Duration, error) {
+	if lister == nil {
+		return 0, nil
+	}
+	cidrs, err := lister.List(labels.Everything())
+	if err != nil {
+		return 0, fmt.Errorf("reservation: list ServiceCIDRs: %w", err)
+	}
+	return ReleaseCooldownFor(cidrs, ip)
 }
 
 // KeptOnDelete returns the reservation ip, a ClusterIP of the Service svc deleted at now, becomes

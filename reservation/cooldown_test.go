@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -98,18 +99,39 @@ func TestReleaseCooldownFor(t *testing.T) {
 		{ip: "10.97.0.5", want: time.Minute, wantBad: true},
 		{ip: "10.98.0.5", want: 0, wantBad: true},
 		{ip: "10.99.0.5", want: 0},
+		{ip: "::ffff:10.97.0.20", want: 3 * time.Second, wantBad: true}, // read unmapped
+		{ip: "10.97.0.15", want: 3 * time.Second, wantBad: true},        // cooler's broadcast address: cooler cannot hand it out
+		{ip: "10.97.0.0", want: 0},                                      // the network address of all three
 	}
+	lister := func() networkingv1listers.ServiceCIDRLister {
+		idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+		for _, sc := range cidrs {
+			if sc != nil {
+				if err := idx.Add(sc); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return networkingv1listers.NewServiceCIDRLister(idx)
+	}()
 	for _, tt := range tests {
 		t.Run(tt.ip, func(t *testing.T) {
+			fromLister, listerErr := reservation.ReleaseCooldownIn(lister, netip.MustParseAddr(tt.ip))
+			var ie *reservation.InvalidError
+			if fromLister != tt.want || errors.As(listerErr, &ie) != tt.wantBad {
+				t.Errorf("ReleaseCooldownIn(%s) = %v, %v; want %v, an *InvalidError: %v", tt.ip, fromLister, listerErr, tt.want, tt.wantBad)
+			}
 			got, err := reservation.ReleaseCooldownFor(cidrs, netip.MustParseAddr(tt.ip))
 			if got != tt.want {
 				t.Errorf("ReleaseCooldownFor(%s) = %v, want %v", tt.ip, got, tt.want)
 			}
-			var ie *reservation.InvalidError
 			if bad := errors.As(err, &ie); bad != tt.wantBad || (bad && (!strings.Contains(err.Error(), "ServiceCIDR bad") || ie.Value != "soon")) {
 				t.Errorf("ReleaseCooldownFor(%s) error = %v, want an *InvalidError of ServiceCIDR bad: %v", tt.ip, err, tt.wantBad)
 			}
 		})
+	}
+	if d, err := reservation.ReleaseCooldownIn(nil, netip.MustParseAddr("10.97.0.20")); d != 0 || err != nil {
+		t.Errorf("ReleaseCooldownIn(nil lister) = %v, %v; want 0, nil", d, err)
 	}
 }
 

@@ -72,8 +72,8 @@ func ParseReleasePolicy(value string) (ReleasePolicy, error) {
 	if err != nil {
 		return ReleasePolicy{}, invalid(fmt.Sprintf("the duration after \"Retain/\" does not parse: %v", err))
 	}
-	if dur < time.Second || dur > maxHold {
-		return ReleasePolicy{}, invalid("the duration must be between 1s and ten years")
+	if !validHold(dur) {
+		return ReleasePolicy{}, invalid(holdBounds)
 	}
 	return ReleasePolicy{Retain: true, For: dur}, nil
 }

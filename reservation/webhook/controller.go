@@ -13,7 +13,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1informers "k8s.io/client-go/informers/core/v1"
@@ -233,11 +232,7 @@ func (c *Controller) cooldown(ip netip.Addr) time.Duration {
 	if c.cidrs == nil {
 		return 0
 	}
-	cidrs, err := c.cidrs.Lister().List(labels.Everything())
-	if err != nil {
-		return 0
-	}
-	d, err := reservation.ReleaseCooldownFor(cidrs, ip)
+	d, err := reservation.ReleaseCooldownIn(c.cidrs.Lister(), ip)
 	if err != nil {
 		klog.Background().Error(err, "Ignoring a release cooldown that does not parse", "controller", ControllerName, "ip", ip)
 	}
