@@ -61,6 +61,7 @@ const claimTTL = 5 * time.Minute
 type pendingClaims struct {
 	mu     sync.Mutex
 	claims map[netip.Addr]pendingClaim
+	pruned time.Time // when claims older than claimTTL were last forgotten
 }
 
 // pendingClaim is the undo of one claim and when it was made.
@@ -69,7 +70,8 @@ type pendingClaim struct {
 	at   time.Time
 }
 
-// add remembers undo for ip, forgetting claims older than claimTTL.
+// add remembers undo for ip. Once per claimTTL it forgets the claims older than claimTTL, so that
+// a claim costs O(1) however many were made within the last claimTTL.
 func (p *pendingClaims) add(ip netip.Addr, undo func(context.Context) error) {
 	now := time.Now()
 	p.mu.Lock()
@@ -77,15 +79,19 @@ func (p *pendingClaims) add(ip netip.Addr, undo func(context.Context) error) {
 	if p.claims == nil {
 		p.claims = map[netip.Addr]pendingClaim{}
 	}
-	for a, c := range p.claims {
-		if now.Sub(c.at) > claimTTL {
-			delete(p.claims, a)
+	if now.Sub(p.pruned) > claimTTL {
+		for a, c := range p.claims {
+			if now.Sub(c.at) > claimTTL {
+				delete(p.claims, a)
+			}
 		}
+		p.pruned = now
 	}
 	p.claims[ip] = pendingClaim{undo: undo, at: now}
 }
 
-// take returns and forgets the undo of the claim of ip, nil if there is none.
+// take returns and forgets the undo of the claim of ip, nil if there is none or it is older than
+// claimTTL.
 func (p *pendingClaims) take(ip netip.Addr) func(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -94,6 +100,9 @@ func (p *pendingClaims) take(ip netip.Addr) func(context.Context) error {
 		return nil
 	}
 	delete(p.claims, ip)
+	if time.Since(c.at) > claimTTL {
+		return nil
+	}
 	return c.undo
 }
 
