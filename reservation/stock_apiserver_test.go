@@ -34,9 +34,12 @@ import (
 const stockRange = "10.96.0.0/28"
 
 // stockReleases are the stock releases the tests run and the feature gates that put each in
-// IPAddressOnly mode: v1.37.2 is in it by default; v1.33.13 runs dual write by default.
+// IPAddressOnly mode: v1.35.4 and later are in it by default; v1.33.13 runs dual write by
+// default. v1.35.4 and v1.36.3 run where their build is at hand (testenv.StockKubeAPIServer).
 var stockReleases = []struct{ release, gates string }{
 	{"v1.37.2", ""},
+	{"v1.36.3", ""},
+	{"v1.35.4", ""},
 	{"v1.33.13", "DisableAllocatorDualWrite=true"},
 }
 
@@ -49,15 +52,17 @@ type stockCluster struct {
 }
 
 // startStock starts kube-apiserver release with gates on a fresh etcd and waits until it has
-// allocated its own Service's address and created its ServiceCIDR. It skips t in -short mode.
+// allocated its own Service's address and created its ServiceCIDR. It skips t in -short mode,
+// and when there is no build of release at hand (testenv.SkipWithoutStock).
 func startStock(t *testing.T, release, gates string) *stockCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
+	bin := testenv.SkipWithoutStock(t, release)
 	start := time.Now()
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{
-		Release: release, ServiceClusterIPRange: stockRange, FeatureGates: gates})
+		Binary: bin, ServiceClusterIPRange: stockRange, FeatureGates: gates})
 	sc := &stockCluster{api: api.Client, kubeIP: testenv.WaitForKubernetesService(t, api.Client)}
 	testenv.WaitFor(t, "the ServiceCIDR kubernetes", func() bool {
 		_, err := api.Client.NetworkingV1().ServiceCIDRs().Get(context.Background(), "kubernetes", metav1.GetOptions{})
@@ -108,7 +113,7 @@ func (sc *stockCluster) snapshot(t *testing.T) []string {
 }
 
 // TestStockKubeAPIServerHonoursReservations reserves 5 of the 13 free addresses of a /28 on
-// stock kube-apiserver v1.37.2 and v1.33.13, both in IPAddressOnly mode, and checks what the
+// stock kube-apiserver of each of stockReleases, in IPAddressOnly mode, and checks what the
 // package doc says of them: refusals change nothing, a Service asking for a reserved address is
 // refused with 422, dynamic allocation hands out the other 8 and then answers that the range is
 // full, and a released address is allocated again.

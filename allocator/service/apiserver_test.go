@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kube-ipam/clusterip/internal/localcluster"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
@@ -57,49 +54,20 @@ func hasLegacyRun(release string) bool {
 	return slices.ContainsFunc(stockRuns(release), func(r stockRun) bool { return r.legacy })
 }
 
-// builtReleases are the releases whose stock kube-apiserver the tests build when it is missing,
-// as they build testenv.KubeAPIServerVersion's: CI builds v1.37.2 before the tests. The others'
-// matrices are checked where their binary is at hand.
-var builtReleases = []string{testenv.KubeAPIServerVersion, "v1.37.2"}
-
-// stockBinary returns the stock kube-apiserver of release and whether there is one: the binary
-// $CLUSTERIP_KUBE_APISERVER_V1_<minor> names (localcluster.KubeAPIServerReleaseEnv), else the
-// build of builtReleases (made if missing), else the cached build of
-// "go run ./internal/localcluster/cmd/build-kube-apiserver -release <release>" if there is one.
-func stockBinary(t *testing.T, release string) (string, bool) {
-	t.Helper()
-	_, set := os.LookupEnv(localcluster.KubeAPIServerReleaseEnv(release))
-	if !set && !slices.Contains(builtReleases, release) {
-		if _, err := os.Stat(filepath.Join("..", "..", ".cache", "kube-apiserver-"+release, "kube-apiserver")); err != nil {
-			return "", false
-		}
-	}
-	bin, err := localcluster.KubeAPIServerReleaseBinary(context.Background(), release)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin, true
-}
-
 // TestServiceMatrixKubeAPIServer runs every case of each release's Service matrix against a real
 // stock kube-apiserver of that release per cluster shape, one at a time, in its default mode and
 // in Legacy mode where the release runs it (see stockRuns), and checks that it answers what the
 // matrix expects: results, status codes, reasons, field paths and texts. With -update-matrix it
 // records the answers into the release's matrix instead: the default mode's, and the Legacy
 // mode's texts where they differ (its results must not). A release not in
-// builtReleases runs where its binary is at hand (see stockBinary).
+// those the tests build runs where its binary is at hand (see testenv.StockKubeAPIServer).
 func TestServiceMatrixKubeAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
 	for _, release := range matrixReleases {
 		t.Run(release, func(t *testing.T) {
-			binary, ok := stockBinary(t, release)
-			if !ok {
-				t.Skipf("no stock kube-apiserver %s: build it with go run ./internal/localcluster/cmd/build-kube-apiserver -release %s, or set $%s",
-					release, release, localcluster.KubeAPIServerReleaseEnv(release))
-			}
-			testStockMatrix(t, release, binary)
+			testStockMatrix(t, release, testenv.SkipWithoutStock(t, release))
 		})
 	}
 }

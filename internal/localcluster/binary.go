@@ -130,17 +130,30 @@ func stockModuleDir(root, release string) string {
 // also fails if the repository root cannot be found. It is for callers that
 // use a kube-apiserver only when one is at hand, such as "clusterip bench".
 func CachedKubeAPIServerBinary() (string, error) {
-	if p, set, err := envBinary(KubeAPIServerVersion); set {
+	return CachedKubeAPIServerReleaseBinary(KubeAPIServerVersion)
+}
+
+// CachedKubeAPIServerReleaseBinary returns the path of the stock kube-apiserver binary of
+// release that [KubeAPIServerReleaseBinary] would return, if it exists, without ever building
+// it, as [CachedKubeAPIServerBinary] does for [KubeAPIServerVersion]: the binary the environment
+// names, else <repo root>/.cache/kube-apiserver-<release>/kube-apiserver. A missing file gives an
+// error that matches [os.ErrNotExist] and says how to build it.
+func CachedKubeAPIServerReleaseBinary(release string) (string, error) {
+	release, err := checkRelease(release)
+	if err != nil {
+		return "", err
+	}
+	if p, set, err := envBinary(release); set {
 		return p, err
 	}
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := cachedBinary(filepath.Join(root, ".cache"))
+	bin := cachedReleaseBinary(filepath.Join(root, ".cache"), release)
 	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("localcluster: kube-apiserver %s is not built yet (the first test run builds it, as does go run ./internal/localcluster/cmd/build-kube-apiserver): %w",
-			KubeAPIServerVersion, err)
+		return "", fmt.Errorf("localcluster: kube-apiserver %s is not built yet (go run ./internal/localcluster/cmd/build-kube-apiserver -release %s builds it): %w",
+			release, release, err)
 	}
 	return bin, nil
 }

@@ -2,6 +2,9 @@ package testenv
 
 import (
 	"context"
+	"errors"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,4 +81,44 @@ func NewKubeAPIServer(t testing.TB, etcd *Etcd, opts KubeAPIServerOptions) *Kube
 		}
 	})
 	return s
+}
+
+// builtReleases are the releases whose stock kube-apiserver the tests build when it is missing
+// (CI builds both before the tests); the tests of the other releases run where a build is at hand.
+var builtReleases = []string{KubeAPIServerVersion, "v1.37.2"}
+
+// StockKubeAPIServer returns the stock kube-apiserver binary of release and whether there is
+// one: the binary the environment names (localcluster.KubeAPIServerReleaseEnv), else the build of
+// a release the tests build (made if missing), else the cached build of
+// "go run ./internal/localcluster/cmd/build-kube-apiserver -release <release>" if there is one.
+// A test skips a release without one and says how to build it (SkipWithoutStock).
+func StockKubeAPIServer(t testing.TB, release string) (string, bool) {
+	t.Helper()
+	if !slices.Contains(builtReleases, release) {
+		bin, err := localcluster.CachedKubeAPIServerReleaseBinary(release)
+		if errors.Is(err, os.ErrNotExist) {
+			return "", false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bin, true
+	}
+	bin, err := localcluster.KubeAPIServerReleaseBinary(context.Background(), release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, true
+}
+
+// SkipWithoutStock returns StockKubeAPIServer's binary of release, and skips t, saying how to
+// build one, when there is none.
+func SkipWithoutStock(t testing.TB, release string) string {
+	t.Helper()
+	bin, ok := StockKubeAPIServer(t, release)
+	if !ok {
+		t.Skipf("no stock kube-apiserver %s: build it with go run ./internal/localcluster/cmd/build-kube-apiserver -release %s, or set $%s",
+			release, release, localcluster.KubeAPIServerReleaseEnv(release))
+	}
+	return bin
 }
