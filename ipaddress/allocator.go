@@ -63,6 +63,8 @@ type Allocator struct {
 
 	staleEvents uint64 // informer events ignored as older than an assumed write (for tests and logs)
 	events      uint64 // informer events of the range taken by the handler (for tests)
+
+	full fullLists // the Lists that confirm a full index, shared by the callers that find it full
 }
 
 // New returns an Allocator for cidr that reads IPAddress objects from informer and writes them with
@@ -243,8 +245,9 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocator
 // band it starts at a random offset and takes the next free one, wrapping around. If the address
 // turns out to exist already (the informer had not shown it yet), AllocateNext marks it allocated
 // and picks another. Once the index has no free address left, it reads the IPAddress objects from
-// the API server in one consistent List and tries the addresses the List shows free (deletes the
-// informer has not shown yet); it returns the zero Addr and allocator.ErrFull only when none is.
+// the API server in one consistent List, started after the call and shared with the other callers
+// waiting for it, and tries the addresses the List shows free (deletes the informer has not shown
+// yet); it returns the zero Addr and allocator.ErrFull only when none is.
 // So ErrFull means the range was full during the call, not that the informer was behind. Any
 // other API error is returned at once, wrapped with %w, as are ctx's errors; allocator.ErrNotReady
 // while not Ready; an *allocator.OwnerError, before any API call, for an owner without a Resource
@@ -253,6 +256,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (ne
 	if err := allocator.CheckOwner(owner); err != nil {
 		return netip.Addr{}, err
 	}
+	called := time.Now()
 	logger := klog.FromContext(ctx)
 	for attempt := uint64(0); attempt < a.size; attempt++ {
 		if err := a.readyErr(); err != nil {
@@ -263,7 +267,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocator.Owner) (ne
 		}
 		off, wait, ok := a.pickAndBegin()
 		if !ok {
-			return a.allocateUnseen(ctx, owner)
+			return a.allocateUnseen(ctx, owner, called)
 		}
 		if wait != nil {
 			// The picked address has a Release in flight; see how it ends, then pick again.

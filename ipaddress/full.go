@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +23,8 @@ import (
 // yet, a handful at most.
 const maxUnseen = 16
 
-// allocateUnseen is AllocateNext's last step once the index has no free address. The index
+// allocateUnseen is AllocateNext's last step once the index has no free address, for a call made
+// at called. The index
 // follows an informer, which may not have shown another writer's delete yet, so the range may
 // have a free address the index calls allocated; answering ErrFull from it would refuse a create
 // while an address is free. allocateUnseen reads every IPAddress object in one consistent List
@@ -29,9 +32,10 @@ const maxUnseen = 16
 // does not show, dynamic band first. It returns allocator.ErrFull only when the List shows every
 // address of the range or each address tried turned out to exist: the range was full, address by
 // address, at an instant of the call. An error of the List is returned wrapped, not as ErrFull,
-// since it tells nothing of the range.
-func (a *Allocator) allocateUnseen(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
-	held, err := a.listOffsets(ctx)
+// since it tells nothing of the range. Callers that find the index full at once share Lists
+// (heldSince), so a full range costs the API server one List at a time, not one per create.
+func (a *Allocator) allocateUnseen(ctx context.Context, owner allocator.Owner, called time.Time) (netip.Addr, error) {
+	held, err := a.heldSince(ctx, called)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("ipaddress: %s looks full; confirming it: %w", a.cidr, err)
 	}
@@ -56,6 +60,64 @@ func (a *Allocator) allocateUnseen(ctx context.Context, owner allocator.Owner) (
 		return netip.Addr{}, fmt.Errorf("ipaddress: create IPAddress %s: %w", ip, err)
 	}
 	return netip.Addr{}, allocator.ErrFull
+}
+
+// fullLists coalesces the Lists that confirm a full index: at most one is in flight, and every
+// caller that waits for it and was called no later than it started uses its result.
+type fullLists struct {
+	mu      sync.Mutex
+	flight  *listFlight // the List in flight; nil if none
+	lists   uint64      // Lists started (for tests and logs)
+	waiting int         // callers waiting for a List another caller started (for tests)
+}
+
+// listFlight is one List of fullLists: when it started, and, once done is closed, what it read.
+type listFlight struct {
+	start time.Time
+	done  chan struct{}
+	held  []uint64 // shared by every caller that uses it: read only
+	err   error
+}
+
+// heldSince returns listOffsets' offsets as read by a List that started at or after since, so
+// that what it shows held was held at an instant after since. It starts that List, or waits for
+// the one in flight: if that one started before since, or failed, it then starts or joins the
+// next. The error is that of the caller's own List, or ctx's.
+func (a *Allocator) heldSince(ctx context.Context, since time.Time) ([]uint64, error) {
+	fl := &a.full
+	for {
+		fl.mu.Lock()
+		f := fl.flight
+		if f == nil {
+			f = &listFlight{start: time.Now(), done: make(chan struct{})}
+			fl.flight = f
+			fl.lists++
+			fl.mu.Unlock()
+			f.held, f.err = a.listOffsets(ctx)
+			fl.mu.Lock()
+			fl.flight = nil
+			fl.mu.Unlock()
+			close(f.done)
+			return f.held, f.err
+		}
+		fl.waiting++
+		fl.mu.Unlock()
+		var err error
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		fl.mu.Lock()
+		fl.waiting--
+		fl.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if f.err == nil && !f.start.Before(since) {
+			return f.held, nil
+		}
+	}
 }
 
 // listOffsets returns, sorted, the offsets of the range that have an IPAddress object, read in

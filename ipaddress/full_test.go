@@ -3,15 +3,21 @@ package ipaddress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/allocator/allocatortest"
+	"github.com/kube-ipam/clusterip/internal/testenv"
 )
 
 // A range is full when the API server holds an object for each of its addresses, not when the
@@ -131,4 +137,112 @@ func TestUnseen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listGate intercepts the fake clientset's IPAddress Lists once armed: each reads the tracker
+// when it is called, then waits for release before it answers what it read, as a List the API
+// server has served but not yet delivered. It counts the Lists it saw.
+type listGate struct {
+	armed   atomic.Bool
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func newListGate(f *fixture) *listGate {
+	g := &listGate{release: make(chan struct{})}
+	tracker := f.client.Tracker()
+	f.client.PrependReactor("list", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if !g.armed.Load() {
+			return false, nil, nil
+		}
+		g.calls.Add(1)
+		obj, err := tracker.List(action.GetResource(), action.(k8stesting.ListActionImpl).GetKind(), "")
+		<-g.release
+		return true, obj, err
+	})
+	return g
+}
+
+// Callers that find the index full share the List that confirms it: one that started before a
+// caller was called is not used by that caller, which waits for the next one, so a caller never
+// answers ErrFull from what the server held before it was called.
+func TestFullIndexListsAreShared(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.250.7.0/27")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		ip  netip.Addr
+		err error
+	}
+	call := func(a *Allocator) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			ip, err := a.AllocateNext(ctx, testOwner)
+			ch <- result{ip, err}
+		}()
+		return ch
+	}
+	waiting := func(t *testing.T, a *Allocator, n int) {
+		t.Helper()
+		testenv.WaitFor(t, fmt.Sprintf("%d callers waiting for the List in flight", n), func() bool {
+			a.full.mu.Lock()
+			defer a.full.mu.Unlock()
+			return a.full.waiting == n
+		})
+	}
+
+	t.Run("callers that come while a List is in flight share the next one", func(t *testing.T) {
+		g := newEventGate(cidr)
+		f := newFixture(t, cidr, fixtureOptions{gate: g})
+		allocatortest.Fill(t, ctx, f.a, testOwner)
+		lists := newListGate(f)
+		lists.armed.Store(true)
+		first := call(f.a)
+		testenv.WaitFor(t, "the first List", func() bool { return lists.calls.Load() == 1 })
+		const later = 7
+		var results []<-chan result
+		for range later {
+			results = append(results, call(f.a))
+		}
+		waiting(t, f.a, later)
+		close(lists.release) // every List answers at once from now on
+		for i, ch := range append(results, first) {
+			if r := <-ch; !errors.Is(r.err, allocator.ErrFull) {
+				t.Errorf("caller %d: AllocateNext() = %v, %v; want ErrFull", i, r.ip, r.err)
+			}
+		}
+		if got := lists.calls.Load(); got != 2 {
+			t.Errorf("%d Lists for %d callers of a full index, want 2: the first caller's, and one the %d later callers share", got, later+1, later)
+		}
+	})
+
+	t.Run("a List that started before the call is not used", func(t *testing.T) {
+		g := newEventGate(cidr)
+		f := newFixture(t, cidr, fixtureOptions{gate: g})
+		allocatortest.Fill(t, ctx, f.a, testOwner)
+		g.Hold()
+		lists := newListGate(f)
+		lists.armed.Store(true)
+		early := call(f.a) // its List reads a full range
+		testenv.WaitFor(t, "the first List", func() bool { return lists.calls.Load() == 1 })
+		freed := netip.MustParseAddr("10.250.7.20")
+		// Straight to the tracker: the fake runs one action at a time, and the List holds it.
+		gvr := networkingv1.SchemeGroupVersion.WithResource("ipaddresses")
+		if err := f.client.Tracker().Delete(gvr, "", freed.String()); err != nil {
+			t.Fatalf("another writer's delete of %s: %v", freed, err)
+		}
+		late := call(f.a) // called after the delete, behind the held informer
+		waiting(t, f.a, 1)
+		close(lists.release)
+		if r := <-early; !errors.Is(r.err, allocator.ErrFull) {
+			t.Errorf("the caller whose List read the range full: AllocateNext() = %v, %v; want ErrFull", r.ip, r.err)
+		}
+		if r := <-late; r.err != nil || r.ip != freed {
+			t.Errorf("the caller that came after the delete: AllocateNext() = %v, %v; want %v", r.ip, r.err, freed)
+		}
+		if got := lists.calls.Load(); got != 2 {
+			t.Errorf("%d Lists, want 2", got)
+		}
+		g.Open()
+	})
 }
