@@ -140,8 +140,8 @@ func TestUnseen(t *testing.T) {
 }
 
 // listGate intercepts the fake clientset's IPAddress Lists once armed: each reads the tracker
-// when it is called, then waits for release before it answers what it read, as a List the API
-// server has served but not yet delivered. It counts the Lists it saw.
+// when it is called, then waits for a value on release (or release closed) before it answers what
+// it read, as a List the API server has served but not yet delivered. It counts the Lists it saw.
 type listGate struct {
 	armed   atomic.Bool
 	calls   atomic.Int32
@@ -205,6 +205,12 @@ func TestFullIndexListsAreShared(t *testing.T) {
 			results = append(results, call(f.a))
 		}
 		waiting(t, f.a, later)
+		lists.release <- struct{}{} // the first List answers; one later caller starts the next
+		testenv.WaitFor(t, "the second List, and the other later callers waiting for it", func() bool {
+			f.a.full.mu.Lock()
+			defer f.a.full.mu.Unlock()
+			return lists.calls.Load() == 2 && f.a.full.waiting == later-1
+		})
 		close(lists.release) // every List answers at once from now on
 		for i, ch := range append(results, first) {
 			if r := <-ch; !errors.Is(r.err, allocator.ErrFull) {
