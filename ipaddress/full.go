@@ -24,10 +24,9 @@ import (
 const maxUnseen = 16
 
 // allocateUnseen is AllocateNext's last step once the index has no free address, for a call made
-// at called. The index
-// follows an informer, which may not have shown another writer's delete yet, so the range may
-// have a free address the index calls allocated; answering ErrFull from it would refuse a create
-// while an address is free. allocateUnseen reads every IPAddress object in one consistent List
+// at called. The index follows an informer, which may not have shown another writer's delete
+// yet, so the range may have a free address the index calls allocated; answering ErrFull from it
+// would refuse a create while an address is free. allocateUnseen reads every IPAddress object in one consistent List
 // (from the API server, never from a cache) and tries to create the addresses of the range it
 // does not show, dynamic band first. It returns allocator.ErrFull only when the List shows every
 // address of the range or each address tried turned out to exist: the range was full, address by
@@ -67,7 +66,6 @@ func (a *Allocator) allocateUnseen(ctx context.Context, owner allocator.Owner, c
 type fullLists struct {
 	mu      sync.Mutex
 	flight  *listFlight // the List in flight; nil if none
-	lists   uint64      // Lists started (for tests and logs)
 	waiting int         // callers waiting for a List another caller started (for tests)
 }
 
@@ -91,7 +89,6 @@ func (a *Allocator) heldSince(ctx context.Context, since time.Time) ([]uint64, e
 		if f == nil {
 			f = &listFlight{start: time.Now(), done: make(chan struct{})}
 			fl.flight = f
-			fl.lists++
 			fl.mu.Unlock()
 			f.held, f.err = a.listOffsets(ctx)
 			fl.mu.Lock()

@@ -94,7 +94,8 @@ var builtReleases = []string{KubeAPIServerVersion, "v1.37.2"}
 // A test skips a release without one and says how to build it (SkipWithoutStock).
 func StockKubeAPIServer(t testing.TB, release string) (string, bool) {
 	t.Helper()
-	if !slices.Contains(builtReleases, release) {
+	_, named := os.LookupEnv(localcluster.KubeAPIServerReleaseEnv(release))
+	if !named && !slices.Contains(builtReleases, release) {
 		bin, err := localcluster.CachedKubeAPIServerReleaseBinary(release)
 		if errors.Is(err, os.ErrNotExist) {
 			return "", false
