@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -251,4 +254,57 @@ func TestFullIndexListsAreShared(t *testing.T) {
 		}
 		g.Open()
 	})
+}
+
+// listCounter is an http.RoundTripper that counts the IPAddress Lists (not watches) going
+// through it once armed, and the most that were in flight at once.
+type listCounter struct {
+	next                  http.RoundTripper
+	armed                 atomic.Bool
+	lists, inFlight, most atomic.Int32
+}
+
+func (c *listCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	isList := req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/ipaddresses") && req.URL.Query().Get("watch") == ""
+	if !isList || !c.armed.Load() {
+		return c.next.RoundTrip(req)
+	}
+	c.lists.Add(1)
+	n := c.inFlight.Add(1)
+	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+	}
+	defer c.inFlight.Add(-1)
+	return c.next.RoundTrip(req) // in flight until its response headers arrive
+}
+
+// On a real kube-apiserver, callers that find a full index at the same time never have two Lists
+// in flight: they share the one that confirms the range full, and each answers ErrFull.
+func TestFullIndexListsAreSharedOnKubeAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := *apiServer(t)
+	counter := &listCounter{}
+	s.Config = rest.CopyConfig(s.Config)
+	s.Config.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	cidr := netip.MustParsePrefix("10.250.9.0/27")
+	a := realAllocator(t, &s, cidr)
+	allocatortest.Fill(t, ctx, a, testOwner)
+	counter.armed.Store(true)
+	const callers = 8
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			_, err := a.AllocateNext(ctx, testOwner)
+			errs <- err
+		}()
+	}
+	for range callers {
+		if err := <-errs; !errors.Is(err, allocator.ErrFull) {
+			t.Errorf("AllocateNext() on a full range = %v, want ErrFull", err)
+		}
+	}
+	if most := counter.most.Load(); most != 1 {
+		t.Errorf("%d IPAddress Lists in flight at once, want 1", most)
+	}
+	t.Logf("%d callers of a full %v: %d Lists", callers, cidr, counter.lists.Load())
 }
