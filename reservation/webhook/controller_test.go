@@ -170,6 +170,10 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			fake.WaitWatching(t, "services")
 			if !tt.noCIDRs {
 				fake.WaitWatching(t, "servicecidrs")
+				// Watching is not synced: the ServiceCIDR reaches the lister only when the
+				// informer has popped its list, which on a loaded machine can be after the
+				// Service's delete is handled (no cooldown then, nothing queued, nothing counted).
+				factory.WaitForCacheSync(ctx.Done())
 			}
 			if err := fake.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
