@@ -54,12 +54,15 @@ type ControllerOptions struct {
 	ServiceCIDRs networkingv1informers.ServiceCIDRInformer
 }
 
-// retainItem is one address of a deleted Service to keep as a reservation.
+// retainItem is one address of a deleted Service that may be kept as a reservation: its release
+// policy and when the delete was seen. Whether and until when it is kept ([reservation.KeptOnDelete])
+// is decided by the worker, once the ServiceCIDR informer has synced, so that a delete seen
+// before the ServiceCIDRs are loaded (just after a restart) still gets its release cooldown.
 type retainItem struct {
 	For     types.NamespacedName
 	Addr    netip.Addr
-	Expires time.Time // the zero Time for no end
-	Reason  string
+	Policy  reservation.ReleasePolicy
+	Deleted time.Time
 }
 
 // Controller turns the ClusterIPs of a deleted Service whose release policy is Retain, or whose
@@ -124,14 +127,19 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 }
 
 // Run handles deleted Services with workers goroutines (at least one) until ctx is done, after
-// the informer's handler has synced; it returns nil then.
+// the Service informer's handler and the ServiceCIDR informer, if any, have synced; it returns
+// nil then.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger := klog.FromContext(ctx).WithValues("controller", ControllerName)
 	ctx = klog.NewContext(ctx, logger)
 	defer c.queue.ShutDown()
 	stop := context.AfterFunc(ctx, c.queue.ShutDown)
 	defer stop()
-	if !cache.WaitForCacheSync(ctx.Done(), c.reg.HasSynced) {
+	synced := []cache.InformerSynced{c.reg.HasSynced}
+	if c.cidrs != nil {
+		synced = append(synced, c.cidrs.Informer().HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
 	}
 	done := make(chan struct{})
@@ -202,9 +210,8 @@ func (c *Controller) observe(old, obj any) {
 	}
 }
 
-// deleted queues each ClusterIP of a deleted Service that its release policy or the release
-// cooldown of its ServiceCIDR keeps (see [reservation.KeptOnDelete]), with the end counted from
-// now.
+// deleted queues each ClusterIP of a deleted Service whose release-policy annotation parses, with
+// the time of the delete, from which the end of what it keeps is counted.
 func (c *Controller) deleted(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -220,9 +227,7 @@ func (c *Controller) deleted(obj any) {
 	now := c.now()
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	for _, ip := range clusterIPs(svc) {
-		if r, ok := reservation.KeptOnDelete(key, ip, policy, c.cooldown(ip), now); ok {
-			c.queue.Add(retainItem{For: r.For, Addr: r.Addr, Expires: r.Expires, Reason: r.Reason})
-		}
+		c.queue.Add(retainItem{For: key, Addr: ip, Policy: policy, Deleted: now})
 	}
 }
 
@@ -259,7 +264,10 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 // then creates the reservation. Another holder (of another parent) is a lost window: counted,
 // logged and not retried.
 func (c *Controller) retain(ctx context.Context, item retainItem) error {
-	r := reservation.Reservation{Addr: item.Addr, For: item.For, Expires: item.Expires, Reason: item.Reason}
+	r, ok := reservation.KeptOnDelete(item.For, item.Addr, item.Policy, c.cooldown(item.Addr), item.Deleted)
+	if !ok {
+		return nil // released: neither Retain nor a release cooldown
+	}
 	want, err := reservation.ObjectFor(r)
 	if err != nil {
 		return &permanentError{err}
@@ -303,7 +311,7 @@ func (c *Controller) retain(ctx context.Context, item retainItem) error {
 	_, err = c.client.Create(ctx, want, metav1.CreateOptions{})
 	switch {
 	case err == nil:
-		logger.V(2).Info("Retained the address of a deleted Service", "expires", item.Expires)
+		logger.V(2).Info("Retained the address of a deleted Service", "expires", r.Expires)
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		obj, getErr := c.client.Get(ctx, want.Name, metav1.GetOptions{})

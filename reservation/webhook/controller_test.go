@@ -209,3 +209,54 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerKeepsACooldownForADeleteSeenBeforeServiceCIDRsLoad is the restart of the
+// webhook's controller: a Service's delete arrives before the ServiceCIDR informer has loaded
+// (here, before it has started at all); the address is still kept for its ServiceCIDR's release
+// cooldown, counted from the delete, once the ServiceCIDRs are known.
+func TestControllerKeepsACooldownForADeleteSeenBeforeServiceCIDRsLoad(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	svc := testenv.ClusterIPService("web", "10.96.0.20")
+	svc.Spec.ClusterIPs = []string{"10.96.0.20"}
+	sc := testenv.ServiceCIDR("kubernetes", "10.96.0.0/24")
+	sc.Annotations = map[string]string{reservation.AnnotationReleaseCooldown: "1m"}
+	fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{svc, sc}})
+	services := informers.NewSharedInformerFactory(fake, 0)
+	cidrs := informers.NewSharedInformerFactory(fake, 0)
+	c, err := webhook.NewController(fake, services.Core().V1().Services(), webhook.ControllerOptions{
+		ServiceCIDRs: cidrs.Networking().V1().ServiceCIDRs(), ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond,
+		Now: func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	services.Start(ctx.Done())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx, 1) }()
+	defer func() { cancel(); <-done; services.Shutdown(); cidrs.Shutdown() }()
+	services.WaitForCacheSync(ctx.Done())
+	fake.WaitWatching(t, "services")
+	if err := fake.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the Service's delete to reach the informer", func() bool {
+		_, err := services.Core().V1().Services().Lister().Services("default").Get("web")
+		return err != nil
+	})
+	cidrs.Start(ctx.Done())
+	var r reservation.Reservation
+	testenv.WaitFor(t, "the reservation", func() bool {
+		obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		var ok bool
+		r, ok = reservation.FromObject(obj)
+		return ok
+	})
+	if r.For.String() != "default/web" || !r.Expires.Equal(now.Add(time.Minute)) {
+		t.Errorf("reservation %+v; want one kept for default/web until %v", r, now.Add(time.Minute))
+	}
+}
