@@ -100,7 +100,8 @@ func randomReservation(rng *rand.Rand) reservation.Reservation {
 		res.Name = names[rng.IntN(len(names))]
 	}
 	if rng.IntN(2) == 0 {
-		res.Expires = time.Unix(rng.Int64N(1<<35), rng.Int64N(1e9)).In(time.FixedZone("", rng.IntN(24)*3600-12*3600))
+		// From the epoch to nine years from now: Validate refuses more than ten.
+		res.Expires = time.Unix(rng.Int64N(time.Now().Unix()+9*365*24*3600), rng.Int64N(1e9)).In(time.FixedZone("", rng.IntN(24)*3600-12*3600))
 	}
 	if rng.IntN(2) == 0 {
 		res.Reason = []string{"cooldown", "kept for the DNS service", "Grund: Übergang"}[rng.IntN(3)]
@@ -173,8 +174,14 @@ func TestFromObjectRefusesWhatIsNotAReservation(t *testing.T) {
 		{"an end before the epoch", func(o *networkingv1.IPAddress) {
 			o.Annotations = map[string]string{reservation.AnnotationExpires: "1969-12-31T23:59:59Z"}
 		}},
+		{"an end in 9999, past ten years from now", func(o *networkingv1.IPAddress) {
+			o.Annotations = map[string]string{reservation.AnnotationExpires: "9999-12-31T23:59:59Z"}
+		}},
 		{"a reason on two lines", func(o *networkingv1.IPAddress) {
 			o.Annotations = map[string]string{reservation.AnnotationReason: "one\ntwo"}
+		}},
+		{"a reason with a right-to-left override", func(o *networkingv1.IPAddress) {
+			o.Annotations = map[string]string{reservation.AnnotationReason: "ok \u202egnp.exe"}
 		}},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -18,12 +19,10 @@ import (
 // MaxReasonLen is the longest [Reservation.Reason] [Validate] accepts, in bytes.
 const MaxReasonLen = 1024
 
-// The range of [Reservation.Expires] that [Validate] accepts: from the Unix epoch, and no later
-// than RFC 3339 can write (a four-digit year).
-var (
-	minExpires = time.Unix(0, 0)
-	maxExpires = time.Date(9999, time.December, 31, 23, 59, 59, 999999999, time.UTC)
-)
+// minExpires is the earliest [Reservation.Expires] that [Validate] accepts, the Unix epoch; the
+// latest is ten years from now, the longest a release policy or a release cooldown keeps an
+// address, so that every way a reservation is made has one bound.
+var minExpires = time.Unix(0, 0)
 
 // Validate returns nil if r can be recorded as a reservation, and otherwise an [*InvalidError]
 // (matching allocator.ErrInvalid) for the first field found wrong, in this order:
@@ -34,9 +33,12 @@ var (
 //     v1.36 (RelaxedServiceNameValidation; earlier releases also want a Service name to start
 //     with a letter, which Validate does not ask);
 //   - Name, if set: a DNS-1123 label;
-//   - Expires, if not zero: not before the Unix epoch and not after the year 9999;
-//   - Reason: valid UTF-8 of at most [MaxReasonLen] bytes, without control characters (so on
-//     one line).
+//   - Expires, if not zero: not before the Unix epoch and at most ten years after now (the
+//     bound of a release policy's or a release cooldown's duration);
+//   - Reason: valid UTF-8 of at most [MaxReasonLen] bytes, without a control character (Cc), a
+//     format character (Cf: bidirectional overrides and isolates, zero-width characters, which
+//     make text display otherwise than it reads) or a line or paragraph separator (Zl, Zp), so
+//     that it shows on one line as it is.
 //
 // Validate does not ask the API server anything: whether the address lies in a ServiceCIDR, or is
 // free, is [Client.Reserve]'s to find out.
@@ -66,8 +68,8 @@ func Validate(r Reservation) error {
 		switch {
 		case r.Expires.Before(minExpires):
 			return &InvalidError{Field: "Expires", Value: r.Expires.UTC().String(), Reason: "before the Unix epoch"}
-		case r.Expires.After(maxExpires):
-			return &InvalidError{Field: "Expires", Value: r.Expires.UTC().String(), Reason: "after the year 9999, which RFC 3339 cannot write"}
+		case r.Expires.After(time.Now().Add(maxHold)):
+			return &InvalidError{Field: "Expires", Value: r.Expires.UTC().String(), Reason: "more than ten years from now"}
 		}
 	}
 	return checkReason(r.Reason)
@@ -102,16 +104,22 @@ func checkLabel(field, value string) error {
 	return nil
 }
 
+// hiddenCharacters are what a reason may not contain: control and format characters, and line
+// and paragraph separators.
+var hiddenCharacters = []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp}
+
 // checkReason returns an *InvalidError if reason is not valid UTF-8 text of at most MaxReasonLen
-// bytes on one line.
+// bytes that shows on one line as it reads.
 func checkReason(reason string) error {
 	switch {
 	case len(reason) > MaxReasonLen:
 		return &InvalidError{Field: "Reason", Value: reason[:32] + "…", Reason: fmt.Sprintf("longer than %d bytes", MaxReasonLen)}
 	case !utf8.ValidString(reason):
 		return &InvalidError{Field: "Reason", Value: reason, Reason: "not valid UTF-8"}
-	case strings.IndexFunc(reason, unicode.IsControl) >= 0:
-		return &InvalidError{Field: "Reason", Value: reason, Reason: "contains a control character"}
+	}
+	if i := strings.IndexFunc(reason, func(r rune) bool { return unicode.IsOneOf(hiddenCharacters, r) }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(reason[i:])
+		return &InvalidError{Field: "Reason", Value: strconv.QuoteToASCII(reason), Reason: fmt.Sprintf("contains %U, a control, format or separator character", r)}
 	}
 	return nil
 }

@@ -24,7 +24,8 @@ func TestValidateAccepts(t *testing.T) {
 		{"a Service name starting with a digit, as v1.36 accepts", reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), For: types.NamespacedName{Namespace: "ns", Name: "1web"}}},
 		{"a 63-character name", reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), Name: strings.Repeat("a", 63)}},
 		{"ends at the epoch", reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), Name: "a", Expires: time.Unix(0, 0)}},
-		{"ends in the last nanosecond of 9999", reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), Name: "a", Expires: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)}},
+		{"ends in just under ten years", reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), Name: "a", Expires: time.Now().Add(10*365*24*time.Hour - time.Minute)}},
+		{"a reason with emoji and a non-breaking space", reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), Name: "a", Reason: "pinned 📌\u00a0by ops"}},
 		{"a reason of 1024 bytes, in any script", reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), Name: "a", Reason: strings.Repeat("ü", 512)}},
 	}
 	for _, tt := range tests {
@@ -38,6 +39,7 @@ func TestValidateAccepts(t *testing.T) {
 
 func TestValidateRefuses(t *testing.T) {
 	ok := reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.10"), Name: "block-a"}
+	overTenYears := time.Now().Add(10*365*24*time.Hour + time.Minute)
 	with := func(change func(*reservation.Reservation)) reservation.Reservation {
 		r := ok
 		change(&r)
@@ -70,9 +72,17 @@ func TestValidateRefuses(t *testing.T) {
 		{"a name with an underscore", with(func(r *reservation.Reservation) { r.Name = "block_a" }), "Name", "block_a", "RFC 1123"},
 		{"a name ending in a dash", with(func(r *reservation.Reservation) { r.Name = "block-" }), "Name", "block-", "RFC 1123"},
 		{"an end before the epoch", with(func(r *reservation.Reservation) { r.Expires = time.Unix(-1, 0) }), "Expires", "1969-12-31 23:59:59 +0000 UTC", "epoch"},
-		{"an end after 9999", with(func(r *reservation.Reservation) { r.Expires = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }), "Expires", "10000-01-01 00:00:00 +0000 UTC", "9999"},
-		{"a reason on two lines", with(func(r *reservation.Reservation) { r.Reason = "one\ntwo" }), "Reason", "one\ntwo", "control"},
-		{"a reason with a tab", with(func(r *reservation.Reservation) { r.Reason = "a\tb" }), "Reason", "a\tb", "control"},
+		{"an end in 9999, which a release policy could not give", with(func(r *reservation.Reservation) { r.Expires = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC) }), "Expires", "9999-01-01 00:00:00 +0000 UTC", "ten years"},
+		{"an end just over ten years from now", with(func(r *reservation.Reservation) { r.Expires = overTenYears }), "Expires", overTenYears.UTC().String(), "ten years"},
+		{"a reason on two lines", with(func(r *reservation.Reservation) { r.Reason = "one\ntwo" }), "Reason", `"one\ntwo"`, "U+000A"},
+		{"a reason with a tab", with(func(r *reservation.Reservation) { r.Reason = "a\tb" }), "Reason", `"a\tb"`, "U+0009"},
+		{"a reason with a right-to-left override", with(func(r *reservation.Reservation) { r.Reason = "ok \u202egnp.exe" }), "Reason", `"ok \u202egnp.exe"`, "U+202E"},
+		{"a reason with a first-strong isolate", with(func(r *reservation.Reservation) { r.Reason = "a\u2068b" }), "Reason", `"a\u2068b"`, "U+2068"},
+		{"a reason with a zero-width space", with(func(r *reservation.Reservation) { r.Reason = "db\u200bprod" }), "Reason", `"db\u200bprod"`, "U+200B"},
+		{"a reason with a zero-width joiner", with(func(r *reservation.Reservation) { r.Reason = "a\u200db" }), "Reason", `"a\u200db"`, "U+200D"},
+		{"a reason with a byte-order mark", with(func(r *reservation.Reservation) { r.Reason = "\ufeffa" }), "Reason", `"\ufeffa"`, "U+FEFF"},
+		{"a reason with a line separator", with(func(r *reservation.Reservation) { r.Reason = "a\u2028b" }), "Reason", `"a\u2028b"`, "U+2028"},
+		{"a reason with a paragraph separator", with(func(r *reservation.Reservation) { r.Reason = "a\u2029b" }), "Reason", `"a\u2029b"`, "U+2029"},
 		{"a reason that is not UTF-8", with(func(r *reservation.Reservation) { r.Reason = "\xff" }), "Reason", "\xff", "UTF-8"},
 		{"a reason of 1025 bytes", with(func(r *reservation.Reservation) { r.Reason = strings.Repeat("a", 1025) }), "Reason", strings.Repeat("a", 32) + "…", "1024"},
 	}

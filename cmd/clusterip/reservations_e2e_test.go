@@ -39,6 +39,12 @@ func TestReservationsVerbsOnARealCluster(t *testing.T) {
 		{[]string{"create", "10.96.0.22", "--for", "web"}, "NAMESPACE/NAME"},
 		{[]string{"create", "10.96.0.22", "--name", "x", "--for-duration", "1m", "--expires", "2030-01-01T00:00:00Z"}, "give one"},
 		{[]string{"delete", "10.96.0.1"}, "10.96.0.1"},
+		// One bound on an end (ten years, as Retain/<duration>) and no character that displays
+		// otherwise than it reads, whichever way a reservation is made.
+		{[]string{"create", "10.96.0.22", "--name", "x", "--expires", "9999-12-31T00:00:00Z"}, "more than ten years from now"},
+		{[]string{"create", "10.96.0.22", "--name", "x", "--for-duration", "87601h"}, "more than ten years from now"},
+		{[]string{"create", "10.96.0.22", "--name", "x", "--reason", "kept for \u202egnp.exe"}, "U+202E"},
+		{[]string{"create", "10.96.0.22", "--name", "x", "--reason", "db\u200bprod"}, "U+200B"},
 	} {
 		r := run(exitCouldNotRun, bad.args...)
 		if !strings.Contains(r.stderr, bad.want) {
