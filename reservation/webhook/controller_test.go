@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -69,7 +70,9 @@ func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
+			// The controller logs to this subtest (a lost window in another's log says nothing).
+			_, tctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(tctx)
 			defer cancel()
 			factory.Start(ctx.Done())
 			done := make(chan error)
@@ -161,7 +164,9 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
+			// The controller logs to this subtest (a lost window in another's log says nothing).
+			_, tctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(tctx)
 			defer cancel()
 			factory.Start(ctx.Done())
 			done := make(chan error)
@@ -230,7 +235,8 @@ func TestControllerKeepsACooldownForADeleteSeenBeforeServiceCIDRsLoad(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(tctx)
 	defer cancel()
 	services.Start(ctx.Done())
 	done := make(chan error)
