@@ -433,7 +433,8 @@ func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds
 		dir := t.TempDir()
 		caPEM := writeServingCertificate(t, dir)
 		p := startWebhook(t, []string{"reservations", "webhook", "--kubeconfig", kubeconfigOf("webhook"),
-			"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-private-key-file", filepath.Join(dir, "tls.key"), "--listen", "127.0.0.1:0"}, nil)
+			"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-private-key-file", filepath.Join(dir, "tls.key"), "--listen", "127.0.0.1:0",
+			"--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0"}, nil)
 		dyn, err := dynamic.NewForConfig(api.Config)
 		if err != nil {
 			t.Fatal(err)

@@ -6,10 +6,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -72,17 +76,19 @@ func manifestObjects(t *testing.T, path string) []*unstructured.Unstructured {
 
 // webhookProcess is "clusterip reservations webhook" running as a child process of the test.
 type webhookProcess struct {
-	addr string // host:port it serves on
-	cmd  *exec.Cmd
-	done chan struct{} // closed when it has exited
-	once sync.Once
+	addr    string // host:port it serves the webhook on
+	probes  string // host:port of its probes, or "none"
+	metrics string // host:port of its metrics, or "none"
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when it has exited
+	once    sync.Once
 
 	mu     sync.Mutex
 	output bytes.Buffer // its stderr so far
 }
 
 // listenLine is klog's line saying where the webhook serves.
-var listenLine = regexp.MustCompile(`"Serving the reservations webhook" listen="([^"]+)"`)
+var listenLine = regexp.MustCompile(`"Serving the reservations webhook" listen="([^"]+)" healthProbes="([^"]+)" metrics="([^"]+)"`)
 
 // startWebhook runs the built command with args, with env added to this process's environment,
 // waits (at most a minute) until it says where it serves, and stops it when t ends.
@@ -97,7 +103,7 @@ func startWebhook(t *testing.T, args, env []string) *webhookProcess {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start clusterip %q: %v", args, err)
 	}
-	listening := make(chan string, 1)
+	listening := make(chan []string, 1)
 	go func() {
 		defer close(p.done)
 		sc := bufio.NewScanner(stderr)
@@ -108,7 +114,7 @@ func startWebhook(t *testing.T, args, env []string) *webhookProcess {
 			p.mu.Unlock()
 			if m := listenLine.FindStringSubmatch(line); m != nil {
 				select {
-				case listening <- m[1]:
+				case listening <- m[1:]:
 				default:
 				}
 			}
@@ -122,7 +128,8 @@ func startWebhook(t *testing.T, args, env []string) *webhookProcess {
 		}
 	})
 	select {
-	case p.addr = <-listening:
+	case addrs := <-listening:
+		p.addr, p.probes, p.metrics = addrs[0], addrs[1], addrs[2]
 	case <-p.done:
 		t.Fatalf("clusterip %q exited before it served:\n%s", args, p.log())
 	case <-time.After(time.Minute):
@@ -321,24 +328,114 @@ func retainedService(name string, policy corev1.IPFamilyPolicy) *corev1.Service 
 	}
 }
 
+// apiserverWebhookFiles is the folder, relative to rbacDir, of kube-apiserver's admission
+// configuration and kubeconfig for the reservations webhook.
+const apiserverWebhookFiles = "../webhook/kube-apiserver"
+
+// shippedWebhookUser is the user of the shipped webhook kubeconfig: the webhook Service's DNS
+// name, which kube-apiserver looks up for a webhook that calls a Service on port 443.
+const shippedWebhookUser = "clusterip-reservations-webhook.kube-system.svc"
+
+// writeShippedAdmissionConfiguration writes into dir the admission configuration and webhook
+// kubeconfig of apiserverWebhookFiles, with client, a client certificate, as the kubeconfig's
+// files, and returns the admission configuration's path for --admission-control-config-file.
+// Only the files' directory (/etc/kubernetes/clusterip/) is rewritten to dir, and the user's name
+// to webhookAddr, the host:port of the URL the test calls the webhook at in place of the Service
+// (see shippedWebhookConfiguration).
+func writeShippedAdmissionConfiguration(t *testing.T, dir, webhookAddr string, client pemPair) string {
+	t.Helper()
+	rewrite := func(name string, paths int, user bool) string {
+		b, err := os.ReadFile(filepath.Join(rbacDir, apiserverWebhookFiles, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		if n := strings.Count(s, "/etc/kubernetes/clusterip/"); n != paths {
+			t.Fatalf("%s/%s names /etc/kubernetes/clusterip/ %d times, want %d (the test rewrites it)", apiserverWebhookFiles, name, n, paths)
+		}
+		s = strings.ReplaceAll(s, "/etc/kubernetes/clusterip/", dir+"/")
+		if user {
+			if n := strings.Count(s, "name: "+shippedWebhookUser+"\n"); n != 1 {
+				t.Fatalf("%s/%s has %d users named %s, want one", apiserverWebhookFiles, name, n, shippedWebhookUser)
+			}
+			s = strings.Replace(s, "name: "+shippedWebhookUser+"\n", "name: "+strconv.Quote(webhookAddr)+"\n", 1)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	rewrite("webhook-kubeconfig.yaml", 2, true)
+	for name, b := range map[string][]byte{"webhook-client.crt": client.cert, "webhook-client.key": client.key} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rewrite("admission-configuration.yaml", 1, false)
+}
+
+// freeLoopbackAddr returns 127.0.0.1:<a port no one listens on now>.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// forgedReview returns an AdmissionReview of the create of a Service ns/name that asks for no
+// ClusterIP, as kube-apiserver would send it: what a caller that is not kube-apiserver would
+// forge to make the webhook hand it a reservation.
+func forgedReview(t *testing.T, ns, name string) []byte {
+	t.Helper()
+	svc := corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	raw, err := json.Marshal(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "0f0f0f0f-0000-4000-8000-000000000001",
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "services"},
+			Namespace: ns, Name: name, Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw}}}
+	b, err := json.Marshal(review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore applies deploy/webhook as
-// shipped to a real stock kube-apiserver v1.37.2 (dual-stack, RBAC): every object is created as
-// it is, the Deployment too, which no node runs here. In its place the test runs
-// "clusterip reservations webhook" as a process with the Deployment's container's arguments,
-// changing only the directory the TLS Secret is mounted at and the listen address (a free port
-// on 127.0.0.1: the tests use loopback addresses only; the port itself is checked against the
-// container's and the Service's), and with the ServiceAccount's credentials: a token of the
-// shipped ServiceAccount, bound by the manifest to its ClusterRole, in the kubeconfig named by
-// $KUBECONFIG (client-go's in-cluster config reads fixed paths). Only the webhook's clientConfig
-// is rewritten to that process's URL (see shippedWebhookConfiguration). The Deployment's readiness
-// probe is answered 200 at the container's port, and the Pod meets the restricted Pod Security
-// Standard (no warning at the create). Then a Service with a
-// malformed release policy is refused 422 at the annotation, and a dual-stack Service with
-// release policy Retain, deleted and created again as a Velero restore does, gets both its
-// ClusterIPs back through the webhook.
+// shipped to a real stock kube-apiserver v1.37.2 (dual-stack, RBAC) that presents the client
+// certificate of deploy/webhook/kube-apiserver to the webhook, through its
+// --admission-control-config-file: every object is created as it is, the Deployment too, which no
+// node runs here. In its place the test runs "clusterip reservations webhook" as a process with
+// the Deployment's container's arguments, changing only the directories its Secret and ConfigMap
+// are mounted at and the addresses it listens on (127.0.0.1: the tests use loopback addresses
+// only; each port itself is checked against the container's, the Service's and the probes'),
+// and with the ServiceAccount's credentials: a token of the shipped ServiceAccount, bound by the
+// manifest to its ClusterRole, in the kubeconfig named by $KUBECONFIG (client-go's in-cluster
+// config reads fixed paths). Only the webhook's clientConfig is rewritten to that process's URL
+// (see shippedWebhookConfiguration), and the kubeconfig's user to that URL's host. The
+// Deployment's probes are answered 200 by the process on their own plain-HTTP port, and the Pod
+// meets the restricted Pod Security Standard (no warning at the create). Then a Service with a
+// malformed release policy is refused 422 at the annotation; a dual-stack Service with release
+// policy Retain, deleted and created again as a Velero restore does, gets both its ClusterIPs
+// back through the webhook, also across a restart of the process; a review from a caller without
+// kube-apiserver's client certificate is refused at the handshake and frees nothing; and the
+// process deletes a reservation when it ends.
 func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.T) {
+	webhookAddr := freeLoopbackAddr(t)
+	clientCA := newTestCA(t, "kube-apiserver-webhook-client-ca")
+	admissionConfig := writeShippedAdmissionConfiguration(t, t.TempDir(), webhookAddr, clientCA.issue(t, "kube-apiserver", x509.ExtKeyUsageClientAuth))
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{
 		Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24,fd00:10:96::/112", AuthorizationMode: "RBAC",
+		ExtraArgs: []string{"--admission-control-config-file=" + admissionConfig},
 	})
 	waitForDefaultServiceCIDR(t, api.Client)
 	ctx := t.Context()
@@ -362,7 +459,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := func(obj *unstructured.Unstructured) {
+	create := func(obj *unstructured.Unstructured, from string) {
 		t.Helper()
 		gvk := obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -374,10 +471,10 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
 		}
 		if _, err := ri.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create the %s %s of %s: %v", gvk.Kind, obj.GetName(), webhookManifest, err)
+			t.Fatalf("create the %s %s of %s: %v", gvk.Kind, obj.GetName(), from, err)
 		}
 		if w := warnings.take(); len(w) > 0 {
-			t.Errorf("the API server warned of the %s %s of %s: %q", gvk.Kind, obj.GetName(), webhookManifest, w)
+			t.Errorf("the API server warned of the %s %s of %s: %q", gvk.Kind, obj.GetName(), from, w)
 		}
 	}
 
@@ -407,17 +504,42 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 				t.Fatal(err)
 			}
 		}
-		create(obj)
+		create(obj, webhookManifest)
+	}
+	// The NetworkPolicy, with its placeholder filled in, is valid and selects the webhook's Pods.
+	// (Nothing enforces it here: that takes a network plugin.)
+	for _, obj := range manifestObjects(t, filepath.Join(rbacDir, "../webhook/networkpolicy.yaml")) {
+		raw, err := json.Marshal(obj.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var np networkingv1.NetworkPolicy
+		if err := json.Unmarshal(bytes.ReplaceAll(raw, []byte("CONTROL_PLANE_CIDR"), []byte("192.0.2.0/24")), &np); err != nil {
+			t.Fatal(err)
+		}
+		if np.Namespace != deploy.Namespace || !maps.Equal(np.Spec.PodSelector.MatchLabels, deploy.Spec.Template.Labels) {
+			t.Errorf("networkpolicy.yaml: NetworkPolicy %s/%s selects %v, want the webhook's Pods %s %v", np.Namespace, np.Name, np.Spec.PodSelector.MatchLabels, deploy.Namespace, deploy.Spec.Template.Labels)
+		}
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create(&unstructured.Unstructured{Object: u}, "networkpolicy.yaml")
 	}
 	if len(deploy.Spec.Template.Spec.Containers) != 1 || len(svc.Spec.Ports) != 1 {
 		t.Fatalf("%s: want a Deployment of one container and a Service of one port", webhookManifest)
 	}
-	// What the test rewrites must have been right: each webhook calls the Service, at its port.
+	// What the test rewrites must have been right: each webhook calls the Service, at its port,
+	// which is 443, so that kube-apiserver presents the credentials of the kubeconfig user named
+	// after the Service.
 	for _, h := range hooks.Webhooks {
 		ref := h.ClientConfig.Service
 		if ref == nil || ref.Namespace != svc.Namespace || ref.Name != svc.Name || ref.Port == nil || *ref.Port != svc.Spec.Ports[0].Port {
 			t.Errorf("%s: webhook %s calls %+v, want the Service %s/%s at port %d", webhookManifest, h.Name, ref, svc.Namespace, svc.Name, svc.Spec.Ports[0].Port)
 		}
+	}
+	if want := svc.Name + "." + svc.Namespace + ".svc"; shippedWebhookUser != want || svc.Spec.Ports[0].Port != 443 {
+		t.Errorf("%s: the webhook's credentials are for %s, want %s at port 443 (the Service's port is %d)", apiserverWebhookFiles, shippedWebhookUser, want, svc.Spec.Ports[0].Port)
 	}
 	if len(hooks.Webhooks) == 0 {
 		t.Fatalf("%s: no MutatingWebhookConfiguration with webhooks", webhookManifest)
@@ -425,43 +547,68 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 	pod := deploy.Spec.Template.Spec
 	container := pod.Containers[0]
 
-	// The TLS Secret's volume, and the port the Service sends to.
-	var mount string
+	// The Secret (the serving certificate) and the ConfigMap (the CA of kube-apiserver's client
+	// certificate) the container mounts, each in a directory of the test's.
+	mounts := map[string]string{} // the container's mount path -> the test's directory
+	var caPEM []byte
 	for _, vm := range container.VolumeMounts {
 		for _, v := range pod.Volumes {
-			if v.Name == vm.Name && v.Secret != nil {
-				mount = vm.MountPath
+			if v.Name != vm.Name {
+				continue
 			}
+			dir := t.TempDir()
+			switch {
+			case v.Secret != nil && v.Secret.SecretName == "clusterip-reservations-webhook-tls":
+				caPEM = writeServingCertificate(t, dir)
+			case v.ConfigMap != nil && v.ConfigMap.Name == "clusterip-reservations-webhook-client-ca":
+				if err := os.WriteFile(filepath.Join(dir, "ca.crt"), clientCA.certPEM, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				t.Fatalf("%s: the container mounts volume %s, which the test does not know", webhookManifest, v.Name)
+			}
+			mounts[vm.MountPath] = dir
 		}
 	}
-	if mount == "" {
-		t.Fatalf("%s: the container mounts no Secret", webhookManifest)
+	if caPEM == nil || len(mounts) != 2 {
+		t.Fatalf("%s: the container mounts %v, want the TLS Secret and the client CA ConfigMap", webhookManifest, container.VolumeMounts)
 	}
-	var containerPort int32
+	ports := map[string]int32{} // the container's ports by name
 	for _, p := range container.Ports {
-		if p.Name == svc.Spec.Ports[0].TargetPort.String() || p.ContainerPort == svc.Spec.Ports[0].TargetPort.IntVal {
-			containerPort = p.ContainerPort
-		}
+		ports[p.Name] = p.ContainerPort
 	}
-	if containerPort == 0 {
-		t.Fatalf("%s: the Service's targetPort %s is no port of the container", webhookManifest, svc.Spec.Ports[0].TargetPort.String())
+	if port := svc.Spec.Ports[0].TargetPort; port.String() != "https" || ports["https"] == 0 {
+		t.Fatalf("%s: the Service's targetPort %s, want the container's port https", webhookManifest, port.String())
 	}
-	dir := t.TempDir()
-	caPEM := writeServingCertificate(t, dir)
+	// Each of the process's addresses: the flag, the container port it must listen on, and what
+	// the test listens on instead.
+	listenFlags := map[string]struct {
+		port string
+		addr string
+	}{
+		"--listen":                    {"https", webhookAddr},
+		"--health-probe-bind-address": {"probes", "127.0.0.1:0"},
+		"--metrics-bind-address":      {"metrics", "127.0.0.1:0"},
+	}
 	args := slices.Clone(container.Args)
-	listens := 0
+	given := map[string]int{}
 	for i, a := range args {
-		if v, ok := strings.CutPrefix(a, "--listen="); ok {
-			listens++
-			if _, port, err := net.SplitHostPort(v); err != nil || port != strconv.Itoa(int(containerPort)) {
-				t.Errorf("%s: --listen=%s, want the containerPort %d the Service sends to", webhookManifest, v, containerPort)
+		flag, v, _ := strings.Cut(a, "=")
+		given[flag]++
+		if lf, ok := listenFlags[flag]; ok {
+			if _, port, err := net.SplitHostPort(v); err != nil || ports[lf.port] == 0 || port != strconv.Itoa(int(ports[lf.port])) {
+				t.Errorf("%s: %s, want the container's port %s (%d)", webhookManifest, a, lf.port, ports[lf.port])
 			}
-			args[i] = "--listen=127.0.0.1:0"
+			args[i] = flag + "=" + lf.addr
 		}
-		args[i] = strings.ReplaceAll(args[i], "="+mount+"/", "="+dir+"/")
+		for mount, dir := range mounts {
+			args[i] = strings.ReplaceAll(args[i], "="+mount+"/", "="+dir+"/")
+		}
 	}
-	if listens != 1 {
-		t.Fatalf("%s: the container's args %q give --listen=ADDRESS %d times, want once (the test substitutes it)", webhookManifest, container.Args, listens)
+	for _, flag := range []string{"--listen", "--health-probe-bind-address", "--metrics-bind-address", "--client-ca-file"} {
+		if given[flag] != 1 {
+			t.Fatalf("%s: the container's args %q give %s %d times, want once", webhookManifest, container.Args, flag, given[flag])
+		}
 	}
 
 	tr, err := api.Client.CoreV1().ServiceAccounts(deploy.Namespace).CreateToken(ctx, pod.ServiceAccountName, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
@@ -469,20 +616,19 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		t.Fatalf("a token of the ServiceAccount %s/%s: %v", deploy.Namespace, pod.ServiceAccountName, err)
 	}
 	p := startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
-	// The probes a kubelet would make: at the container's port, answered 200 by the process.
+	// The probes a kubelet would make, without a client certificate: plain HTTP at the probes'
+	// port, answered 200 by the process.
+	plain := &http.Client{Timeout: 10 * time.Second}
 	for _, probe := range []*corev1.Probe{container.ReadinessProbe, container.LivenessProbe, container.StartupProbe} {
 		if probe == nil {
 			continue
 		}
 		get := probe.HTTPGet
-		if get == nil || get.Scheme != corev1.URISchemeHTTPS || (get.Port.String() != "https" && get.Port.IntVal != containerPort) {
-			t.Errorf("%s: a probe %+v, want an HTTPS GET at the container's port", webhookManifest, probe.ProbeHandler)
+		if get == nil || (get.Scheme != "" && get.Scheme != corev1.URISchemeHTTP) || get.Port.String() != "probes" {
+			t.Errorf("%s: a probe %+v, want an HTTP GET at the container's port probes", webhookManifest, probe.ProbeHandler)
 			continue
 		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(caPEM)
-		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-		resp, err := client.Get("https://" + p.addr + get.Path)
+		resp, err := plain.Get("http://" + p.probes + get.Path)
 		if err != nil {
 			t.Fatalf("%s: probe %s: %v", webhookManifest, get.Path, err)
 		}
@@ -491,10 +637,10 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 			t.Errorf("%s: probe %s: %s, want 200", webhookManifest, get.Path, resp.Status)
 		}
 	}
-	if container.ReadinessProbe == nil {
-		t.Errorf("%s: the container has no readiness probe: a new Pod would get requests before its informers synced", webhookManifest)
+	if container.ReadinessProbe == nil || container.LivenessProbe == nil {
+		t.Errorf("%s: the container has no readiness or no liveness probe: a new Pod would get requests before its informers synced", webhookManifest)
 	}
-	create(shippedWebhookConfiguration(t, p.addr, caPEM))
+	create(shippedWebhookConfiguration(t, p.addr, caPEM), webhookManifest)
 	waitForWebhook(t, api.Client)
 
 	t.Run("a malformed release policy is refused at the annotation", func(t *testing.T) {
@@ -509,17 +655,96 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 			t.Errorf("ClusterIPs after the restore = %q, want %q", second, first)
 		}
 	})
+	t.Run("a Retain Service in a namespace the webhook is not sent keeps nothing", func(t *testing.T) {
+		// kube-system, which the shipped namespaceSelector leaves out: its Services' creates never
+		// reach the webhook, so an address kept for one would be held for nothing.
+		sys := retainedService("dns", corev1.IPFamilyPolicySingleStack)
+		sys.Namespace = metav1.NamespaceSystem
+		created, err := api.Client.CoreV1().Services(sys.Namespace).Create(ctx, sys, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := api.Client.CoreV1().Services(sys.Namespace).Delete(ctx, sys.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// A Service of default deleted after it is kept: by then the controller has judged both.
+		deleteAndRecreate(t, api.Client, retainedService("after-dns", corev1.IPFamilyPolicySingleStack), nil)
+		if obj, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, created.Spec.ClusterIP, metav1.GetOptions{}); err == nil && reservation.IsReservation(obj) {
+			t.Errorf("the address %s of kube-system/dns is kept as a reservation after its delete: %+v", created.Spec.ClusterIP, obj)
+		}
+	})
+	t.Run("a review from a caller without kube-apiserver's client certificate frees nothing", func(t *testing.T) {
+		rc, err := reservation.New(api.Client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.200"), For: types.NamespacedName{Namespace: "prod", Name: "db"}, Reason: "the test's victim"}
+		if err := rc.Reserve(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(caPEM)
+		other := newTestCA(t, "another-ca").issue(t, "kube-apiserver", x509.ExtKeyUsageClientAuth)
+		otherCert, err := tls.X509KeyPair(other.cert, other.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		callers := []struct {
+			name  string
+			certs []tls.Certificate
+		}{
+			{"no client certificate", nil},
+			{"a client certificate another CA signed", []tls.Certificate{otherCert}},
+		}
+		for _, c := range callers {
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: c.certs}}}
+			resp, err := client.Post("https://"+p.addr+"/mutate-services", "application/json", bytes.NewReader(forgedReview(t, "prod", "db")))
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				t.Errorf("a forged review with %s: %s %s, want the handshake refused", c.name, resp.Status, body)
+			}
+			obj, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, victim.Addr.String(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("after a forged review with %s: the reservation of prod/db: %v, want it still there", c.name, err)
+			}
+			if r, ok := reservation.FromObject(obj); !ok || r.For != victim.For {
+				t.Fatalf("after a forged review with %s: IPAddress %s is %v, want prod/db's reservation", c.name, victim.Addr, obj)
+			}
+		}
+		// The metrics are not on the webhook's port: its own, plain HTTP, serves them.
+		resp, err := plain.Get("http://" + p.metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("clusterip_reservation_webhook_")) || !bytes.Contains(body, []byte("go_goroutines")) {
+			t.Errorf("GET /metrics at the metrics port: %s, want 200 with the webhook's and Go's metrics", resp.Status)
+		}
+		if err := rc.Release(ctx, victim.Addr); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("the process deletes a reservation when it ends", func(t *testing.T) {
+		rc, err := reservation.New(api.Client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends := reservation.Reservation{Addr: netip.MustParseAddr("10.96.0.201"), Name: "cooldown-a", Expires: time.Now().Add(3 * time.Second).UTC()}
+		if err := rc.Reserve(ctx, ends); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the ended reservation "+ends.Addr.String()+" to be deleted", func() bool {
+			_, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ends.Addr.String(), metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
+	})
 	t.Run("a Service deleted before the webhook restarts gets its ClusterIPs back from the new process", func(t *testing.T) {
 		first, second := deleteAndRecreate(t, api.Client, retainedService("api", corev1.IPFamilyPolicyRequireDualStack), func() {
 			// The Pod restarts: the same arguments, at the address the webhook configuration names.
 			p.stop()
-			again := slices.Clone(args)
-			for i, a := range again {
-				if strings.HasPrefix(a, "--listen=") {
-					again[i] = "--listen=" + p.addr
-				}
-			}
-			p = startWebhook(t, again, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+			p = startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
 		})
 		if !slices.Equal(first, second) {
 			t.Errorf("ClusterIPs after the restart and the restore = %q, want %q", second, first)

@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1informers "k8s.io/client-go/informers/core/v1"
@@ -52,6 +53,10 @@ type ControllerOptions struct {
 	// ([reservation.AnnotationReleaseCooldown], [reservation.ReleaseCooldownFor]). Defaults to
 	// none: no address has a cooldown, and only a Retain policy keeps one.
 	ServiceCIDRs networkingv1informers.ServiceCIDRInformer
+	// Sent, if not nil, decides which deleted Services' addresses are kept: only those of
+	// Services whose creates kube-apiserver sends to the Handler, so that none is kept for a
+	// name the webhook would never hand it back to. Defaults to every Service.
+	Sent *Sent
 }
 
 // retainItem is one address of a deleted Service that may be kept as a reservation: its release
@@ -60,6 +65,7 @@ type ControllerOptions struct {
 // before the ServiceCIDRs are loaded (just after a restart) still gets its release cooldown.
 type retainItem struct {
 	For     types.NamespacedName
+	Labels  string // the Service's labels, as labels.Set.String writes them
 	Addr    netip.Addr
 	Policy  reservation.ReleasePolicy
 	Deleted time.Time
@@ -79,6 +85,7 @@ type Controller struct {
 	metrics  *Metrics
 	claims   *Claims
 	cidrs    networkingv1informers.ServiceCIDRInformer // nil: no release cooldown
+	sent     *Sent                                     // nil: every Service
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
@@ -98,6 +105,7 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		metrics:  opts.Metrics.orNew(),
 		claims:   opts.Claims,
 		cidrs:    opts.ServiceCIDRs,
+		sent:     opts.Sent,
 		timeout:  opts.ReleaseTimeout,
 		interval: opts.PollInterval,
 		now:      opts.Now,
@@ -138,6 +146,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	synced := []cache.InformerSynced{c.reg.HasSynced}
 	if c.cidrs != nil {
 		synced = append(synced, c.cidrs.Informer().HasSynced)
+	}
+	if c.sent != nil {
+		synced = append(synced, c.sent.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
@@ -226,8 +237,9 @@ func (c *Controller) deleted(obj any) {
 	}
 	now := c.now()
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	lbls := labels.Set(svc.Labels).String()
 	for _, ip := range clusterIPs(svc) {
-		c.queue.Add(retainItem{For: key, Addr: ip, Policy: policy, Deleted: now})
+		c.queue.Add(retainItem{For: key, Labels: lbls, Addr: ip, Policy: policy, Deleted: now})
 	}
 }
 
@@ -268,11 +280,26 @@ func (c *Controller) retain(ctx context.Context, item retainItem) error {
 	if !ok {
 		return nil // released: neither Retain nor a release cooldown
 	}
+	logger := klog.FromContext(ctx).WithValues("ip", item.Addr, "service", item.For)
+	if c.sent != nil {
+		lbls, err := labels.ConvertSelectorToLabelsMap(item.Labels)
+		if err != nil {
+			return &permanentError{fmt.Errorf("webhook: the labels of %s: %w", item.For, err)}
+		}
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: item.For.Namespace, Name: item.For.Name, Labels: lbls}}
+		sent, err := c.sent.Selects(svc)
+		if err != nil {
+			return err
+		}
+		if !sent {
+			logger.V(2).Info("Not keeping the address of a deleted Service whose creates the webhook is not sent")
+			return nil
+		}
+	}
 	want, err := reservation.ObjectFor(r)
 	if err != nil {
 		return &permanentError{err}
 	}
-	logger := klog.FromContext(ctx).WithValues("ip", item.Addr, "service", item.For)
 	lost := func(holder *networkingv1.IPAddress) error {
 		c.metrics.controllerWindowLost.Inc()
 		logger.Info("Another Service took the address of a deleted Service before its reservation was made; not retained",
