@@ -103,10 +103,12 @@ func (c *Claimer) lookup(family corev1.IPFamily, owner allocator.Owner) (Reserva
 // Claim gives owner the address reserved for it in family (see Reserved): it updates the
 // reservation's object into owner's allocation and returns the address, with an undo that turns
 // the object back into the reservation it was (for a Service create that then fails). It returns
-// the zero Addr, a nil undo and nil when nothing is reserved for owner; allocator.ErrNotReady
-// (wrapped) before the informer has synced; and an API error, wrapped, when the update fails for
-// another reason than a Conflict. After a Conflict it reads the object again: one that is no
-// longer a reservation for owner (claimed or released meanwhile) is not claimed.
+// the zero Addr, a nil undo and nil when nothing is reserved for owner, or when the reservation
+// went or kept changing while it was claimed (deleted between the read and the update, or a
+// Conflict at every retry): the Service then gets a dynamic address, as if it had lost the race;
+// allocator.ErrNotReady (wrapped) before the informer has synced; and an API error, wrapped, when
+// the update fails for another reason. After a Conflict it reads the object again: one that is
+// no longer a reservation for owner (claimed or released meanwhile) is not claimed.
 func (c *Claimer) Claim(ctx context.Context, family corev1.IPFamily, owner allocator.Owner) (netip.Addr, func(context.Context) error, error) {
 	if !c.index.HasSynced() {
 		return netip.Addr{}, nil, fmt.Errorf("reservation: the IPAddress informer has not synced: %w", allocator.ErrNotReady)
@@ -127,6 +129,12 @@ func (c *Claimer) Claim(ctx context.Context, family corev1.IPFamily, owner alloc
 		delete(obj.Annotations, AnnotationReason)
 		return true
 	})
+	if apierrors.IsConflict(err) {
+		// Changed at every read, past the retries: another kube-apiserver is claiming or
+		// releasing it. The Service gets a dynamic address, as a lost race for it would.
+		klog.FromContext(ctx).Info("Not claiming a reservation that keeps changing", "ip", r.Addr, "service", owner, "err", err)
+		return netip.Addr{}, nil, nil
+	}
 	if err != nil {
 		return netip.Addr{}, nil, fmt.Errorf("reservation: claim %s for %s: %w", r.Addr, owner, err)
 	}
@@ -237,7 +245,11 @@ func (c *Claimer) update(ctx context.Context, ip netip.Addr, change func(*networ
 		if !change(obj) {
 			return nil
 		}
-		if _, err := c.client.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		_, err = c.client.Update(ctx, obj, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // deleted since the read: gone, as above
+		}
+		if err != nil {
 			return err
 		}
 		wrote = true
