@@ -34,6 +34,36 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) int {
 	return 0
 }
 
+// runController starts the informers of factory and c's workers, and stops both when t ends
+// (after the cleanups registered before it). The context it returns logs to t: a lost window in
+// another test's log says nothing.
+func runController(t *testing.T, factory informers.SharedInformerFactory, c *webhook.Controller) context.Context {
+	t.Helper()
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(tctx)
+	factory.Start(ctx.Done())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx, 1) }()
+	t.Cleanup(func() { cancel(); <-done; factory.Shutdown() })
+	return ctx
+}
+
+// waitForReservation waits until the fake holds a reservation at ip and returns it.
+func waitForReservation(t *testing.T, ctx context.Context, fake *fakeclient.Clientset, ip string) reservation.Reservation {
+	t.Helper()
+	var r reservation.Reservation
+	testenv.WaitFor(t, "the reservation at "+ip, func() bool {
+		obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		var ok bool
+		r, ok = reservation.FromObject(obj)
+		return ok
+	})
+	return r
+}
+
 func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -70,27 +100,15 @@ func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The controller logs to this subtest (a lost window in another's log says nothing).
-			_, tctx := ktesting.NewTestContext(t)
-			ctx, cancel := context.WithCancel(tctx)
-			defer cancel()
-			factory.Start(ctx.Done())
-			done := make(chan error)
-			go func() { done <- c.Run(ctx, 1) }()
-			defer func() { cancel(); <-done; factory.Shutdown() }()
+			ctx := runController(t, factory, c)
 			fake.WaitWatching(t, "services")
 			if err := fake.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if tt.wantFor != "" {
-				testenv.WaitFor(t, "the reservation", func() bool {
-					obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
-					if err != nil {
-						return false
-					}
-					r, ok := reservation.FromObject(obj)
-					return ok && r.For.String() == tt.wantFor
-				})
+				if r := waitForReservation(t, ctx, fake, "10.96.0.20"); r.For.String() != tt.wantFor {
+					t.Errorf("the reservation is kept for %s, want %s", r.For, tt.wantFor)
+				}
 				return
 			}
 			if tt.wantLost > 0 {
@@ -164,14 +182,7 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The controller logs to this subtest (a lost window in another's log says nothing).
-			_, tctx := ktesting.NewTestContext(t)
-			ctx, cancel := context.WithCancel(tctx)
-			defer cancel()
-			factory.Start(ctx.Done())
-			done := make(chan error)
-			go func() { done <- c.Run(ctx, 1) }()
-			defer func() { cancel(); <-done; factory.Shutdown() }()
+			ctx := runController(t, factory, c)
 			fake.WaitWatching(t, "services")
 			if !tt.noCIDRs {
 				fake.WaitWatching(t, "servicecidrs")
@@ -195,16 +206,7 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 				}
 				return
 			}
-			var r reservation.Reservation
-			testenv.WaitFor(t, "the reservation", func() bool {
-				obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
-				if err != nil {
-					return false
-				}
-				var ok bool
-				r, ok = reservation.FromObject(obj)
-				return ok
-			})
+			r := waitForReservation(t, ctx, fake, "10.96.0.20")
 			if r.For.String() != "default/web" || !r.Expires.Equal(now.Add(tt.wantEnd)) {
 				t.Errorf("reservation %+v; want one kept for default/web until %v", r, now.Add(tt.wantEnd))
 			}
@@ -235,13 +237,8 @@ func TestControllerKeepsACooldownForADeleteSeenBeforeServiceCIDRsLoad(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, tctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(tctx)
-	defer cancel()
-	services.Start(ctx.Done())
-	done := make(chan error)
-	go func() { done <- c.Run(ctx, 1) }()
-	defer func() { cancel(); <-done; services.Shutdown(); cidrs.Shutdown() }()
+	t.Cleanup(cidrs.Shutdown) // after runController's cleanup has stopped ctx
+	ctx := runController(t, services, c)
 	services.WaitForCacheSync(ctx.Done())
 	fake.WaitWatching(t, "services")
 	if err := fake.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
@@ -252,17 +249,7 @@ func TestControllerKeepsACooldownForADeleteSeenBeforeServiceCIDRsLoad(t *testing
 		return err != nil
 	})
 	cidrs.Start(ctx.Done())
-	var r reservation.Reservation
-	testenv.WaitFor(t, "the reservation", func() bool {
-		obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		var ok bool
-		r, ok = reservation.FromObject(obj)
-		return ok
-	})
-	if r.For.String() != "default/web" || !r.Expires.Equal(now.Add(time.Minute)) {
+	if r := waitForReservation(t, ctx, fake, "10.96.0.20"); r.For.String() != "default/web" || !r.Expires.Equal(now.Add(time.Minute)) {
 		t.Errorf("reservation %+v; want one kept for default/web until %v", r, now.Add(time.Minute))
 	}
 }

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kube-ipam/clusterip/internal/fakeclient"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -121,13 +120,7 @@ func TestControllerKeepsNothingForAServiceTheWebhookIsNotSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, tctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(tctx)
-	defer cancel()
-	factory.Start(ctx.Done())
-	done := make(chan error)
-	go func() { done <- c.Run(ctx, 1) }()
-	defer func() { cancel(); <-done; factory.Shutdown() }()
+	ctx := runController(t, factory, c)
 	fake.WaitWatching(t, "services")
 	factory.WaitForCacheSync(ctx.Done())
 	// kube-system's first: once default's is kept, the worker has judged both.
@@ -136,14 +129,9 @@ func TestControllerKeepsNothingForAServiceTheWebhookIsNotSent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.WaitFor(t, "the reservation of default/web", func() bool {
-		obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.20", metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		r, ok := reservation.FromObject(obj)
-		return ok && r.For.String() == "default/web"
-	})
+	if r := waitForReservation(t, ctx, fake, "10.96.0.20"); r.For.String() != "default/web" {
+		t.Errorf("the reservation at 10.96.0.20 is kept for %s, want default/web", r.For)
+	}
 	if obj, err := fake.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.10", metav1.GetOptions{}); err == nil {
 		t.Errorf("kube-system/dns's address was kept: %+v", obj)
 	}
