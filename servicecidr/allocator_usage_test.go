@@ -23,6 +23,21 @@ func waitUsage(t *testing.T, f *fixture, want []PrefixUsage) {
 	}
 }
 
+// waitServing waits until the per-CIDR allocator of every ready prefix serves (its informer has
+// synced): until then PrefixOf, Allocate and Release go through a ready prefix inside it, whose
+// allocator already does. Usage can be complete before that.
+func waitServing(t *testing.T, f *fixture) {
+	t.Helper()
+	testenv.WaitFor(t, "the allocator of every ready prefix to serve", func() bool {
+		for _, v := range f.alloc.views(func(*entry) bool { return true }) {
+			if v.ready && !v.serving() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func TestUsageCountsEachPrefixOnItsOwn(t *testing.T) {
 	// Two nested prefixes share 10.0.0.5; 10.0.1.5 is only in the outer one; a ServiceCIDR that
 	// is not ready is reported too. The per-CIDR allocators are the real ones (IPAddress objects).
@@ -36,6 +51,8 @@ func TestUsageCountsEachPrefixOnItsOwn(t *testing.T) {
 		{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Used: 1, Free: 254 - 1, Ready: true},
 		{Prefix: netip.MustParsePrefix("10.1.0.0/28"), Used: 1, Free: 14 - 1, Ready: false},
 	})
+	// CI saw PrefixOf(10.0.0.5) answer the /24 once: the /16's allocator had not synced yet.
+	waitServing(t, f)
 	for _, tt := range []struct {
 		ip     string
 		want   string // "" for none
