@@ -108,6 +108,9 @@ func read(ctx context.Context, cfg *clusterip.Config) (*world, error) {
 		if w.ipAddresses, err = listIPAddresses(ctx, cfg.Client); err != nil {
 			return nil, err
 		}
+		if w.namespaces, err = listNamespaces(ctx, cfg.Client); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Mode == featuregate.IPAddressOnly && cfg.Bitmaps != nil {
 		if w.stale, err = readStaleBitmaps(ctx, cfg); err != nil {
@@ -172,6 +175,11 @@ func readStaleBitmaps(ctx context.Context, cfg *clusterip.Config) ([]StaleBitmap
 		out = append(out, sb)
 	}
 	return out, nil
+}
+
+// listNamespaces lists every Namespace, a page at a time.
+func listNamespaces(ctx context.Context, c kubernetes.Interface) ([]*corev1.Namespace, error) {
+	return listPages(ctx, "Namespaces", c.CoreV1().Namespaces().List, func(l *corev1.NamespaceList) []corev1.Namespace { return l.Items })
 }
 
 // listServices lists every Service, a page at a time.

@@ -26,6 +26,9 @@ type world struct {
 	services    []*corev1.Service
 	cidrs       []*networkingv1.ServiceCIDR
 	ipAddresses []*networkingv1.IPAddress
+	// namespaces are the Namespaces that exist, read where IPAddress objects are (not in Legacy
+	// mode): a reservation kept for a Service of another namespace is reported.
+	namespaces []*corev1.Namespace
 	// bitmaps holds one bitmap per flag range, in the order of Config.Ranges; an absent bitmap
 	// object is an empty allocator. Read only in Legacy and DualWrite mode.
 	bitmaps []*bitmap.Allocator

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/reservation"
 )
 
@@ -18,9 +17,13 @@ const (
 	// nothing deleted it (no clusterip allocators with Config.Reservations run), so the address
 	// stays out of allocation.
 	ReservationExpired = "expired"
-	// ReservationOutsideServiceCIDRs is a reservation of an address no ServiceCIDR serves (its
-	// ServiceCIDR was deleted or changed): it holds nothing any allocator would give.
+	// ReservationOutsideServiceCIDRs is a reservation of an address no live ServiceCIDR serves
+	// (reservation.Served: its ServiceCIDR was deleted, is being deleted or changed, or the
+	// object was made by hand): it holds nothing any allocator would give, and no claim gives it.
 	ReservationOutsideServiceCIDRs = "outside every ServiceCIDR"
+	// ReservationNamespaceGone is a reservation kept for a Service of a namespace that does not
+	// exist: no Service can claim it until the namespace is created again.
+	ReservationNamespaceGone = "its namespace does not exist"
 	// ReservationServiceHoldsAnother is a reservation kept for a Service that exists and holds
 	// another address of the family: the Service will not claim it.
 	ReservationServiceHoldsAnother = "its Service holds another address"
@@ -35,8 +38,8 @@ type ReservationFinding struct {
 	For string `json:"for,omitempty"`
 	// Name is an anonymous reservation's name.
 	Name string `json:"name,omitempty"`
-	// Problem is one of ReservationExpired, ReservationOutsideServiceCIDRs and
-	// ReservationServiceHoldsAnother.
+	// Problem is one of ReservationExpired, ReservationOutsideServiceCIDRs,
+	// ReservationNamespaceGone and ReservationServiceHoldsAnother.
 	Problem string `json:"problem"`
 }
 
@@ -45,6 +48,10 @@ type ReservationFinding struct {
 // the constants.
 func reservationFindings(w *world, now time.Time) []ReservationFinding {
 	var out []ReservationFinding
+	namespaces := make(map[string]bool, len(w.namespaces))
+	for _, ns := range w.namespaces {
+		namespaces[ns.Name] = true
+	}
 	for _, ipa := range w.ipAddresses {
 		r, ok := reservation.FromObject(ipa)
 		if !ok {
@@ -54,8 +61,10 @@ func reservationFindings(w *world, now time.Time) []ReservationFinding {
 		switch {
 		case r.Expired(now):
 			problem = ReservationExpired
-		case !w.served(r.Addr):
+		case !reservation.Served(w.cidrs, r.Addr):
 			problem = ReservationOutsideServiceCIDRs
+		case r.For.Name != "" && !namespaces[r.For.Namespace]:
+			problem = ReservationNamespaceGone
 		case r.For.Name != "" && w.holdsAnother(r):
 			problem = ReservationServiceHoldsAnother
 		default:
@@ -71,18 +80,6 @@ func reservationFindings(w *world, now time.Time) []ReservationFinding {
 		return netip.MustParseAddr(a.IP).Compare(netip.MustParseAddr(b.IP))
 	})
 	return out
-}
-
-// served reports whether a ServiceCIDR of w hands addr out.
-func (w *world) served(addr netip.Addr) bool {
-	for _, sc := range w.cidrs {
-		for _, c := range sc.Spec.CIDRs {
-			if p, err := netip.ParsePrefix(c); err == nil && ipmath.Usable(p.Masked(), addr) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // holdsAnother reports whether the Service r is kept for exists and holds an address of r's

@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
@@ -46,7 +47,10 @@ type ClaimerOption func(*Claimer)
 // WithServiceCIDRs makes the Claimer read the release cooldown of a deleted Service's addresses
 // ([AnnotationReleaseCooldown]) from the ServiceCIDRs informer shows, which the caller starts
 // (and which should have synced before Services are deleted: until then an address has no
-// cooldown). Default none: no address has a cooldown. A nil informer keeps the default.
+// cooldown), and give no Service a reserved address that no live ServiceCIDR there serves
+// ([Served]): such a reservation stays, and the Service gets a dynamic address. Default none:
+// no address has a cooldown and every reservation may be claimed. A nil informer keeps the
+// default.
 func WithServiceCIDRs(informer networkingv1informers.ServiceCIDRInformer) ClaimerOption {
 	return func(c *Claimer) {
 		if informer != nil {
@@ -84,8 +88,9 @@ func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAd
 }
 
 // Reserved returns the address reserved for owner (a Service, by namespace and name) in family,
-// as the informer shows it, and whether there is one. Of several, the lowest address is given. A
-// dry run of a Service create shows it.
+// as the informer shows it, and whether there is one. Of several, the lowest address is given.
+// With [WithServiceCIDRs], a reservation of an address no live ServiceCIDR serves ([Served]) is
+// not given. A dry run of a Service create shows it.
 func (c *Claimer) Reserved(family corev1.IPFamily, owner allocator.Owner) (netip.Addr, bool) {
 	r, ok := c.lookup(family, owner)
 	return r.Addr, ok
@@ -96,7 +101,16 @@ func (c *Claimer) lookup(family corev1.IPFamily, owner allocator.Owner) (Reserva
 	if owner.Group != "" || owner.Resource != serviceResource || owner.Name == "" {
 		return Reservation{}, false
 	}
-	r, _, ok := c.index.Lowest(types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, family, c.now())
+	key := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
+	if c.cidrs == nil {
+		r, _, ok := c.index.Lowest(key, family, c.now())
+		return r, ok
+	}
+	cidrs, err := c.cidrs.Lister().List(labels.Everything())
+	if err != nil {
+		return Reservation{}, false
+	}
+	r, _, ok := c.index.LowestServed(key, family, c.now(), cidrs)
 	return r, ok
 }
 

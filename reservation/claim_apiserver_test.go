@@ -30,8 +30,9 @@ import (
 // allocation (kube-apiserver's managed-by label, the parentRef unchanged); a dry run shows it and
 // changes nothing; a create that fails after the claim makes the reservation again; a Service
 // with no reservation gets another address; while a reservation stands, stock and the library
-// refuse the address to anyone who asks for it; and the ServiceCIDR's gauges count reserved
-// addresses as reserved and not available.
+// refuse the address to anyone who asks for it; the ServiceCIDR's gauges count reserved
+// addresses as reserved and not available; and a reservation no live ServiceCIDR serves (its
+// ServiceCIDR being deleted, or an address outside every one) is not claimed.
 func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx := t.Context()
@@ -136,6 +137,62 @@ func TestRegistryGivesAServiceTheAddressReservedForIt(t *testing.T) {
 		}
 		if got := s.Spec.ClusterIPs[0]; got == kept.String() || got == held.String() {
 			t.Errorf("default/%s got reserved %s", name, got)
+		}
+	}
+
+	// A reservation no live ServiceCIDR serves is not claimed: one in a ServiceCIDR that is then
+	// deleted (held terminating by a finalizer of the test's, as kube-controller-manager's holds
+	// one that still has addresses), and one of an address outside every ServiceCIDR, created by
+	// hand as anyone who may create IPAddress objects can. Each Service gets a dynamic address
+	// and each reservation stays.
+	const hold = "test.clusterip.kube-ipam.io/hold"
+	cidrs := api.Client.NetworkingV1().ServiceCIDRs()
+	if _, err := cidrs.Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "closing", Finalizers: []string{hold}},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cidrs.Patch(context.Background(), "closing", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	closing, outside := netip.MustParseAddr("10.97.0.5"), netip.MustParseAddr("10.98.0.5")
+	if err := rc.Reserve(ctx, reservation.Reservation{Addr: closing, For: types.NamespacedName{Namespace: "default", Name: "closing"}}); err != nil {
+		t.Fatal(err)
+	}
+	dryRun := func(name string) string {
+		s := fresh(name)
+		if _, err := a.Services().Allocate(ctx, s, true); err != nil {
+			t.Fatal(err)
+		}
+		return s.Spec.ClusterIPs[0]
+	}
+	testenv.WaitFor(t, "the claimer to show the reservation of default/closing while its ServiceCIDR is live", func() bool {
+		return dryRun("closing") == closing.String()
+	})
+	obj, err = reservation.ObjectFor(reservation.Reservation{Addr: outside, For: types.NamespacedName{Namespace: "default", Name: "gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ipas.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cidrs.Delete(ctx, "closing", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	serving := netip.MustParsePrefix("10.96.0.0/24")
+	testenv.WaitFor(t, "the claimer to stop showing the reservation in the ServiceCIDR being deleted", func() bool {
+		return dryRun("closing") != closing.String()
+	})
+	for name, ip := range map[string]netip.Addr{"closing": closing, "gone": outside} {
+		s := fresh(name)
+		if _, err := a.Services().Allocate(ctx, s, false); err != nil {
+			t.Fatalf("Allocate(default/%s) = %v", name, err)
+		}
+		if got, err := netip.ParseAddr(s.Spec.ClusterIPs[0]); err != nil || !serving.Contains(got) {
+			t.Errorf("default/%s got %v, want a dynamic address of %s, not its reserved %s", name, s.Spec.ClusterIPs, serving, ip)
+		}
+		obj, err := ipas.Get(ctx, ip.String(), metav1.GetOptions{})
+		if r, ok := reservation.FromObject(obj); err != nil || !ok || r.For.Name != name {
+			t.Errorf("the reservation of %s after default/%s's create = %v, %v; want it still there", ip, name, obj, err)
 		}
 	}
 }

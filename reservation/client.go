@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/kube-ipam/clusterip/allocator"
-	"github.com/kube-ipam/clusterip/internal/ipmath"
 )
 
 // releaseAttempts bounds how many times Release reads the object again after its delete lost a
@@ -126,33 +125,28 @@ func ownerOf(p *networkingv1.ParentReference) allocator.Owner {
 	return allocator.Owner{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace, Name: p.Name}
 }
 
-// checkInServiceCIDR returns nil if a ServiceCIDR that is not being deleted can hand addr out,
-// and the *allocator.NotInRangeError Reserve documents otherwise.
+// checkInServiceCIDR returns nil if a live ServiceCIDR can hand addr out ([Served]), and the
+// *allocator.NotInRangeError Reserve documents otherwise.
 func (c *Client) checkInServiceCIDR(ctx context.Context, addr netip.Addr) error {
 	list, err := c.client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("reservation: list ServiceCIDRs: %w", err)
 	}
-	var containing netip.Prefix
-	for _, sc := range list.Items {
-		if sc.DeletionTimestamp != nil {
-			continue
-		}
+	cidrs := make([]*networkingv1.ServiceCIDR, len(list.Items))
+	for i := range list.Items {
+		cidrs[i] = &list.Items[i]
+	}
+	if Served(cidrs, addr) {
+		return nil
+	}
+	for _, sc := range cidrs {
 		for _, s := range sc.Spec.CIDRs {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				continue // the API server validates CIDRs; one it let through serves nothing here
-			}
-			p = p.Masked()
-			if ipmath.Usable(p, addr) {
-				return nil
-			}
-			if !containing.IsValid() && p.Contains(addr) {
-				containing = p
+			if p, err := netip.ParsePrefix(s); err == nil && p.Masked().Contains(addr) {
+				return &allocator.NotInRangeError{IP: addr, Range: p.Masked()}
 			}
 		}
 	}
-	return &allocator.NotInRangeError{IP: addr, Range: containing}
+	return &allocator.NotInRangeError{IP: addr}
 }
 
 // checkServices returns a *HeldError if a Service lists addr in spec.clusterIPs (or, for a

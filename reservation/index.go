@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,17 @@ func (x *Index) HasSynced() bool { return x.informer.HasSynced() }
 // Lowest returns the reservation kept for the Service owner in family that has not ended at
 // now, with its object, and whether there is one; of several, the one of the lowest address.
 func (x *Index) Lowest(owner types.NamespacedName, family corev1.IPFamily, now time.Time) (Reservation, *networkingv1.IPAddress, bool) {
+	return x.lowest(owner, family, now, nil)
+}
+
+// LowestServed returns what [Index.Lowest] does among the reservations whose address a live
+// ServiceCIDR of cidrs serves ([Served]): the one a claim may give.
+func (x *Index) LowestServed(owner types.NamespacedName, family corev1.IPFamily, now time.Time, cidrs []*networkingv1.ServiceCIDR) (Reservation, *networkingv1.IPAddress, bool) {
+	return x.lowest(owner, family, now, func(ip netip.Addr) bool { return Served(cidrs, ip) })
+}
+
+// lowest is Lowest among the reservations whose address keep accepts (all for a nil keep).
+func (x *Index) lowest(owner types.NamespacedName, family corev1.IPFamily, now time.Time, keep func(netip.Addr) bool) (Reservation, *networkingv1.IPAddress, bool) {
 	objs, err := x.informer.GetIndexer().ByIndex(forServiceIndex, owner.String())
 	if err != nil {
 		return Reservation{}, nil, false
@@ -62,7 +74,7 @@ func (x *Index) Lowest(owner types.NamespacedName, family corev1.IPFamily, now t
 			continue
 		}
 		r, ok := FromObject(ipa)
-		if !ok || r.For != owner || r.Expired(now) || allocator.FamilyOf(r.Addr) != family {
+		if !ok || r.For != owner || r.Expired(now) || allocator.FamilyOf(r.Addr) != family || (keep != nil && !keep(r.Addr)) {
 			continue
 		}
 		if bestObj == nil || r.Addr.Less(best.Addr) {

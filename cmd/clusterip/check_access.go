@@ -53,6 +53,7 @@ func neededPermissions(mode featuregate.Mode, repair, withEtcd bool) []permissio
 		permission{"list", nw, "servicecidrs", checkRole},
 		permission{"list", nw, "ipaddresses", checkRole},
 		permission{"get", nw, "ipaddresses", checkRole},
+		permission{"list", "", "namespaces", checkRole}, // reservations kept for a namespace that is gone
 	)
 	if !withEtcd {
 		ps = append(ps, permission{"get", nw, "servicecidrs", checkRole})

@@ -11,7 +11,7 @@ import (
 
 func TestNeededPermissionsFollowModeRepairAndEtcd(t *testing.T) {
 	read := []string{"list services", "get services"}
-	objects := []string{"list servicecidrs.networking.k8s.io", "list ipaddresses.networking.k8s.io", "get ipaddresses.networking.k8s.io"}
+	objects := []string{"list servicecidrs.networking.k8s.io", "list ipaddresses.networking.k8s.io", "get ipaddresses.networking.k8s.io", "list namespaces"}
 	cidr := []string{"get servicecidrs.networking.k8s.io"}
 	writes := []string{"create ipaddresses.networking.k8s.io", "update ipaddresses.networking.k8s.io", "delete ipaddresses.networking.k8s.io"}
 	cat := func(parts ...[]string) []string {
@@ -64,7 +64,7 @@ func TestMissingPermissionsAreNamedByResourceWithTheirRoles(t *testing.T) {
 	}{
 		{"repair verbs", all[len(all)-3:], "create, update, delete ipaddresses.networking.k8s.io", "ClusterRole clusterip-check-repair"},
 		{"everything", all,
-			"list, get services and list, get servicecidrs.networking.k8s.io and list, get, create, update, delete ipaddresses.networking.k8s.io",
+			"list, get services and list, get servicecidrs.networking.k8s.io and list, get, create, update, delete ipaddresses.networking.k8s.io and list namespaces",
 			"ClusterRoles clusterip-check and clusterip-check-repair"},
 		{"one verb", all[:1], "list services", "ClusterRole clusterip-check"},
 	}

@@ -157,7 +157,7 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 	t.Run("a user with no role exits 2 at once naming what check needs", func(t *testing.T) {
 		start := time.Now()
 		checkCouldNotRun(t, []string{"check", "--kubeconfig", kubeconfigOf("nobody")},
-			`user "nobody" may not list, get services and list, get servicecidrs.networking.k8s.io and list, get ipaddresses.networking.k8s.io, which clusterip check in IPAddressOnly mode needs; bind the ClusterRole clusterip-check`)
+			`user "nobody" may not list, get services and list, get servicecidrs.networking.k8s.io and list, get ipaddresses.networking.k8s.io and list namespaces, which clusterip check in IPAddressOnly mode needs; bind the ClusterRole clusterip-check`)
 		checkCouldNotRun(t, slices.Concat([]string{"repair", "--kubeconfig", kubeconfigOf("nobody")}, etcdFlags),
 			"bind the ClusterRoles clusterip-check and clusterip-check-repair")
 		if d := time.Since(start); d > 10*time.Second {

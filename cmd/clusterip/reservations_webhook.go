@@ -183,7 +183,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	}
 	claims := &webhook.Claims{}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Claims: claims})
+	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Claims: claims, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs()})
 	if err != nil {
 		return err
 	}

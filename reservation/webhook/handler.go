@@ -17,10 +17,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
+	networkingv1listers "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-ipam/clusterip/allocator"
@@ -42,6 +44,11 @@ type HandlerOptions struct {
 	Claims *Claims
 	// Now is the clock reservations are judged expired by. Defaults to time.Now.
 	Now func() time.Time
+	// ServiceCIDRs, if not nil, is the ServiceCIDR informer (the caller starts it) that decides
+	// which reservations may be handed out: only those of an address a live ServiceCIDR serves
+	// ([reservation.Served]); until it has synced, none is. Defaults to none: every reservation
+	// may be handed out.
+	ServiceCIDRs networkingv1informers.ServiceCIDRInformer
 }
 
 // Handler is the mutating admission webhook of the package doc, an http.Handler for
@@ -52,6 +59,7 @@ type HandlerOptions struct {
 type Handler struct {
 	client  networkingv1client.IPAddressInterface
 	index   *reservation.Index
+	cidrs   networkingv1listers.ServiceCIDRLister // nil: every reservation may be handed out
 	metrics *Metrics
 	claims  *Claims
 	now     func() time.Time
@@ -73,6 +81,10 @@ func NewHandler(client kubernetes.Interface, informer networkingv1informers.IPAd
 	h := &Handler{client: client.NetworkingV1().IPAddresses(), index: index, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if opts.ServiceCIDRs != nil {
+		opts.ServiceCIDRs.Informer() // registers the informer with its factory, so that the caller's Start starts it
+		h.cidrs = opts.ServiceCIDRs.Lister()
 	}
 	return h, nil
 }
@@ -190,14 +202,25 @@ func wantsAnyClusterIP(svc *corev1.Service) bool {
 }
 
 // pick returns the reservation objects to hand to svc, owner, in the order its addresses go in
-// spec.clusterIPs: the lowest unexpired reservation of each family, in the order of
-// spec.ipFamilies if set (stopping at the first family without one) and else IPv4 before IPv6;
-// only the first unless spec.ipFamilyPolicy asks for two families.
+// spec.clusterIPs: the lowest unexpired reservation of each family (of an address a live
+// ServiceCIDR serves, with HandlerOptions.ServiceCIDRs), in the order of spec.ipFamilies if set
+// (stopping at the first family without one) and else IPv4 before IPv6; only the first unless
+// spec.ipFamilyPolicy asks for two families.
 func (h *Handler) pick(owner types.NamespacedName, svc *corev1.Service) []*networkingv1.IPAddress {
 	now := h.now()
+	lowest := h.index.Lowest
+	if h.cidrs != nil {
+		cidrs, err := h.cidrs.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		lowest = func(owner types.NamespacedName, f corev1.IPFamily, now time.Time) (reservation.Reservation, *networkingv1.IPAddress, bool) {
+			return h.index.LowestServed(owner, f, now, cidrs)
+		}
+	}
 	byFamily := map[corev1.IPFamily]*networkingv1.IPAddress{}
 	for _, f := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
-		if _, obj, ok := h.index.Lowest(owner, f, now); ok {
+		if _, obj, ok := lowest(owner, f, now); ok {
 			byFamily[f] = obj
 		}
 	}

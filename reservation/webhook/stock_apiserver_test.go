@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,11 +69,11 @@ func startStockWithWebhook(t *testing.T) *stockWithWebhook {
 	claims := &webhook.Claims{}
 	factory := informers.NewSharedInformerFactory(api.Client, 0)
 	ipas := factory.Networking().V1().IPAddresses()
-	h, err := webhook.NewHandler(api.Client, ipas, webhook.HandlerOptions{Metrics: m, Claims: claims})
+	s.cidrs = factory.Networking().V1().ServiceCIDRs()
+	h, err := webhook.NewHandler(api.Client, ipas, webhook.HandlerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cidrs = factory.Networking().V1().ServiceCIDRs()
 	ctrl, err := webhook.NewController(api.Client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs})
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +256,10 @@ func TestStockKubeAPIServerWithWebhook(t *testing.T) {
 		checkRefused(t, "update", err)
 	})
 
+	t.Run("a reservation no live ServiceCIDR serves is not handed out", func(t *testing.T) {
+		s.checkOrphansNotHandedOut(t)
+	})
+
 	// Two loads of 8 churn workers: the rest of the /24 free, and then the range filled with
 	// static Services but for 32 addresses besides webIP, as in a nearly full range.
 	for _, load := range []struct {
@@ -394,5 +399,56 @@ func checkRefused(t *testing.T, what string, err error) {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) || status.Status().Code != http.StatusUnprocessableEntity || !strings.Contains(err.Error(), reservation.AnnotationReleasePolicy) {
 		t.Errorf("%s with a malformed release policy: %v, want a 422 refusal naming %s", what, err, reservation.AnnotationReleasePolicy)
+	}
+}
+
+// checkOrphansNotHandedOut makes two reservations no live ServiceCIDR serves, kept for default/gone
+// and default/closing: one of an address outside every ServiceCIDR, created by hand as anyone who
+// may create IPAddress objects can, and one in a ServiceCIDR being deleted (held terminating by a
+// finalizer of the test's, as kube-controller-manager's holds one that still has addresses).
+// Each Service then gets a dynamic address in 10.96.0.0/24, and each reservation is still there.
+func (s *stockWithWebhook) checkOrphansNotHandedOut(t *testing.T) {
+	ctx := context.Background()
+	const hold = "test.clusterip.kube-ipam.io/hold"
+	cidr := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "closing", Finalizers: []string{hold}}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}
+	if _, err := s.api.NetworkingV1().ServiceCIDRs().Create(ctx, cidr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		_, _ = s.api.NetworkingV1().ServiceCIDRs().Patch(context.Background(), "closing", types.MergePatchType, patch, metav1.PatchOptions{})
+	})
+	outside, closing := netip.MustParseAddr("10.98.0.5"), netip.MustParseAddr("10.97.0.5")
+	// The second is reserved while its ServiceCIDR is live, as Reserve requires.
+	if err := s.res.Reserve(ctx, reservation.Reservation{Addr: closing, For: types.NamespacedName{Namespace: "default", Name: "closing"}}); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := reservation.ObjectFor(reservation.Reservation{Addr: outside, For: types.NamespacedName{Namespace: "default", Name: "gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.api.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.api.NetworkingV1().ServiceCIDRs().Delete(ctx, "closing", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the webhook's informer to see ServiceCIDR closing being deleted", func() bool {
+		sc, err := s.cidrs.Lister().Get("closing")
+		return err == nil && sc.DeletionTimestamp != nil
+	})
+	serving := netip.MustParsePrefix("10.96.0.0/24")
+	for name, ip := range map[string]netip.Addr{"gone": outside, "closing": closing} {
+		svc, err := s.api.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create default/%s: %v", name, err)
+		}
+		if got, err := netip.ParseAddr(svc.Spec.ClusterIP); err != nil || !serving.Contains(got) {
+			t.Errorf("default/%s got %q, want a dynamic address of %s (not its reserved %s)", name, svc.Spec.ClusterIP, serving, ip)
+		}
+		obj, err := s.api.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+		if r, ok := reservation.FromObject(obj); err != nil || !ok || r.For.Name != name {
+			t.Errorf("the reservation of %s after default/%s's create = %v, %v; want it still there", ip, name, obj, err)
+		}
 	}
 }
