@@ -57,6 +57,7 @@ func TestForkKeepsReservations(t *testing.T) {
 		"kept": {addr("10.96.0.40"), addr("fd00:10:96::40")},
 		"dry":  {addr("10.96.0.41")},
 		"np":   {addr("10.96.0.42")},
+		"gone": {addr("10.96.0.43")},
 	}
 	reserve(ctx, t, s.Client, anonymous, forService)
 
@@ -132,6 +133,38 @@ func TestForkKeepsReservations(t *testing.T) {
 			t.Fatalf("create of default/np on a taken node port: %v, want 422", err)
 		}
 		wantReservation(ctx, t, ipas, forService["np"][0], "np")
+	})
+
+	// A claim can be reverted for minutes; stock's registry releases an address a Service gives
+	// up on update (here a type change to ExternalName) without the fork's release hook. The
+	// claim must not outlive that release: the next allocation of the address, whose create then
+	// fails, is released as any other, and its IPAddress object does not stay behind.
+	t.Run("a claim given up on update never stands in for a later allocation's release", func(t *testing.T) {
+		ip := forService["gone"][0]
+		got, err := svcs.Create(ctx, testenv.ClusterIPService("gone", ""), metav1.CreateOptions{})
+		if err != nil || got.Spec.ClusterIP != ip.String() {
+			t.Fatalf("create default/gone: %v, %v; want its reserved %s", got.Spec.ClusterIPs, err, ip)
+		}
+		got.Spec.Type, got.Spec.ExternalName = corev1.ServiceTypeExternalName, "db.example.com"
+		got.Spec.ClusterIP, got.Spec.ClusterIPs, got.Spec.IPFamilies, got.Spec.IPFamilyPolicy = "", nil, nil, nil
+		if _, err := svcs.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("update default/gone to ExternalName: %v", err)
+		}
+		if _, err := ipas.Get(ctx, ip.String(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("%s after default/gone became ExternalName: %v, want NotFound (released)", ip, err)
+		}
+		if _, err := svcs.Create(ctx, testenv.ClusterIPService("taken-name", ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The same name again, asking for the address: allocated, then AlreadyExists, reverted.
+		if _, err := svcs.Create(ctx, testenv.ClusterIPService("taken-name", ip.String()), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create of a second default/taken-name asking for %s: %v, want AlreadyExists", ip, err)
+		}
+		if obj, err := ipas.Get(ctx, ip.String(), metav1.GetOptions{}); err == nil {
+			t.Errorf("%s after the failed create is held by %+v, want no object: the failed create's allocation leaked", ip, obj.Spec.ParentRef)
+		} else if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("a malformed release policy is refused with 422 at its annotation and writes nothing", func(t *testing.T) {

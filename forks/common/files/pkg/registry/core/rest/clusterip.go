@@ -519,12 +519,15 @@ func (c *clusterIPAllocator) Allocate(ip net.IP) error { return c.AllocateServic
 // AllocateNext reserves a free address with no owner; see Allocate.
 func (c *clusterIPAllocator) AllocateNext() (net.IP, error) { return c.AllocateNextService(nil) }
 
-// Release frees ip; an address that is not allocated, or out of range, is not an error.
+// Release frees ip; an address that is not allocated, or out of range, is not an error. A claim
+// of ip that could still be reverted is forgotten: stock's registry releases an address a Service
+// gives up on update through here, and the undo must not outlive the allocation it undoes.
 func (c *clusterIPAllocator) Release(ip net.IP) error {
 	addr, ok := addrOf(ip)
 	if !ok {
 		return nil
 	}
+	c.all.claims.forget(addr)
 	al, err := c.get()
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	api "k8s.io/kubernetes/pkg/apis/core"
@@ -57,22 +58,27 @@ func clusterIPReservations(value string, mode featuregate.Mode) (bool, error) {
 const claimTTL = 5 * time.Minute
 
 // pendingClaims are the claims of reservations whose Service create or update may yet be reverted:
-// the undo of each, by address. It is safe for concurrent use.
+// the undo of each, by address, with the Service it was claimed for. A claim is forgotten when
+// its address is released by any path (the Service's delete, or stock's release of an address a
+// Service gives up on update, such as a type change to ExternalName), and only the Service it was
+// claimed for can revert it: an undo left behind must never stand in for the release of the
+// address's next allocation. It is safe for concurrent use.
 type pendingClaims struct {
 	mu     sync.Mutex
 	claims map[netip.Addr]pendingClaim
 	pruned time.Time // when claims older than claimTTL were last forgotten
 }
 
-// pendingClaim is the undo of one claim and when it was made.
+// pendingClaim is the undo of one claim, the Service it was claimed for and when it was made.
 type pendingClaim struct {
-	undo func(context.Context) error
-	at   time.Time
+	undo  func(context.Context) error
+	owner types.NamespacedName
+	at    time.Time
 }
 
-// add remembers undo for ip. Once per claimTTL it forgets the claims older than claimTTL, so that
-// a claim costs O(1) however many were made within the last claimTTL.
-func (p *pendingClaims) add(ip netip.Addr, undo func(context.Context) error) {
+// add remembers undo for ip, claimed for owner. Once per claimTTL it forgets the claims older than
+// claimTTL, so that a claim costs O(1) however many were made within the last claimTTL.
+func (p *pendingClaims) add(ip netip.Addr, owner types.NamespacedName, undo func(context.Context) error) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -87,12 +93,19 @@ func (p *pendingClaims) add(ip netip.Addr, undo func(context.Context) error) {
 		}
 		p.pruned = now
 	}
-	p.claims[ip] = pendingClaim{undo: undo, at: now}
+	p.claims[ip] = pendingClaim{undo: undo, owner: owner, at: now}
 }
 
-// take returns and forgets the undo of the claim of ip, nil if there is none or it is older than
-// claimTTL.
-func (p *pendingClaims) take(ip netip.Addr) func(context.Context) error {
+// forget forgets the claim of ip, if any: its address was released.
+func (p *pendingClaims) forget(ip netip.Addr) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.claims, ip)
+}
+
+// take returns and forgets the undo of the claim of ip for owner; nil if there is none, it is
+// older than claimTTL, or it was claimed for another Service (then it is forgotten too).
+func (p *pendingClaims) take(ip netip.Addr, owner types.NamespacedName) func(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.claims[ip]
@@ -100,7 +113,7 @@ func (p *pendingClaims) take(ip netip.Addr) func(context.Context) error {
 		return nil
 	}
 	delete(p.claims, ip)
-	if time.Since(c.at) > claimTTL {
+	if c.owner != owner || time.Since(c.at) > claimTTL {
 		return nil
 	}
 	return c.undo
@@ -142,7 +155,7 @@ func (c *clusterIPAllocator) claimReserved(svc *api.Service) (net.IP, bool, erro
 	if !addr.IsValid() {
 		return nil, false, nil
 	}
-	c.all.claims.add(addr, undo)
+	c.all.claims.add(addr, types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, undo)
 	klog.V(2).InfoS("Claimed a reserved ClusterIP", "service", klog.KRef(svc.Namespace, svc.Name), "clusterIP", addr)
 	return net.IP(addr.AsSlice()), true, nil
 }
@@ -161,7 +174,7 @@ func (c *clusterIPAllocator) CheckService(svc *api.Service) *field.Error {
 func (c *clusterIPAllocator) ReleaseService(svc *api.Service, ip net.IP) error {
 	addr, ok := addrOf(ip)
 	if cl := c.claimer(); cl != nil && ok {
-		c.all.claims.take(addr)
+		c.all.claims.forget(addr)
 		ctx, cancel := context.WithTimeout(context.Background(), clusterIPCallTimeout)
 		defer cancel()
 		kept, err := cl.Retain(ctx, serviceMeta(svc), addr)
@@ -177,10 +190,10 @@ func (c *clusterIPAllocator) ReleaseService(svc *api.Service, ip net.IP) error {
 }
 
 // RevertService undoes the allocation of ip to svc, whose create or update failed: an address
-// claimed from a reservation becomes the reservation again, any other is released.
+// svc claimed from a reservation becomes the reservation again, any other is released.
 func (c *clusterIPAllocator) RevertService(svc *api.Service, ip net.IP) error {
 	if addr, ok := addrOf(ip); ok {
-		if undo := c.all.claims.take(addr); undo != nil {
+		if undo := c.all.claims.take(addr, types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}); undo != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), clusterIPCallTimeout)
 			defer cancel()
 			return undo(ctx)
