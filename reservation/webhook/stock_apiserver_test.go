@@ -66,14 +66,19 @@ func startStockWithWebhook(t *testing.T) *stockWithWebhook {
 		t.Fatal(err)
 	}
 	claims := &webhook.Claims{}
+	optIn(t, api.Client, metav1.NamespaceDefault, "100") // the tests' Retain Services live in default
 	factory := informers.NewSharedInformerFactory(api.Client, 0)
 	ipas := factory.Networking().V1().IPAddresses()
-	h, err := webhook.NewHandler(api.Client, ipas, webhook.HandlerOptions{Metrics: m, Claims: claims})
+	limits, err := reservation.NewLimits(ipas, factory.Core().V1().Namespaces(), factory.Networking().V1().ServiceCIDRs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := webhook.NewHandler(api.Client, ipas, webhook.HandlerOptions{Metrics: m, Claims: claims, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.cidrs = factory.Networking().V1().ServiceCIDRs()
-	ctrl, err := webhook.NewController(api.Client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs})
+	ctrl, err := webhook.NewController(api.Client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
