@@ -277,7 +277,7 @@ func (x *Index) CountIn(p netip.Prefix, now time.Time, except netip.Addr) int {
 // is capped. A Limits is safe for concurrent use.
 type Limits struct {
 	index      *Index
-	namespaces corev1listers.NamespaceLister        // nil: no namespace may retain
+	namespaces corev1listers.NamespaceLister         // nil: no namespace may retain
 	cidrs      networkingv1listers.ServiceCIDRLister // nil: no ServiceCIDR cap
 	synced     []cache.InformerSynced
 }
