@@ -177,13 +177,16 @@ func (r *capsReport) write(w io.Writer) error {
 	return nil
 }
 
-// printCaps writes the caps report after the table (not with -o json or yaml, whose stdout is the
-// audit's report alone) in a mode with IPAddress objects. It is best-effort: a user whose role
-// cannot list Namespaces (clusterip-check grants it from this release) gets a note on stderr
+// printCaps writes the caps report after the table (to stderr with -o json or yaml, whose stdout
+// is the audit's report alone) in a mode with IPAddress objects. It is best-effort: a user whose
+// role cannot list Namespaces (clusterip-check grants it from this release) gets a note on stderr
 // instead, and the check's outcome does not change.
 func (o *checkOptions) printCaps(ctx context.Context, client kubernetes.Interface, stdout, stderr io.Writer, mode featuregate.Mode) {
-	if o.output == "json" || o.output == "yaml" || mode == featuregate.Legacy {
+	if mode == featuregate.Legacy {
 		return
+	}
+	if o.output == "json" || o.output == "yaml" {
+		stdout = stderr
 	}
 	rep, err := readCaps(ctx, client, time.Now())
 	if err == nil {
