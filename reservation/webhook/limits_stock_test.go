@@ -27,9 +27,14 @@ func TestStockKubeAPIServerWithWebhookCapsRetain(t *testing.T) {
 	if _, err := s.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "closed"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	retainIn := func(ns, name string) *corev1.Service {
+		svc := withPolicy(testenv.ClusterIPService(name, ""), "Retain")
+		svc.Namespace = ns
+		return svc
+	}
 	refused := func(t *testing.T, ns, name, wantMsg string) {
 		t.Helper()
-		_, err := s.api.CoreV1().Services(ns).Create(ctx, withPolicy(testenv.ClusterIPService(name, ""), "Retain"), metav1.CreateOptions{})
+		_, err := s.api.CoreV1().Services(ns).Create(ctx, retainIn(ns, name), metav1.CreateOptions{})
 		var status apierrors.APIStatus
 		if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Code != 422 {
 			t.Fatalf("create of Retain %s/%s: %v, want 422 Invalid", ns, name, err)
@@ -61,7 +66,7 @@ func TestStockKubeAPIServerWithWebhookCapsRetain(t *testing.T) {
 		svcs := s.api.CoreV1().Services("team-a")
 		// The webhook's Namespace informer shows the annotation once a Retain dry run passes.
 		testenv.WaitFor(t, "the webhook to let team-a retain", func() bool {
-			_, err := svcs.Create(ctx, withPolicy(testenv.ClusterIPService("probe", ""), "Retain"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			_, err := svcs.Create(ctx, retainIn("team-a", "probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err == nil
 		})
 		for i := 0; ; i++ {
@@ -69,13 +74,13 @@ func TestStockKubeAPIServerWithWebhookCapsRetain(t *testing.T) {
 			if i == 3 {
 				// The handler's informer has all three once a dry run is refused too.
 				testenv.WaitFor(t, "the webhook to see team-a's three reservations", func() bool {
-					_, err := svcs.Create(ctx, withPolicy(testenv.ClusterIPService(name, ""), "Retain"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+					_, err := svcs.Create(ctx, retainIn("team-a", name), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 					return apierrors.IsInvalid(err)
 				})
 				refused(t, "team-a", name, `namespace "team-a" keeps 3 reserved addresses and may keep 3 (annotation clusterip.kube-ipam.io/max-retained of Namespace "team-a")`)
 				break
 			}
-			if _, err := svcs.Create(ctx, withPolicy(testenv.ClusterIPService(name, ""), "Retain"), metav1.CreateOptions{}); err != nil {
+			if _, err := svcs.Create(ctx, retainIn("team-a", name), metav1.CreateOptions{}); err != nil {
 				t.Fatalf("create of %s with room: %v", name, err)
 			}
 			if err := svcs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
