@@ -121,7 +121,8 @@ func New(ctx context.Context, cfg Config) (*Allocators, error) {
 	opts := service.Options{Version: version, FeatureGate: gate}
 	if cfg.Reservations {
 		nw := cfg.Informers.Networking().V1()
-		claimer, err := reservation.NewClaimer(cfg.Client, nw.IPAddresses(), cfg.ManagedBy, reservation.WithServiceCIDRs(nw.ServiceCIDRs()))
+		claimer, err := reservation.NewClaimer(cfg.Client, nw.IPAddresses(), cfg.ManagedBy, reservation.WithServiceCIDRs(nw.ServiceCIDRs()),
+			reservation.WithNamespaces(cfg.Informers.Core().V1().Namespaces()))
 		if err != nil {
 			a.Close()
 			return nil, &ConfigError{Field: "Reservations", Reason: "the IPAddress informer", Err: err}

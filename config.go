@@ -91,6 +91,10 @@ type Config struct {
 	// Service whose release policy retains them (reservation.AnnotationReleasePolicy), or whose
 	// ServiceCIDR has a release cooldown (reservation.AnnotationReleaseCooldown), as reservations
 	// for its return; and Run deletes each reservation when it ends (a cooldown).
+	// Retaining is opt-in and capped (reservation.Limits): only a Service of a namespace whose
+	// Namespace has reservation.AnnotationMaxRetained may have a Retain policy, read from the
+	// Namespace informer of Informers (New registers it; the client lists and watches
+	// Namespaces), and a ServiceCIDR's reservation.AnnotationMaxReserved caps what it keeps.
 	// New adds an index to the IPAddress informer of Informers. Only in IPAddressOnly mode, the
 	// mode in which kube-apiserver, too, keeps its hands off reserved addresses (New refuses it in
 	// the others). Defaults to false: no reservation is looked up, and reserved addresses are only

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	corev1informers "k8s.io/client-go/informers/core/v1"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
@@ -37,6 +38,8 @@ type Claimer struct {
 	client    networkingv1client.IPAddressInterface
 	index     *Index
 	cidrs     networkingv1informers.ServiceCIDRInformer // nil: no release cooldown
+	nss       corev1informers.NamespaceInformer         // nil: no namespace may retain
+	limits    *Limits
 	managedBy string
 	now       func() time.Time
 }
@@ -55,6 +58,19 @@ func WithServiceCIDRs(informer networkingv1informers.ServiceCIDRInformer) Claime
 	return func(c *Claimer) {
 		if informer != nil {
 			c.cidrs = informer
+		}
+	}
+}
+
+// WithNamespaces makes the Claimer read the caps of namespaces ([AnnotationMaxRetained]) from
+// the Namespaces informer shows, which the caller starts: only a namespace whose Namespace has
+// the annotation may keep addresses with a Retain policy, up to its cap (see [Limits]). Default
+// none: no namespace may retain, and a Service with a Retain policy is refused. A nil informer
+// keeps the default.
+func WithNamespaces(informer corev1informers.NamespaceInformer) ClaimerOption {
+	return func(c *Claimer) {
+		if informer != nil {
+			c.nss = informer
 		}
 	}
 }
@@ -84,6 +100,7 @@ func NewClaimer(client kubernetes.Interface, informer networkingv1informers.IPAd
 	if c.cidrs != nil {
 		c.cidrs.Informer() // registers the informer with its factory, so that the caller's Start starts it
 	}
+	c.limits = newLimits(index, c.nss, c.cidrs)
 	return c, nil
 }
 
@@ -178,12 +195,18 @@ func (c *Claimer) unclaim(ctx context.Context, r Reservation) error {
 	return nil
 }
 
-// CheckService returns CheckReleasePolicy(svc).
-func (c *Claimer) CheckService(svc *corev1.Service) *field.Error { return CheckReleasePolicy(svc) }
+// CheckService returns the field error that refuses svc, being created (old nil) or updated from
+// old: a release policy that does not parse, or a Retain policy the caps on reservations refuse
+// (see [Limits.CheckService]; the namespace's cap is read with [WithNamespaces] only: without it
+// no namespace may retain). Nil when svc may go on.
+func (c *Claimer) CheckService(old, svc *corev1.Service) *field.Error {
+	return c.limits.CheckService(old, svc, c.now())
+}
 
 // Retain keeps ip, one of the ClusterIPs of svc, which is being deleted, as svc's release policy
 // and the release cooldown of ip's ServiceCIDR say (see [KeptOnDelete]; the cooldown only with
-// [WithServiceCIDRs]): it updates the IPAddress object of ip, the Service's allocation, into a
+// [WithServiceCIDRs]), within the caps on reservations ([Limits.KeptOnDelete]: a cap that
+// refuses is logged, and the address released or kept by a cooldown alone): it updates the IPAddress object of ip, the Service's allocation, into a
 // reservation kept for svc's namespace and name, with the end [KeptOnDelete] gives, in one
 // update guarded by the object's resourceVersion, so no allocator can take the address at any
 // instant; it reports true. It reports false, changing nothing, when neither the policy nor
@@ -197,7 +220,8 @@ func (c *Claimer) Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr
 		return false, nil
 	}
 	svcKey := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	r, ok := KeptOnDelete(svcKey, ip, policy, c.cooldown(ctx, ip), c.now())
+	r, ok, refused, bad := c.limits.KeptOnDelete(svcKey, ip, policy, c.cooldown(ctx, ip), c.now())
+	logCaps(klog.FromContext(ctx), svcKey, ip, ok, refused, bad)
 	if !ok {
 		return false, nil
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -386,6 +387,7 @@ func startRegistryWithInformers(t *testing.T, api *testenv.KubeAPIServer, cfg cl
 func startStoppableRegistry(t *testing.T, api *testenv.KubeAPIServer, cfg clusterip.Config) (*clusterip.Allocators, informers.SharedInformerFactory, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	optIn(t, api.Client, metav1.NamespaceDefault, "100") // the tests' Retain Services live in default
 	inf := informers.NewSharedInformerFactory(api.Client, 0)
 	cfg.Client, cfg.Informers = api.Client, inf
 	a, err := clusterip.New(ctx, cfg)
@@ -476,4 +478,32 @@ func TestReservationsSurviveRestartsOfEveryProcess(t *testing.T) {
 			t.Errorf("default/%s after the restarts got %s, want %s, reserved for it", name, got, want)
 		}
 	}
+}
+
+// optIn annotates Namespace ns (creating it if kube-apiserver has not yet) with
+// reservation.AnnotationMaxRetained: value, so that its Services may retain up to value addresses.
+func optIn(t *testing.T, client kubernetes.Interface, ns, value string) {
+	t.Helper()
+	nss := client.CoreV1().Namespaces()
+	testenv.WaitFor(t, "Namespace "+ns+" to be annotated max-retained="+value, func() bool {
+		obj, err := nss.Get(context.Background(), ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			obj = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Annotations: map[string]string{reservation.AnnotationMaxRetained: value}}}
+			_, err = nss.Create(context.Background(), obj, metav1.CreateOptions{})
+			return err == nil
+		}
+		if err != nil {
+			return false
+		}
+		if obj.Annotations[reservation.AnnotationMaxRetained] == value {
+			return true
+		}
+		obj = obj.DeepCopy()
+		if obj.Annotations == nil {
+			obj.Annotations = map[string]string{}
+		}
+		obj.Annotations[reservation.AnnotationMaxRetained] = value
+		_, err = nss.Update(context.Background(), obj, metav1.UpdateOptions{})
+		return err == nil
+	})
 }

@@ -55,6 +55,11 @@ func (c *Client) ready() error {
 //     an *allocator.NotInRangeError with no Range (it matches allocator.ErrMismatchedNetwork); inside
 //     some but their network address, or IPv4 broadcast address, in each, an
 //     *allocator.NotInRangeError naming the first such ServiceCIDR prefix;
+//   - that no ServiceCIDR that can hand r.Addr out goes over its [AnnotationMaxReserved] cap with
+//     it (the reservations listed, only when one has the annotation; r.Addr's own is not
+//     counted): a [*LimitError] naming the ServiceCIDR and its cap (it matches [ErrCapped]). An
+//     annotation that does not parse refuses too, with its [*InvalidError]: an operator who
+//     reserves by hand can fix it, and no delete waits on it;
 //   - that no IPAddress object holds r.Addr (a Get): a [*HeldError] naming its parentRef and
 //     manager, unless it is this very reservation (same address, For, Name, Expires and Reason),
 //     for which Reserve returns nil, so a retried Reserve succeeds;
@@ -77,6 +82,9 @@ func (c *Client) Reserve(ctx context.Context, r Reservation) error {
 		return err
 	}
 	if err := c.checkInServiceCIDR(ctx, r.Addr); err != nil {
+		return err
+	}
+	if err := c.checkCaps(ctx, r.Addr); err != nil {
 		return err
 	}
 	ipas := c.client.NetworkingV1().IPAddresses()

@@ -220,18 +220,20 @@ func TestClaimerRetainKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{
 				cidrWithCooldown("kubernetes", tt.cooldown, "10.96.0.0/24"),
 				testenv.ServiceCIDR("other", "10.97.0.0/24"),
+				namespace("default", "10"), // opts in to Retain
 				allocation("10.96.0.20"), allocation("10.97.0.20"),
 			}})
 			factory := informers.NewSharedInformerFactory(fake, 0)
 			nw := factory.Networking().V1()
-			c, err := reservation.NewClaimer(fake, nw.IPAddresses(), "", reservation.WithServiceCIDRs(nw.ServiceCIDRs()))
+			namespaces := factory.Core().V1().Namespaces()
+			c, err := reservation.NewClaimer(fake, nw.IPAddresses(), "", reservation.WithServiceCIDRs(nw.ServiceCIDRs()), reservation.WithNamespaces(namespaces))
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer func() { cancel(); factory.Shutdown() }()
 			factory.Start(ctx.Done())
-			if !cache.WaitForCacheSync(ctx.Done(), nw.ServiceCIDRs().Informer().HasSynced, nw.IPAddresses().Informer().HasSynced) {
+			if !cache.WaitForCacheSync(ctx.Done(), nw.ServiceCIDRs().Informer().HasSynced, nw.IPAddresses().Informer().HasSynced, namespaces.Informer().HasSynced) {
 				t.Fatal("the informers did not sync")
 			}
 

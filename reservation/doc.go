@@ -74,4 +74,13 @@
 // webhook's controller log, and counts as no cooldown: a typo never blocks a delete. A
 // ServiceCIDR without the annotation changes nothing. The Claimer reads ServiceCIDRs only with
 // [WithServiceCIDRs] (clusterip.New passes it).
+//
+// # Caps
+//
+// Retaining is opt-in per namespace and capped, so that no tenant who may create and delete
+// Services keeps the whole range: a Namespace's [AnnotationMaxRetained] lets its Services use a
+// Retain policy and bounds what the namespace keeps, and a ServiceCIDR's [AnnotationMaxReserved]
+// bounds the reservations of any owner in it. [Limits] is the one place that decides, for the
+// Claimer ([WithNamespaces]; clusterip.New passes it), package reservation/webhook and
+// [Client.Reserve]; a refusal is a field error or a [*LimitError] naming the cap.
 package reservation

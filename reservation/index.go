@@ -37,7 +37,7 @@ func NewIndex(informer cache.SharedIndexInformer) (*Index, error) {
 				return nil, nil
 			}
 			return []string{r.For.String()}, nil
-		}})
+		}, forNamespaceIndex: indexForNamespace, familyIndex: indexFamily})
 		if err != nil {
 			return nil, fmt.Errorf("reservation: index the IPAddress informer: %w", err)
 		}

@@ -69,8 +69,9 @@ type Reserved interface {
 	Claim(ctx context.Context, family corev1.IPFamily, owner allocator.Owner) (netip.Addr, func(context.Context) error, error)
 	// Reserved returns the address Claim would give, changing nothing (for a dry run).
 	Reserved(family corev1.IPFamily, owner allocator.Owner) (netip.Addr, bool)
-	// CheckService returns the error of a release policy svc carries that does not parse.
-	CheckService(svc *corev1.Service) *field.Error
+	// CheckService returns the error that refuses svc, created (old nil) or updated from old,
+	// for its release policy: one that does not parse, or a Retain policy over a cap.
+	CheckService(old, svc *corev1.Service) *field.Error
 	// Retain keeps ip of svc, which is being deleted, as a reservation if svc's release policy
 	// says so, and reports whether it did; false means ip is to be released as usual.
 	Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr) (bool, error)
@@ -211,7 +212,7 @@ func (s *Allocator) Allocate(ctx context.Context, svc *corev1.Service, dryRun bo
 		return nil, errors.New("service: nil Service")
 	}
 	normalizeClusterIPs(svc, nil)
-	if err := s.checkReleasePolicy(svc); err != nil {
+	if err := s.checkReleasePolicy(nil, svc); err != nil {
 		return nil, err
 	}
 	if err := s.initIPFamilyFields(svc, nil); err != nil {
@@ -240,7 +241,7 @@ func (s *Allocator) Update(ctx context.Context, old, svc *corev1.Service, dryRun
 	}
 	patchAllocatedValues(svc, old)
 	normalizeClusterIPs(svc, old)
-	if err := s.checkReleasePolicy(svc); err != nil {
+	if err := s.checkReleasePolicy(old, svc); err != nil {
 		return nil, err
 	}
 	if err := s.initIPFamilyFields(svc, old); err != nil {
@@ -287,13 +288,14 @@ func (s *Allocator) Release(ctx context.Context, svc *corev1.Service) error {
 	return errors.Join(append(errs, s.release(ctx, rest))...)
 }
 
-// checkReleasePolicy refuses, with kube-apiserver's 422 Invalid, a Service whose release policy
-// annotation does not parse, where Options.Reserved is set.
-func (s *Allocator) checkReleasePolicy(svc *corev1.Service) error {
+// checkReleasePolicy refuses, with kube-apiserver's 422 Invalid, a Service created (old nil) or
+// updated from old whose release policy annotation does not parse or goes over a cap on
+// reservations, where Options.Reserved is set.
+func (s *Allocator) checkReleasePolicy(old, svc *corev1.Service) error {
 	if s.reserved == nil {
 		return nil
 	}
-	if fe := s.reserved.CheckService(svc); fe != nil {
+	if fe := s.reserved.CheckService(old, svc); fe != nil {
 		return s.newInvalid(svc.Name, field.ErrorList{fe})
 	}
 	return nil

@@ -318,6 +318,7 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if err := o.print(stdout, stderr, rep, cfg.Mode, note); err != nil {
 		return fmt.Errorf("print the report: %w", err)
 	}
+	o.printCaps(ctx, client, stdout, stderr, cfg.Mode)
 	if o.dryRun {
 		fmt.Fprintf(stderr, "clusterip: dry run: nothing was changed; %s\n", o.dryRunSummary(rep))
 		if o.removeStaleBitmaps {

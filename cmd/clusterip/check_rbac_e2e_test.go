@@ -429,6 +429,7 @@ func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds
 	})
 
 	t.Run("the webhook role runs the webhook and its controller", func(t *testing.T) {
+		optInToRetain(t, api.Client, metav1.NamespaceDefault) // before the webhook's informers list it
 		from := log.mark(t)
 		dir := t.TempDir()
 		caPEM := writeServingCertificate(t, dir)

@@ -34,7 +34,9 @@ clusterip.kube-ipam.io/release-policy: Retain[/<duration>] leaves its addresses 
 name. Only a Service whose creates kube-apiserver sends to the webhook, by the namespaceSelector
 and objectSelector of its MutatingWebhookConfiguration (--webhook-configuration), keeps its
 addresses: a name the webhook never sees created would hold them for nothing. A malformed
-release-policy annotation is refused. The process also deletes each
+release-policy annotation is refused, and so is a Retain policy in a namespace whose Namespace has
+no clusterip.kube-ipam.io/max-retained annotation, or that would keep more addresses than it says;
+a ServiceCIDR's clusterip.kube-ipam.io/max-reserved caps what is kept in it. The process also deletes each
 reservation when it ends (a Retain/<duration>, a ServiceCIDR's release cooldown, or one created
 with --expires or --for-duration): without it a reservation with an end would be kept for ever.
 
@@ -183,7 +185,12 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	}
 	claims := &webhook.Claims{}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Claims: claims, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs()})
+	// One Namespace informer, shared by the caps and Sent.
+	limits, err := reservation.NewLimits(factory.Networking().V1().IPAddresses(), factory.Core().V1().Namespaces(), factory.Networking().V1().ServiceCIDRs())
+	if err != nil {
+		return err
+	}
+	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Claims: claims, Limits: limits, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs()})
 	if err != nil {
 		return err
 	}
@@ -195,7 +202,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if err != nil {
 		return err
 	}
-	ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs(), Sent: sent})
+	ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs(), Sent: sent, Limits: limits})
 	if err != nil {
 		return err
 	}

@@ -318,6 +318,17 @@ func (r *warningRecorder) take() []string {
 	return got
 }
 
+// optInToRetain annotates Namespace ns with reservation.AnnotationMaxRetained "100", so that its
+// Services may retain (retaining is opt-in per namespace), once kube-apiserver has created it.
+func optInToRetain(t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"annotations":{"` + reservation.AnnotationMaxRetained + `":"100"}}}`)
+	testenv.WaitFor(t, "Namespace "+ns+" to opt in to Retain", func() bool {
+		_, err := client.CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err == nil
+	})
+}
+
 // retainedService returns the Service default/name with release policy Retain and ipFamilyPolicy
 // policy, asking for no ClusterIP.
 func retainedService(name string, policy corev1.IPFamilyPolicy) *corev1.Service {
@@ -452,6 +463,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/warn":"restricted"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	optInToRetain(t, api.Client, metav1.NamespaceDefault)
 	warnings := &warningRecorder{}
 	cfg := rest.CopyConfig(api.Config)
 	cfg.WarningHandler = warnings

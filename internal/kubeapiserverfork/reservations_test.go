@@ -59,6 +59,7 @@ func TestForkKeepsReservations(t *testing.T) {
 		"np":   {addr("10.96.0.42")},
 	}
 	reserve(ctx, t, s.Client, anonymous, forService)
+	optInFork(ctx, t, s.Client, metav1.NamespaceDefault, "100") // retaining is opt-in per namespace
 
 	t.Run("a create asking for a reserved address gets stock's 422", func(t *testing.T) {
 		sopts := mg.options(stock, v4Range+","+v6Range)
@@ -329,6 +330,71 @@ func TestForkKeepsReservations(t *testing.T) {
 		} else {
 			t.Logf("%s free %v after its cooldown ended", ip, late.Round(time.Millisecond))
 		}
+	})
+
+	t.Run("a Retain Service is refused over its namespace's cap, and where the namespace does not opt in", func(t *testing.T) {
+		if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "closed"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		optInFork(ctx, t, s.Client, "capped", "1")
+		retain := func(name string) *corev1.Service {
+			svc := testenv.ClusterIPService(name, "")
+			svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain"}
+			return svc
+		}
+		refused := func(ns, name, wantMsg string) {
+			t.Helper()
+			_, err := s.Client.CoreV1().Services(ns).Create(ctx, retain(name), metav1.CreateOptions{})
+			var status apierrors.APIStatus
+			if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil || len(status.Status().Details.Causes) != 1 ||
+				status.Status().Details.Causes[0].Field != "metadata.annotations["+reservation.AnnotationReleasePolicy+"]" ||
+				status.Status().Details.Causes[0].Type != metav1.CauseTypeForbidden {
+				t.Fatalf("create of Retain %s/%s: %v, want 422 Forbidden at the release-policy annotation", ns, name, err)
+			}
+			if want := fmt.Sprintf("Service %q is invalid: metadata.annotations[%s]: Forbidden: %s", name, reservation.AnnotationReleasePolicy, wantMsg); err.Error() != want {
+				t.Errorf("create of Retain %s/%s:\n %s\nwant\n %s", ns, name, err, want)
+			}
+			if _, err := s.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("%s/%s after the refusal: %v, want NotFound", ns, name, err)
+			}
+		}
+		refused("closed", "web", `namespace "closed" may not retain addresses: its Namespace has no clusterip.kube-ipam.io/max-retained annotation`)
+
+		capped := s.Client.CoreV1().Services("capped")
+		if _, err := capped.Create(ctx, retain("first"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := capped.Delete(ctx, "first", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the fork's informer to show capped/first's reservation", func() bool {
+			_, err := capped.Create(ctx, retain("second"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return apierrors.IsInvalid(err)
+		})
+		refused("capped", "second", `namespace "capped" keeps 1 reserved addresses and may keep 1 (annotation clusterip.kube-ipam.io/max-retained of Namespace "capped")`)
+		// The Service whose reservation it is comes back: not refused, and gets its address.
+		if _, err := capped.Create(ctx, retain("first"), metav1.CreateOptions{}); err != nil {
+			t.Errorf("capped/first created again at the cap: %v, want its reservation back", err)
+		}
+	})
+}
+
+// optInFork annotates Namespace ns (creating it if needed) with reservation.AnnotationMaxRetained
+// value and waits until the fork's informer shows it: a dry run of a Retain Service in ns is
+// accepted.
+func optInFork(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, value string) {
+	t.Helper()
+	nss := client.CoreV1().Namespaces()
+	patch := []byte(`{"metadata":{"annotations":{"` + reservation.AnnotationMaxRetained + `":"` + value + `"}}}`)
+	probe := testenv.ClusterIPService("opt-in-probe", "")
+	probe.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain"}
+	testenv.WaitFor(t, "the fork to let Namespace "+ns+" retain", func() bool {
+		if _, err := nss.Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); apierrors.IsNotFound(err) {
+			_, _ = nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			return false
+		}
+		_, err := client.CoreV1().Services(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil
 	})
 }
 

@@ -53,6 +53,11 @@ type ControllerOptions struct {
 	// ([reservation.AnnotationReleaseCooldown], [reservation.ReleaseCooldownFor]). Defaults to
 	// none: no address has a cooldown, and only a Retain policy keeps one.
 	ServiceCIDRs networkingv1informers.ServiceCIDRInformer
+	// Limits, the caps on reservations, decides whether an address a Retain policy or a release
+	// cooldown would keep is kept ([reservation.Limits.KeptOnDelete]); a refusal is logged and
+	// counted in clusterip_reservation_retain_refused_total. Defaults to nil Limits: no
+	// namespace may retain (a release cooldown still keeps an address), no ServiceCIDR is capped.
+	Limits *reservation.Limits
 	// Sent, if not nil, decides which deleted Services' addresses are kept: only those of
 	// Services whose creates kube-apiserver sends to the Handler, so that none is kept for a
 	// name the webhook would never hand it back to. Defaults to every Service.
@@ -86,6 +91,7 @@ type Controller struct {
 	claims   *Claims
 	cidrs    networkingv1informers.ServiceCIDRInformer // nil: no release cooldown
 	sent     *Sent                                     // nil: every Service
+	limits   *reservation.Limits
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
@@ -106,6 +112,7 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		claims:   opts.Claims,
 		cidrs:    opts.ServiceCIDRs,
 		sent:     opts.Sent,
+		limits:   opts.Limits,
 		timeout:  opts.ReleaseTimeout,
 		interval: opts.PollInterval,
 		now:      opts.Now,
@@ -150,6 +157,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if c.sent != nil {
 		synced = append(synced, c.sent.HasSynced)
 	}
+	synced = append(synced, c.limits.HasSynced)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
 	}
@@ -276,7 +284,7 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 // then creates the reservation. Another holder (of another parent) is a lost window: counted,
 // logged and not retried.
 func (c *Controller) retain(ctx context.Context, item retainItem) error {
-	r, ok := reservation.KeptOnDelete(item.For, item.Addr, item.Policy, c.cooldown(item.Addr), item.Deleted)
+	r, ok := c.keptOnDelete(item)
 	if !ok {
 		return nil // released: neither Retain nor a release cooldown
 	}

@@ -85,7 +85,7 @@ func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
 			if tt.policy != "" {
 				svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: tt.policy}
 			}
-			objs := []runtime.Object{svc}
+			objs := []runtime.Object{svc, optedIn("default", "10")}
 			if tt.holder != nil {
 				objs = append(objs, tt.holder)
 			}
@@ -96,7 +96,8 @@ func TestControllerRetainsTheAddressesOfADeletedService(t *testing.T) {
 				t.Fatal(err)
 			}
 			factory := informers.NewSharedInformerFactory(fake, 0)
-			c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond})
+			c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond,
+				Limits: limitsOf(t, factory, false)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +164,7 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			if tt.cooldown != "" {
 				sc.Annotations = map[string]string{reservation.AnnotationReleaseCooldown: tt.cooldown}
 			}
-			objs := []runtime.Object{svc, sc}
+			objs := []runtime.Object{svc, sc, optedIn("default", "10")}
 			if tt.holder != nil {
 				objs = append(objs, tt.holder)
 			}
@@ -174,7 +175,8 @@ func TestControllerKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 				t.Fatal(err)
 			}
 			factory := informers.NewSharedInformerFactory(fake, 0)
-			opts := webhook.ControllerOptions{Metrics: m, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond, Now: func() time.Time { return now }}
+			opts := webhook.ControllerOptions{Metrics: m, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond, Now: func() time.Time { return now },
+				Limits: limitsOf(t, factory, !tt.noCIDRs)}
 			if !tt.noCIDRs {
 				opts.ServiceCIDRs = factory.Networking().V1().ServiceCIDRs()
 			}

@@ -25,7 +25,10 @@
 // has no window: it claims the reservation's object in one update.
 //
 // On CREATE and UPDATE the handler also refuses a Service whose release-policy annotation does
-// not parse ([reservation.ParseReleasePolicy]), with allowed=false and code 422. Every other
+// not parse ([reservation.ParseReleasePolicy]), with allowed=false and code 422, and one whose
+// Retain policy the caps on reservations refuse (HandlerOptions.Limits,
+// [reservation.Limits.CheckService]) with kube-apiserver's own 422 Invalid for the Service; the
+// controller keeps an address at delete only within the caps (ControllerOptions.Limits). Every other
 // request is allowed unchanged; a body that is not an AdmissionReview gets HTTP 400. With
 // failurePolicy Ignore a webhook that is down lets every Service through unchanged.
 //

@@ -49,6 +49,10 @@ type HandlerOptions struct {
 	// ([reservation.Served]); until it has synced, none is. Defaults to none: every reservation
 	// may be handed out.
 	ServiceCIDRs networkingv1informers.ServiceCIDRInformer
+	// Limits, the caps on reservations, refuses a Service whose Retain policy its namespace may
+	// not have or would exceed its cap with (see [reservation.Limits.CheckService]). Defaults to
+	// nil Limits: no namespace may retain, and every Service with a Retain policy is refused.
+	Limits *reservation.Limits
 }
 
 // Handler is the mutating admission webhook of the package doc, an http.Handler for
@@ -63,6 +67,7 @@ type Handler struct {
 	metrics *Metrics
 	claims  *Claims
 	now     func() time.Time
+	limits  *reservation.Limits
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -78,7 +83,7 @@ func NewHandler(client kubernetes.Interface, informer networkingv1informers.IPAd
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	h := &Handler{client: client.NetworkingV1().IPAddresses(), index: index, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now}
+	h := &Handler{client: client.NetworkingV1().IPAddresses(), index: index, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now, limits: opts.Limits}
 	if h.now == nil {
 		h.now = time.Now
 	}
@@ -149,6 +154,9 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 			Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
 			Message: fmt.Sprintf("metadata.annotations[%s]: Invalid value: %q: %s", reservation.AnnotationReleasePolicy, svc.Annotations[reservation.AnnotationReleasePolicy], reason),
 		}}
+	}
+	if denied := h.checkCaps(req, &svc); denied != nil {
+		return denied
 	}
 	if req.Operation != admissionv1.Create || !wantsAnyClusterIP(&svc) {
 		return allow

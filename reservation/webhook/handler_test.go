@@ -84,17 +84,22 @@ func review(t *testing.T, op admissionv1.Operation, svc *corev1.Service, dryRun 
 // informer synced.
 func newServer(t *testing.T, objs ...runtime.Object) (*httptest.Server, *fakeclient.Clientset) {
 	t.Helper()
+	objs = append([]runtime.Object{optedIn("default", "10")}, objs...) // default may retain
 	fake := fakeclient.New(fakeclient.Options{Objects: objs})
 	factory := informers.NewSharedInformerFactory(fake, 0)
 	ipas := factory.Networking().V1().IPAddresses()
-	h, err := webhook.NewHandler(fake, ipas, webhook.HandlerOptions{Now: func() time.Time { return now }})
+	limits, err := reservation.NewLimits(ipas, factory.Core().V1().Namespaces(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := webhook.NewHandler(fake, ipas, webhook.HandlerOptions{Now: func() time.Time { return now }, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), ipas.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), ipas.Informer().HasSynced, limits.HasSynced) {
 		t.Fatal("the IPAddress informer did not sync")
 	}
 	srv := httptest.NewServer(h)

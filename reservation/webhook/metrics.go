@@ -15,12 +15,14 @@ import (
 //	clusterip_reservation_webhook_claims_total            Services patched with their reserved addresses
 //	clusterip_reservation_webhook_window_lost_total       addresses so handed out that another Service took
 //	clusterip_reservation_controller_window_lost_total    addresses of a deleted Service that another Service took before the reservation was made
+//	clusterip_reservation_retain_refused_total{cap}       addresses of a deleted Service a cap on reservations kept from being kept (cap "namespace" or "servicecidr")
 //
 // The zero Metrics is not usable; use [NewMetrics]. A Metrics is safe for concurrent use.
 type Metrics struct {
 	claims               prometheus.Counter
 	webhookWindowLost    prometheus.Counter
 	controllerWindowLost prometheus.Counter
+	retainRefused        *prometheus.CounterVec
 }
 
 // NewMetrics returns Metrics registered on reg; a nil reg registers them nowhere (they still
@@ -40,9 +42,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "clusterip_reservation_controller_window_lost_total",
 			Help: "Addresses of a deleted Service with a Retain policy or a release cooldown that another Service took before the reservation was made.",
 		}),
+		retainRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_reservation_retain_refused_total",
+			Help: "Addresses of a deleted Service that a cap on reservations (cap: namespace, a Namespace's max-retained; servicecidr, a ServiceCIDR's max-reserved) kept from being kept.",
+		}, []string{"cap"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost} {
+		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.retainRefused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("webhook: register metrics: %w", err)
 			}

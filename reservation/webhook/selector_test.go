@@ -109,14 +109,17 @@ func TestControllerKeepsNothingForAServiceTheWebhookIsNotSent(t *testing.T) {
 		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
 		svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain"}
 	}
-	fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{inSystem, inDefault, namespace("default", nil), namespace("kube-system", nil),
+	inDefaultNS := namespace("default", nil)
+	inDefaultNS.Annotations = map[string]string{reservation.AnnotationMaxRetained: "10"}
+	fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{inSystem, inDefault, inDefaultNS, namespace("kube-system", nil),
 		webhookConfiguration([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, notKubeSystem, nil)}})
 	factory := informers.NewSharedInformerFactory(fake, 0)
 	sent, err := webhook.NewSent(factory.Admissionregistration().V1().MutatingWebhookConfigurations(), factory.Core().V1().Namespaces(), "clusterip-reservations")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Sent: sent, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond})
+	c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Sent: sent, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond,
+		Limits: limitsOf(t, factory, false)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,14 +67,19 @@ func startStockWithWebhook(t *testing.T) *stockWithWebhook {
 		t.Fatal(err)
 	}
 	claims := &webhook.Claims{}
+	optIn(t, api.Client, metav1.NamespaceDefault, "100") // the tests' Retain Services live in default
 	factory := informers.NewSharedInformerFactory(api.Client, 0)
 	ipas := factory.Networking().V1().IPAddresses()
 	s.cidrs = factory.Networking().V1().ServiceCIDRs()
-	h, err := webhook.NewHandler(api.Client, ipas, webhook.HandlerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs})
+	limits, err := reservation.NewLimits(ipas, factory.Core().V1().Namespaces(), s.cidrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := webhook.NewController(api.Client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs})
+	h, err := webhook.NewHandler(api.Client, ipas, webhook.HandlerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs, Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := webhook.NewController(api.Client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: s.cidrs, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}

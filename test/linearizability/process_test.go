@@ -121,6 +121,9 @@ func runProcess(spec procSpec) error {
 		if rc, err = reservation.New(cfg.Client); err != nil {
 			return err
 		}
+		if err := optInServiceNamespace(cfg.Client); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

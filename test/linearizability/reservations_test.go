@@ -8,7 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -27,9 +30,24 @@ const (
 	// reservations: Reserve, Unreserve, Claim, and Releases of claimed Services.
 	reservationShare = 0.3
 	// serviceNamespace is the namespace of the Services the workers' owners stand for; none of
-	// them exists in kube-apiserver.
+	// them exists in kube-apiserver. The Namespace does, only to opt in to Retain
+	// (optInServiceNamespace).
 	serviceNamespace = "history"
 )
+
+// optInServiceNamespace creates the Namespace serviceNamespace, annotated with a
+// reservation.AnnotationMaxRetained no run reaches, so that its Services may retain (retaining is
+// opt-in per namespace); another process having created it is fine.
+func optInServiceNamespace(client kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: serviceNamespace, Annotations: map[string]string{reservation.AnnotationMaxRetained: "1000000"}}}
+	_, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Namespace %s: %w", serviceNamespace, err)
+	}
+	return nil
+}
 
 // reservationState is what one worker holds of reservations: its reservations and the Services
 // it created through Services().Allocate.

@@ -32,7 +32,8 @@ import (
 //     namespace and name in each family, claimed from the reservation in one update; a deleted
 //     Service's addresses become reservations for its return when its release policy
 //     (reservation.AnnotationReleasePolicy) says so, in the update that ends the allocation; a
-//     create or update whose release policy does not parse is refused with 422 at the annotation;
+//     create or update whose release policy does not parse, or whose Retain policy the caps on
+//     reservations refuse (reservation.Limits), is refused with 422 at the annotation;
 //     and reservations are deleted when they end. Only in IPAddressOnly mode: any other mode
 //     stops the server at start-up, as clusterip.New refuses it.
 //
@@ -160,13 +161,24 @@ func (c *clusterIPAllocator) claimReserved(svc *api.Service) (net.IP, bool, erro
 	return net.IP(addr.AsSlice()), true, nil
 }
 
-// CheckService returns the error of svc's release policy annotation if it does not parse; nil
-// without reservations.
-func (c *clusterIPAllocator) CheckService(svc *api.Service) *field.Error {
+// CheckService returns the error that refuses svc, created (before nil) or updated from before,
+// for its release policy: one that does not parse, or a Retain policy the caps on reservations
+// refuse (reservation.Limits: the namespace's clusterip.kube-ipam.io/max-retained), as the
+// Claimer decides it; nil without reservations. Before the allocators have started it checks
+// only that the policy parses.
+func (c *clusterIPAllocator) CheckService(before, svc *api.Service) *field.Error {
 	if !c.all.reservations {
 		return nil
 	}
-	return reservation.CheckReleasePolicy(serviceMeta(svc))
+	cl := c.claimer()
+	if cl == nil {
+		return reservation.CheckReleasePolicy(serviceMeta(svc))
+	}
+	var old *corev1.Service
+	if before != nil {
+		old = serviceMeta(before)
+	}
+	return cl.CheckService(old, serviceMeta(svc))
 }
 
 // ReleaseService releases ip, which svc held and is being deleted with it, or keeps it as a
@@ -202,8 +214,16 @@ func (c *clusterIPAllocator) RevertService(svc *api.Service, ip net.IP) error {
 	return c.Release(ip)
 }
 
-// serviceMeta returns the object metadata of svc, the registry's internal Service, as the
-// v1 Service package reservation reads a release policy from.
+// serviceMeta returns the object metadata of svc, the registry's internal Service, and the spec
+// fields that say how many addresses it keeps, as the v1 Service package reservation reads a
+// release policy and its caps from.
 func serviceMeta(svc *api.Service) *corev1.Service {
-	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID, Annotations: svc.Annotations}}
+	out := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID, Annotations: svc.Annotations}}
+	out.Spec.Type = corev1.ServiceType(svc.Spec.Type)
+	out.Spec.ClusterIP = svc.Spec.ClusterIP
+	if p := svc.Spec.IPFamilyPolicy; p != nil {
+		v := corev1.IPFamilyPolicy(*p)
+		out.Spec.IPFamilyPolicy = &v
+	}
+	return out
 }
