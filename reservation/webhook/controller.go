@@ -19,7 +19,9 @@ import (
 	corev1informers "k8s.io/client-go/informers/core/v1"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -89,6 +91,11 @@ type Controller struct {
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
+
+	// Finalizer: the Services whose finalizer is to be added or removed (finalizer.go).
+	finalizers    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	services      corev1listers.ServiceLister
+	serviceClient corev1client.ServicesGetter
 }
 
 // NewController returns a Controller that follows services, which the caller starts, and
@@ -109,6 +116,11 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		timeout:  opts.ReleaseTimeout,
 		interval: opts.PollInterval,
 		now:      opts.Now,
+
+		finalizers: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: ControllerName + "-finalizer"}),
+		services:      services.Lister(),
+		serviceClient: client.CoreV1(),
 	}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
@@ -120,8 +132,8 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		c.now = time.Now
 	}
 	reg, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.observe(nil, obj) },
-		UpdateFunc: c.observe,
+		AddFunc:    func(obj any) { c.observe(nil, obj); c.enqueueFinalizer(obj) },
+		UpdateFunc: func(old, obj any) { c.observe(old, obj); c.enqueueFinalizer(obj) },
 		DeleteFunc: c.deleted,
 	})
 	if err != nil {
@@ -141,7 +153,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger := klog.FromContext(ctx).WithValues("controller", ControllerName)
 	ctx = klog.NewContext(ctx, logger)
 	defer c.queue.ShutDown()
-	stop := context.AfterFunc(ctx, c.queue.ShutDown)
+	defer c.finalizers.ShutDown()
+	stop := context.AfterFunc(ctx, func() { c.queue.ShutDown(); c.finalizers.ShutDown() })
 	defer stop()
 	synced := []cache.InformerSynced{c.reg.HasSynced}
 	if c.cidrs != nil {
@@ -160,8 +173,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			for c.processNext(ctx) {
 			}
 		}()
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for c.processNextFinalizer(ctx) {
+			}
+		}()
 	}
-	for range max(workers, 1) {
+	for range 2 * max(workers, 1) {
 		<-done
 	}
 	return nil
@@ -235,7 +253,7 @@ func (c *Controller) deleted(obj any) {
 	if err != nil {
 		return
 	}
-	now := c.now()
+	now := deletedAt(svc, c.now) // a Service a finalizer held: its deletionTimestamp
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	lbls := labels.Set(svc.Labels).String()
 	for _, ip := range clusterIPs(svc) {
