@@ -57,7 +57,8 @@ type ControllerOptions struct {
 	ServiceCIDRs networkingv1informers.ServiceCIDRInformer
 	// Sent, if not nil, decides which deleted Services' addresses are kept: only those of
 	// Services whose creates kube-apiserver sends to the Handler, so that none is kept for a
-	// name the webhook would never hand it back to. Defaults to every Service.
+	// name the webhook would never hand it back to. It decides too which live Retain Services
+	// the Controller gives [Finalizer]. Defaults to every Service.
 	Sent *Sent
 }
 
@@ -76,7 +77,8 @@ type retainItem struct {
 // Controller turns the ClusterIPs of a deleted Service whose release policy is Retain, or whose
 // ServiceCIDR has a release cooldown, into reservations, and counts the windows lost (see the
 // package doc). It follows a Service informer, queues each address of a deleted Service in a
-// typed workqueue and handles it in workers that poll the API server.
+// typed workqueue and handles it in workers that poll the API server. It adds and removes
+// [Finalizer] too, in workers of a second workqueue, of Service keys.
 //
 // The zero Controller is not usable; use [NewController]. A Controller is safe for concurrent
 // use.
