@@ -754,7 +754,9 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		}
 	})
 	t.Run("a Retain Service deleted while the process is down keeps its ClusterIP", func(t *testing.T) {
-		// The process the last subtest started ended with it.
+		// A process of its own, at the address the webhook configuration names (the last
+		// subtest's ended with it).
+		p.stop()
 		p = startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
 		waitForWebhook(t, api.Client)
 		svc := retainedService("db", corev1.IPFamilyPolicySingleStack)
