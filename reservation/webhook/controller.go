@@ -98,6 +98,7 @@ type Controller struct {
 	finalizers    workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	services      corev1listers.ServiceLister
 	serviceClient corev1client.ServicesGetter
+	released      uidSet // Services whose addresses syncFinalizer queued: their delete event queues nothing
 }
 
 // NewController returns a Controller that follows services, which the caller starts, and
@@ -248,7 +249,7 @@ func (c *Controller) deleted(obj any) {
 		obj = tomb.Obj
 	}
 	svc, ok := obj.(*corev1.Service)
-	if !ok {
+	if !ok || c.released.take(svc.UID) {
 		return
 	}
 	policy, err := reservation.ReleasePolicyOf(svc.Annotations)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -196,6 +197,7 @@ func (c *Controller) syncFinalizer(ctx context.Context, key types.NamespacedName
 			list = others
 		case finalizerRelease:
 			c.queueRetain(svc) // in memory before the finalizer goes; see the package doc
+			c.released.add(svc.UID)
 			list = others
 		}
 		if list == nil {
@@ -221,8 +223,9 @@ func (c *Controller) syncFinalizer(ctx context.Context, key types.NamespacedName
 }
 
 // queueRetain queues each ClusterIP of svc, which is being deleted, to be kept as its release
-// policy says, counted from its deletionTimestamp: the same items [Controller.deleted] queues at
-// the Service's delete event, so that the workqueue merges them.
+// policy says, counted from its deletionTimestamp. The caller marks svc's UID released, so that
+// [Controller.deleted] queues nothing more at the Service's delete event: an address handled
+// twice would count one lost window twice.
 func (c *Controller) queueRetain(svc *corev1.Service) {
 	policy, err := reservation.ReleasePolicyOf(svc.Annotations)
 	if err != nil {
@@ -234,4 +237,33 @@ func (c *Controller) queueRetain(svc *corev1.Service) {
 	for _, ip := range clusterIPs(svc) {
 		c.queue.Add(retainItem{For: key, Labels: lbls, Addr: ip, Policy: policy, Deleted: when})
 	}
+}
+
+// uidSet is a set of Service UIDs. The zero uidSet is empty and ready; it is safe for concurrent
+// use.
+type uidSet struct {
+	mu  sync.Mutex
+	set map[types.UID]struct{} // guarded by mu
+}
+
+// add puts uid in s; not an empty one (an object that has none is no one's).
+func (s *uidSet) add(uid types.UID) {
+	if uid == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.set == nil {
+		s.set = map[types.UID]struct{}{}
+	}
+	s.set[uid] = struct{}{}
+}
+
+// take removes uid from s and reports whether it was there.
+func (s *uidSet) take(uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.set[uid]
+	delete(s.set, uid)
+	return ok
 }
