@@ -44,6 +44,7 @@ import (
 
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/reservation"
+	"github.com/kube-ipam/clusterip/reservation/webhook"
 )
 
 // webhookManifest is the manifest of the reservations webhook, relative to rbacDir.
@@ -438,8 +439,10 @@ func forgedReview(t *testing.T, ns, name string) []byte {
 // malformed release policy is refused 422 at the annotation; a dual-stack Service with release
 // policy Retain, deleted and created again as a Velero restore does, gets both its ClusterIPs
 // back through the webhook, also across a restart of the process; a review from a caller without
-// kube-apiserver's client certificate is refused at the handshake and frees nothing; and the
-// process deletes a reservation when it ends.
+// kube-apiserver's client certificate is refused at the handshake and frees nothing; the
+// process deletes a reservation when it ends; and a Retain Service deleted while the process is
+// down stays Terminating with its address, and once the process is back is gone with its address
+// kept for it, which a create of the same name gets back.
 func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.T) {
 	webhookAddr := freeLoopbackAddr(t)
 	clientCA := newTestCA(t, "kube-apiserver-webhook-client-ca")
@@ -760,6 +763,71 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		})
 		if !slices.Equal(first, second) {
 			t.Errorf("ClusterIPs after the restart and the restore = %q, want %q", second, first)
+		}
+	})
+	t.Run("a Retain Service deleted while the process is down keeps its ClusterIP", func(t *testing.T) {
+		// A process of its own, at the address the webhook configuration names (the last
+		// subtest's ended with it).
+		p.stop()
+		p = startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+		waitForWebhook(t, api.Client)
+		svc := retainedService("db", corev1.IPFamilyPolicySingleStack)
+		services := api.Client.CoreV1().Services(svc.Namespace)
+		created, err := services.Create(ctx, svc.DeepCopy(), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(created.Finalizers, webhook.Finalizer) {
+			t.Errorf("the created Retain Service has finalizers %q, want %s", created.Finalizers, webhook.Finalizer)
+		}
+		ip := created.Spec.ClusterIP
+		p.stop() // the Deployment is down
+		if err := services.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Terminating, its address still allocated to it, until the controller is back.
+		if got, err := services.Get(ctx, svc.Name, metav1.GetOptions{}); err != nil || got.DeletionTimestamp == nil {
+			t.Errorf("the Service deleted while the process is down: %v, %v; want it Terminating", got, err)
+		}
+		obj, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+		if err != nil || reservation.IsReservation(obj) || obj.Spec.ParentRef == nil || obj.Spec.ParentRef.Name != svc.Name {
+			t.Errorf("IPAddress %s of the Terminating Service: %v, %v; want its allocation", ip, obj, err)
+		}
+		p = startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+		owner := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		poll(t, "the Service to be gone and its address kept for it", func() bool {
+			if _, err := services.Get(ctx, svc.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false
+			}
+			obj, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			r, ok := reservation.FromObject(obj)
+			return ok && r.For == owner
+		})
+		poll(t, "the webhook to hand out the reservation of "+owner.String(), func() bool {
+			got, err := services.Create(ctx, svc.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil && got.Spec.ClusterIP == ip
+		})
+		recreated, err := services.Create(ctx, svc.DeepCopy(), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if recreated.Spec.ClusterIP != ip {
+			t.Errorf("ClusterIP of the Service created again = %s, want %s", recreated.Spec.ClusterIP, ip)
+		}
+		// The README's uninstall step removes the finalizer, and only it.
+		p.stop()
+		if _, err := services.Patch(ctx, svc.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/other","`+webhook.Finalizer+`"]}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := services.Patch(ctx, svc.Name, types.StrategicMergePatchType, []byte(`{"metadata":{"$deleteFromPrimitiveList/finalizers":["`+webhook.Finalizer+`"]}}`), metav1.PatchOptions{})
+		if err != nil {
+			t.Fatalf("the README's patch: %v", err)
+		}
+		if !slices.Equal(got.Finalizers, []string{"example.com/other"}) {
+			t.Errorf("after the README's patch the finalizers are %q, want [example.com/other]", got.Finalizers)
 		}
 	})
 }

@@ -19,7 +19,9 @@ import (
 	corev1informers "k8s.io/client-go/informers/core/v1"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -60,7 +62,8 @@ type ControllerOptions struct {
 	Limits *reservation.Limits
 	// Sent, if not nil, decides which deleted Services' addresses are kept: only those of
 	// Services whose creates kube-apiserver sends to the Handler, so that none is kept for a
-	// name the webhook would never hand it back to. Defaults to every Service.
+	// name the webhook would never hand it back to. It decides too which live Retain Services
+	// the Controller gives [Finalizer]. Defaults to every Service.
 	Sent *Sent
 }
 
@@ -79,7 +82,8 @@ type retainItem struct {
 // Controller turns the ClusterIPs of a deleted Service whose release policy is Retain, or whose
 // ServiceCIDR has a release cooldown, into reservations, and counts the windows lost (see the
 // package doc). It follows a Service informer, queues each address of a deleted Service in a
-// typed workqueue and handles it in workers that poll the API server.
+// typed workqueue and handles it in workers that poll the API server. It adds and removes
+// [Finalizer] too, in workers of a second workqueue, of Service keys.
 //
 // The zero Controller is not usable; use [NewController]. A Controller is safe for concurrent
 // use.
@@ -95,6 +99,12 @@ type Controller struct {
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
+
+	// Finalizer: the Services whose finalizer is to be added or removed (finalizer.go).
+	finalizers    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	services      corev1listers.ServiceLister
+	serviceClient corev1client.ServicesGetter
+	released      uidSet // Services whose addresses syncFinalizer queued: their delete event queues nothing
 }
 
 // NewController returns a Controller that follows services, which the caller starts, and
@@ -116,6 +126,11 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		timeout:  opts.ReleaseTimeout,
 		interval: opts.PollInterval,
 		now:      opts.Now,
+
+		finalizers: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: ControllerName + "-finalizer"}),
+		services:      services.Lister(),
+		serviceClient: client.CoreV1(),
 	}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
@@ -127,8 +142,8 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		c.now = time.Now
 	}
 	reg, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.observe(nil, obj) },
-		UpdateFunc: c.observe,
+		AddFunc:    func(obj any) { c.observe(nil, obj); c.enqueueFinalizer(obj) },
+		UpdateFunc: func(old, obj any) { c.observe(old, obj); c.enqueueFinalizer(obj) },
 		DeleteFunc: c.deleted,
 	})
 	if err != nil {
@@ -148,7 +163,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger := klog.FromContext(ctx).WithValues("controller", ControllerName)
 	ctx = klog.NewContext(ctx, logger)
 	defer c.queue.ShutDown()
-	stop := context.AfterFunc(ctx, c.queue.ShutDown)
+	defer c.finalizers.ShutDown()
+	stop := context.AfterFunc(ctx, func() { c.queue.ShutDown(); c.finalizers.ShutDown() })
 	defer stop()
 	synced := []cache.InformerSynced{c.reg.HasSynced}
 	if c.cidrs != nil {
@@ -168,8 +184,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			for c.processNext(ctx) {
 			}
 		}()
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for c.processNextFinalizer(ctx) {
+			}
+		}()
 	}
-	for range max(workers, 1) {
+	for range 2 * max(workers, 1) {
 		<-done
 	}
 	return nil
@@ -236,14 +257,14 @@ func (c *Controller) deleted(obj any) {
 		obj = tomb.Obj
 	}
 	svc, ok := obj.(*corev1.Service)
-	if !ok {
+	if !ok || c.released.take(svc.UID) {
 		return
 	}
 	policy, err := reservation.ReleasePolicyOf(svc.Annotations)
 	if err != nil {
 		return
 	}
-	now := c.now()
+	now := deletedAt(svc, c.now) // a Service a finalizer held: its deletionTimestamp
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	lbls := labels.Set(svc.Labels).String()
 	for _, ip := range clusterIPs(svc) {

@@ -44,4 +44,36 @@
 // if another Service takes it meanwhile, the controller logs it and counts it in
 // clusterip_reservation_controller_window_lost_total. A registry with Config.Reservations turns
 // the allocation into the reservation in one update, with no window.
+//
+// # The finalizer
+//
+// The controller sees a delete only while it runs. So that a Retain Service deleted while the
+// webhook's Deployment is down or rolling keeps its addresses too, such a Service carries the
+// finalizer [Finalizer] (clusterip.kube-ipam.io/retain): the Handler adds it, in the JSONPatch of
+// a CREATE or UPDATE, to a Service whose release policy is Retain or Retain/<d> and whose type
+// has a ClusterIP, unless it has it already or is being deleted (kube-apiserver refuses a new
+// finalizer then); the webhook never removes one. The Controller adds it to a live Retain
+// Service that lacks it (created before the webhook was installed, or while it was down), if
+// ControllerOptions.Sent says the webhook is sent that Service's creates, and removes it from a
+// live Service that is no longer Retain.
+//
+// A deleted Service with the finalizer is not deleted at once: kube-apiserver sets its
+// metadata.deletionTimestamp and keeps it, Terminating, its ClusterIPs still allocated to it
+// (their IPAddress objects still name it), until the finalizer goes. The Controller, when it
+// sees such a Service (at once, or from its informer's list when it starts again), queues each
+// of its addresses to be kept, counted from the deletionTimestamp, and only then removes the
+// finalizer, with a merge patch whose resourceVersion is a precondition (a conflict is tried
+// again), removing only its own entry; it waits for the Service's other finalizers to go first,
+// so that the addresses it waits for are released at once. kube-apiserver then deletes the
+// Service and its IPAddress objects, and the controller creates the reservations as above. While
+// the controller is down, `kubectl delete service` waits for the Service to go (until the
+// controller is back, or kubectl's --timeout); with --wait=false it returns at once, and the
+// Service is deleted when the controller is back. A crash of the controller between the
+// finalizer's removal and the reservation's create loses the address as a window does: the
+// Service is gone and its address free, and the controller, started again, has no Service to
+// keep it for. A delete event of a Service without the finalizer keeps its addresses as before.
+//
+// An operator who uninstalls the webhook deletes its MutatingWebhookConfiguration and Deployment
+// and then removes the finalizer from every Service, as README says; otherwise each Retain
+// Service waits for a controller that never comes at its delete.
 package webhook

@@ -133,8 +133,9 @@ var servicesResource = metav1.GroupVersionResource{Version: "v1", Resource: "ser
 // Review decides on one admission request, as the package doc says: a Service CREATE or UPDATE
 // with a malformed release-policy annotation is denied with code 422; a Service CREATE that asks
 // for no ClusterIP and has reservations gets them, after their objects are deleted (not for a
-// dry run); anything else, including an object that does not decode, is allowed unchanged. The
-// response always carries the request's UID.
+// dry run); a Service CREATE or UPDATE with release policy Retain gets [Finalizer] unless it has
+// it or is being deleted (in the same JSONPatch); anything else, including an object that does
+// not decode, is allowed unchanged. The response always carries the request's UID.
 func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	if req.Resource != servicesResource || req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
@@ -158,8 +159,9 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if denied := h.checkCaps(req, &svc); denied != nil {
 		return denied
 	}
+	fin := finalizerPatch(&svc) // Retain: the Controller keeps its addresses even if down at its delete
 	if req.Operation != admissionv1.Create || !wantsAnyClusterIP(&svc) {
-		return allow
+		return withPatch(allow, fin)
 	}
 	// The request's namespace is the Service's; the object may leave it out.
 	owner := types.NamespacedName{Namespace: req.Namespace, Name: svc.Name}
@@ -168,7 +170,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	picked := h.pick(owner, &svc)
 	if len(picked) == 0 {
-		return allow
+		return withPatch(allow, fin)
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 	var addrs []string
@@ -186,12 +188,12 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		addrs = append(addrs, obj.Name)
 	}
 	if len(addrs) == 0 {
-		return allow
+		return withPatch(allow, fin)
 	}
-	patch, err := json.Marshal([]map[string]any{
+	patch, err := json.Marshal(append([]map[string]any{
 		{"op": "add", "path": "/spec/clusterIP", "value": addrs[0]},
 		{"op": "add", "path": "/spec/clusterIPs", "value": addrs},
-	})
+	}, fin...))
 	if err != nil {
 		return allow
 	}
