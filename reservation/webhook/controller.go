@@ -38,7 +38,8 @@ type ControllerOptions struct {
 	// clusterip_reservation_controller_window_lost_total. Defaults to unregistered Metrics.
 	Metrics *Metrics
 	// Claims are the [Handler]'s hand-outs, checked against every Service seen holding an
-	// address. Defaults to none: webhook windows lost are not counted.
+	// address. Defaults to none: webhook windows lost are not counted. Leave it nil with
+	// Handouts, whose records count them (once each, across replicas).
 	Claims *Claims
 	// ReleaseTimeout bounds how long the controller waits for kube-apiserver to delete a deleted
 	// Service's IPAddress object before it gives the address up. Defaults to 10 seconds; a
@@ -57,6 +58,12 @@ type ControllerOptions struct {
 	// Services whose creates kube-apiserver sends to the Handler, so that none is kept for a
 	// name the webhook would never hand it back to. Defaults to every Service.
 	Sent *Sent
+	// Handouts, if not nil, are the [Handler]'s hand-out records, which the controller ends: it
+	// deletes a record once its Service holds the address, counts a window lost when another
+	// Service took it, and puts the reservation back after the bound when no object holds it
+	// (clusterip_reservation_webhook_handouts_returned_total). The caller starts its informer.
+	// Defaults to none.
+	Handouts *Handouts
 }
 
 // retainItem is one address of a deleted Service that may be kept as a reservation: its release
@@ -86,6 +93,7 @@ type Controller struct {
 	claims   *Claims
 	cidrs    networkingv1informers.ServiceCIDRInformer // nil: no release cooldown
 	sent     *Sent                                     // nil: every Service
+	handouts *handoutController                        // nil: no hand-out records
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
@@ -128,6 +136,9 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		return nil, fmt.Errorf("webhook: follow the Service informer: %w", err)
 	}
 	c.reg = reg
+	if c.handouts, err = newHandoutController(opts.Handouts, c.client, services, c.metrics, c.now); err != nil {
+		return nil, err
+	}
 	if c.cidrs != nil {
 		c.cidrs.Informer() // registers the informer with its factory, so that the caller's Start starts it
 	}
@@ -150,6 +161,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if c.sent != nil {
 		synced = append(synced, c.sent.HasSynced)
 	}
+	if c.handouts != nil {
+		synced = append(synced, c.handouts.synced...)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
 	}
@@ -160,6 +174,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			for c.processNext(ctx) {
 			}
 		}()
+	}
+	if c.handouts != nil {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			c.handouts.run(ctx)
+		}()
+		<-done
 	}
 	for range max(workers, 1) {
 		<-done

@@ -15,12 +15,14 @@ import (
 //	clusterip_reservation_webhook_claims_total            Services patched with their reserved addresses
 //	clusterip_reservation_webhook_window_lost_total       addresses so handed out that another Service took
 //	clusterip_reservation_controller_window_lost_total    addresses of a deleted Service that another Service took before the reservation was made
+//	clusterip_reservation_webhook_handouts_returned_total reservations handed out whose Service did not hold the address within the bound, put back
 //
 // The zero Metrics is not usable; use [NewMetrics]. A Metrics is safe for concurrent use.
 type Metrics struct {
 	claims               prometheus.Counter
 	webhookWindowLost    prometheus.Counter
 	controllerWindowLost prometheus.Counter
+	handoutsReturned     prometheus.Counter
 }
 
 // NewMetrics returns Metrics registered on reg; a nil reg registers them nowhere (they still
@@ -40,9 +42,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "clusterip_reservation_controller_window_lost_total",
 			Help: "Addresses of a deleted Service with a Retain policy or a release cooldown that another Service took before the reservation was made.",
 		}),
+		handoutsReturned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clusterip_reservation_webhook_handouts_returned_total",
+			Help: "Reservations the webhook handed to a Service that did not hold the address within the bound (its create failed), put back as they were.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost} {
+		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.handoutsReturned} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("webhook: register metrics: %w", err)
 			}
