@@ -31,7 +31,8 @@
 // coordination.k8s.io/v1 Lease in the webhook's own namespace named after the address
 // ([HandoutName]), holding the Service and the reservation as it was, and hands out nothing if
 // the record cannot be written (the Service gets a dynamic address). A dry run writes nothing.
-// While the record exists, the Handler refuses any other Service that asks for the address by
+// While the record exists (from when the Handler's Lease informer has it, milliseconds after the
+// write), the Handler refuses any other Service that asks for the address by
 // spec.clusterIP or spec.clusterIPs, on CREATE and UPDATE, with kube-apiserver's own answer for an
 // address already allocated (422, field spec.clusterIPs, "failed to allocate IP <ip>: provided IP
 // is already allocated"). The [Controller] ends each record: once the Service holds the address

@@ -227,6 +227,9 @@ func TestStockKubeAPIServerGetsBackAReservationHandedToAFailedCreate(t *testing.
 		if _, ok := s.reservationAt(ctx, db.Addr); ok {
 			t.Fatal("the forged review was patched but the reservation is still there")
 		}
+		// The webhook refuses from its Lease informer, which has the record milliseconds after
+		// the write: wait for it, so that the test does not race the informer.
+		testenv.WaitFor(t, "the webhook's informer to hold the hand-out record", func() bool { return s.leases() == 1 })
 		_, err := svcs.Create(ctx, testenv.ClusterIPService("thief", db.Addr.String()), metav1.CreateOptions{})
 		if time.Since(forged) > stockHandoutBound {
 			t.Fatalf("the create came %v after the forged review, after the bound %v: the test says nothing", time.Since(forged), stockHandoutBound)
@@ -251,6 +254,7 @@ func TestStockKubeAPIServerGetsBackAReservationHandedToAFailedCreate(t *testing.
 			t.Errorf("handouts_returned_total = %d, want %d", got, returned+1)
 		}
 		// Put back, the address is refused as every reservation is: by kube-apiserver itself.
+		testenv.WaitFor(t, "the hand-out record to be deleted", func() bool { return s.leases() == 0 })
 		if _, err := svcs.Create(ctx, testenv.ClusterIPService("thief", db.Addr.String()), metav1.CreateOptions{}); !apierrors.IsInvalid(err) || strings.Contains(err.Error(), "admission webhook") {
 			t.Errorf("create thief after the bound: %v, want kube-apiserver's own 422", err)
 		}
