@@ -124,11 +124,15 @@ func (hc *handoutController) processNext(ctx context.Context) bool {
 
 // sync ends the hand-out the record name records, if it can be ended now, and otherwise returns
 // how long until the bound, when it can:
-//   - the address's IPAddress object is the Service's allocation: the hand-out is done;
-//   - it is another reservation than the one handed out: that hand-out has ended (the address was
-//     reserved again); after the bound, the very one handed out too (it was not deleted);
-//   - it is another object, written within the bound, and the Service does not hold the address:
-//     another Service took it in the window; counted in clusterip_reservation_webhook_window_lost_total;
+//   - the Service informer shows the Service holding the address: the hand-out is done;
+//   - the address's IPAddress object is another reservation than the one handed out: that
+//     hand-out has ended (the address was reserved again); after the bound, the very one handed
+//     out too (it was not deleted);
+//   - before the bound nothing else is decided: an allocation's IPAddress object is deleted again
+//     when its Service's create fails after the webhook;
+//   - after the bound, the Service's allocation: done; another object, written within the bound:
+//     another Service took the address in the window, counted in
+//     clusterip_reservation_webhook_window_lost_total;
 //   - no object, after the bound: the Service was never created with it, and the reservation is
 //     put back as it was, unless it has ended; counted in
 //     clusterip_reservation_webhook_handouts_returned_total.
@@ -158,7 +162,7 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 		return 0, fmt.Errorf("webhook: read IPAddress %s: %w", rec.Addr, err)
 	}
 	switch {
-	case err == nil && isServiceAllocation(obj, rec.For):
+	case hc.holds(rec.For, rec):
 		logger.V(2).Info("A hand-out is done: its Service holds the address")
 		_, err := hc.finish(ctx, lease)
 		return 0, err
@@ -168,8 +172,15 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 		}
 		_, err := hc.finish(ctx, lease)
 		return 0, err
+	case now.Before(bound):
+		// A Service's allocation is rolled back when its create fails after the webhook (a
+		// later admission check): only the Service's object, or the bound, decides.
+		return bound.Sub(now), nil
+	case err == nil && isServiceAllocation(obj, rec.For):
+		_, err := hc.finish(ctx, lease) // the Service's, and the informer has not shown it yet
+		return 0, err
 	case err == nil:
-		if hc.holds(rec.For, rec) || obj.CreationTimestamp.After(bound) {
+		if obj.CreationTimestamp.After(bound) {
 			_, err := hc.finish(ctx, lease) // taken after the window, not in it
 			return 0, err
 		}
@@ -180,8 +191,6 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 				"takenBy", describeParent(obj.Spec.ParentRef))
 		}
 		return 0, err
-	case now.Before(bound):
-		return bound.Sub(now), nil // the Service's create may still be under way
 	case rec.Reservation.Expired(now):
 		logger.Info("Dropping a hand-out whose Service never held the address: its reservation has ended", "expired", rec.Reservation.Expires)
 		_, err := hc.finish(ctx, lease)

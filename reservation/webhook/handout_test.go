@@ -309,7 +309,9 @@ func TestControllerEndsHandouts(t *testing.T) {
 	}{
 		{name: "a Service that never appears: put back after the bound, counted", record: kept, controllers: 1, want: &kept, returned: 1},
 		{name: "two controllers put it back once", record: kept, controllers: 2, want: &kept, returned: 1},
-		{name: "its Service holds the address: done", record: kept, objs: []runtime.Object{allocation("default", "web")}, controllers: 1, holder: "web"},
+		{name: "its Service holds the address: done", record: kept, objs: []runtime.Object{allocation("default", "web"),
+			service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ip.String(), []string{ip.String()} })}, controllers: 1, holder: "web"},
+		{name: "its Service's allocation, after the bound: done", record: kept, objs: []runtime.Object{allocation("default", "web")}, controllers: 1, holder: "web"},
 		{name: "another Service took it in the window: a lost window", record: kept, objs: []runtime.Object{allocation("default", "thief")}, controllers: 1, holder: "thief", lost: 1},
 		{name: "a reservation that has ended is dropped", record: reservation.Reservation{Addr: ip, For: web, Expires: time.Now().Add(-time.Second).UTC()}, controllers: 1},
 	}
