@@ -55,9 +55,13 @@ var rbacUsers = map[string][]string{
 	"registry":       {"registry.yaml"},
 	"lifecycle":      {"registry.yaml", "servicecidr-lifecycle.yaml"},
 	"reserver":       {"reservations.yaml"},
-	"webhook":        {webhookManifest},
+	"webhook":        {webhookManifest, webhookManifest + roleSuffix},
 	"nobody":         nil,
 }
+
+// roleSuffix names, after a manifest's file in rbacUsers, the Role the manifest holds besides its
+// ClusterRole (the webhook's hand-out records, in its own namespace).
+const roleSuffix = "#Role"
 
 // TestShippedRolesGrantExactlyWhatEachUserNeeds runs a real kube-apiserver v1.33 with RBAC
 // authorization and an audit log, applies the roles of rbacUsers (applyRoles), and works as a user
@@ -491,8 +495,8 @@ func (g roleGrants) of(user string) map[string]bool {
 	return out
 }
 
-// applyRoles creates every role of rbacDir and the ClusterRole of each other file of rbacUsers,
-// binds those of rbacUsers to each user (a ClusterRole with a ClusterRoleBinding, a Role with a
+// applyRoles creates every role of rbacDir and the ClusterRole of each other file of rbacUsers
+// (and its Role, if it has one, known as the file's name and roleSuffix), binds those of rbacUsers to each user (a ClusterRole with a ClusterRoleBinding, a Role with a
 // RoleBinding in its namespace), and returns what each file grants. It fails t if rbacDir holds a
 // file that is not one ClusterRole or Role, or another file of rbacUsers not exactly one
 // ClusterRole among its objects.
@@ -528,17 +532,27 @@ func applyRoles(t *testing.T, admin kubernetes.Interface) roleGrants {
 	}
 	for _, fs := range rbacUsers {
 		for _, f := range fs {
-			if _, ok := roles[f]; ok || filepath.Dir(f) == "." {
+			if _, ok := roles[f]; ok || filepath.Dir(f) == "." || strings.HasSuffix(f, roleSuffix) {
 				continue
 			}
 			var found []rbacv1.ClusterRole
 			for _, obj := range manifestObjects(t, filepath.Join(rbacDir, f)) {
-				if obj.GetKind() == "ClusterRole" {
+				switch obj.GetKind() {
+				case "ClusterRole":
 					var cr rbacv1.ClusterRole
 					if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, &cr, true); err != nil {
 						t.Fatalf("%s: ClusterRole %s: %v", f, obj.GetName(), err)
 					}
 					found = append(found, cr)
+				case "Role":
+					var r rbacv1.Role
+					if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, &r, true); err != nil {
+						t.Fatalf("%s: Role %s: %v", f, obj.GetName(), err)
+					}
+					if _, err := admin.RbacV1().Roles(r.Namespace).Create(t.Context(), &r, metav1.CreateOptions{}); err != nil {
+						t.Fatalf("create the Role of %s: %v", f, err)
+					}
+					roles[f+roleSuffix] = role{"Role", r.Name, r.Namespace, r.Rules}
 				}
 			}
 			if len(found) != 1 {

@@ -53,6 +53,12 @@ them without a client certificate: /healthz answers 200 while the process runs, 
 informers have synced and it serves reviews. The metrics (the webhook's, the Go runtime's and
 the process's) are at /metrics on --metrics-bind-address. "0" turns either port off.
 
+Before it hands a reservation out, the webhook records the hand-out in a Lease in --namespace
+(every replica shares them); while the record exists no other Service may ask for the address by
+spec.clusterIP(s), and if no Service holds it within --handout-bound (its create failed after the
+webhook, or the review was forged) the reservation is put back, counted in
+clusterip_reservation_webhook_handouts_returned_total.
+
 Each hook leaves a short window in which another Service can take the address; the windows lost
 are counted in clusterip_reservation_webhook_window_lost_total and
 clusterip_reservation_controller_window_lost_total. See deploy/webhook for the manifests; the
@@ -70,10 +76,12 @@ type reservationsWebhookOptions struct {
 	metricsAddr       string
 	webhookConfig     string
 	workers           int
+	namespace         string
+	handoutBound      time.Duration
 }
 
 func newReservationsWebhookCommand(kube *checkOptions) *cobra.Command {
-	o := &reservationsWebhookOptions{listen: ":8443", healthProbeAddr: ":8081", metricsAddr: ":8080", webhookConfig: "clusterip-reservations", workers: 2}
+	o := &reservationsWebhookOptions{listen: ":8443", healthProbeAddr: ":8081", metricsAddr: ":8080", webhookConfig: "clusterip-reservations", workers: 2, handoutBound: webhook.DefaultHandoutBound}
 	cmd := &cobra.Command{
 		Use:   "webhook --tls-cert-file FILE --tls-private-key-file FILE [--client-ca-file FILE]",
 		Short: "Serve the reservations webhook and run its controllers, for a stock kube-apiserver",
@@ -110,6 +118,8 @@ func newReservationsWebhookCommand(kube *checkOptions) *cobra.Command {
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", o.metricsAddr, `the address to serve /metrics on (plain HTTP); "0" for none`)
 	f.StringVar(&o.webhookConfig, "webhook-configuration", o.webhookConfig, "the MutatingWebhookConfiguration that registers the webhook: only a deleted Service whose create it sends to the webhook (its namespaceSelector and objectSelector) keeps its addresses")
 	f.IntVar(&o.workers, "workers", o.workers, "controller workers, each waiting up to 10s for a deleted Service's address")
+	f.StringVar(&o.namespace, "namespace", "", "the namespace of the hand-out records (Leases) every replica shares (default: $POD_NAMESPACE, else the Pod's service account namespace)")
+	f.DurationVar(&o.handoutBound, "handout-bound", o.handoutBound, "how long a Service handed a reservation has to hold its address before the reservation is put back: kube-apiserver's longest request plus the webhook's timeout")
 	return cmd
 }
 
@@ -177,20 +187,36 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	logger := klog.FromContext(ctx)
+	tlsCfg, err := o.tlsConfig()
+	if err != nil {
+		return err
+	}
+	namespace, err := handoutNamespace(o.namespace)
+	if err != nil {
+		return err
+	}
+	if o.handoutBound <= 0 {
+		return fmt.Errorf("--handout-bound %v: must be above zero", o.handoutBound)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := webhook.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
-	claims := &webhook.Claims{}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	// One Namespace informer, shared by the caps and Sent.
 	limits, err := reservation.NewLimits(factory.Networking().V1().IPAddresses(), factory.Core().V1().Namespaces(), factory.Networking().V1().ServiceCIDRs())
 	if err != nil {
 		return err
 	}
-	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Claims: claims, Limits: limits, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs()})
+	// The hand-out records alone: RBAC grants Leases in this namespace only.
+	leaseFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, webhook.HandoutInformerOptions(namespace)...)
+	handouts, err := webhook.NewHandouts(client, leaseFactory.Coordination().V1().Leases(), namespace, webhook.HandoutsOptions{Bound: o.handoutBound})
+	if err != nil {
+		return err
+	}
+	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Handouts: handouts, Limits: limits, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs()})
 	if err != nil {
 		return err
 	}
@@ -202,15 +228,11 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if err != nil {
 		return err
 	}
-	ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Claims: claims, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs(), Sent: sent, Limits: limits})
+	ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Handouts: handouts, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs(), Sent: sent, Limits: limits})
 	if err != nil {
 		return err
 	}
 	expiry, err := reservation.NewExpiryController(client, factory.Networking().V1().IPAddresses())
-	if err != nil {
-		return err
-	}
-	tlsCfg, err := o.tlsConfig()
 	if err != nil {
 		return err
 	}
@@ -271,6 +293,8 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	defer factory.Shutdown()
 	configFactory.Start(ctx.Done())
 	defer configFactory.Shutdown()
+	leaseFactory.Start(ctx.Done())
+	defer leaseFactory.Shutdown()
 	ctrlDone := make(chan error, 2)
 	go func() { ctrlDone <- ctrl.Run(ctx, o.workers) }()
 	go func() { ctrlDone <- expiry.Run(ctx) }()
@@ -281,6 +305,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	// probe) answers 503.
 	factory.WaitForCacheSync(ctx.Done())
 	configFactory.WaitForCacheSync(ctx.Done())
+	leaseFactory.WaitForCacheSync(ctx.Done())
 	if ctx.Err() == nil {
 		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
 		ready.Store(true)

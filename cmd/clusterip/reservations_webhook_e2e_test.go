@@ -96,7 +96,8 @@ var listenLine = regexp.MustCompile(`"Serving the reservations webhook" listen="
 func startWebhook(t *testing.T, args, env []string) *webhookProcess {
 	t.Helper()
 	p := &webhookProcess{cmd: exec.Command(binary, args...), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
+	// The namespace the Deployment gives it through the downward API, before env's own.
+	p.cmd.Env = append(append(os.Environ(), "POD_NAMESPACE=kube-system"), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

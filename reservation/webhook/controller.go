@@ -40,7 +40,8 @@ type ControllerOptions struct {
 	// clusterip_reservation_controller_window_lost_total. Defaults to unregistered Metrics.
 	Metrics *Metrics
 	// Claims are the [Handler]'s hand-outs, checked against every Service seen holding an
-	// address. Defaults to none: webhook windows lost are not counted.
+	// address. Defaults to none: webhook windows lost are not counted. Leave it nil with
+	// Handouts, whose records count them (once each, across replicas).
 	Claims *Claims
 	// ReleaseTimeout bounds how long the controller waits for kube-apiserver to delete a deleted
 	// Service's IPAddress object before it gives the address up. Defaults to 10 seconds; a
@@ -65,6 +66,12 @@ type ControllerOptions struct {
 	// name the webhook would never hand it back to. It decides too which live Retain Services
 	// the Controller gives [Finalizer]. Defaults to every Service.
 	Sent *Sent
+	// Handouts, if not nil, are the [Handler]'s hand-out records, which the controller ends: it
+	// deletes a record once its Service holds the address, counts a window lost when another
+	// Service took it, and puts the reservation back after the bound when no object holds it
+	// (clusterip_reservation_webhook_handouts_returned_total). The caller starts its informer.
+	// Defaults to none.
+	Handouts *Handouts
 }
 
 // retainItem is one address of a deleted Service that may be kept as a reservation: its release
@@ -96,6 +103,7 @@ type Controller struct {
 	cidrs    networkingv1informers.ServiceCIDRInformer // nil: no release cooldown
 	sent     *Sent                                     // nil: every Service
 	limits   *reservation.Limits
+	handouts *handoutController // nil: no hand-out records
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
@@ -150,6 +158,9 @@ func NewController(client kubernetes.Interface, services corev1informers.Service
 		return nil, fmt.Errorf("webhook: follow the Service informer: %w", err)
 	}
 	c.reg = reg
+	if c.handouts, err = newHandoutController(opts.Handouts, c.client, services, c.metrics, c.now); err != nil {
+		return nil, err
+	}
 	if c.cidrs != nil {
 		c.cidrs.Informer() // registers the informer with its factory, so that the caller's Start starts it
 	}
@@ -174,6 +185,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		synced = append(synced, c.sent.HasSynced)
 	}
 	synced = append(synced, c.limits.HasSynced)
+	if c.handouts != nil {
+		synced = append(synced, c.handouts.synced...)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
 	}
@@ -190,7 +204,15 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			}
 		}()
 	}
-	for range 2 * max(workers, 1) {
+	n := 2 * max(workers, 1)
+	if c.handouts != nil {
+		n++
+		go func() {
+			defer func() { done <- struct{}{} }()
+			c.handouts.run(ctx)
+		}()
+	}
+	for range n {
 		<-done
 	}
 	return nil

@@ -20,9 +20,36 @@
 // the Service fails with 422 "provided IP is already allocated" and the reservation is lost: the
 // address belongs to the other Service. The [Controller] sees the other Service hold an address
 // the webhook has just handed out and counts it in clusterip_reservation_webhook_window_lost_total
-// (see [Metrics]; under heavy churn the count can be a little high, see [Claims]); a retried
+// (see [Metrics]; from the hand-out records below, or, without them, from [Claims], whose count
+// can be a little high under heavy churn); a retried
 // create gets another address. A registry with Config.Reservations
 // has no window: it claims the reservation's object in one update.
+//
+// # Hand-out records
+//
+// With HandlerOptions.Handouts ([Handouts]), the Handler first records each hand-out, in a
+// coordination.k8s.io/v1 Lease in the webhook's own namespace named after the address
+// ([HandoutName]), holding the Service and the reservation as it was, and hands out nothing if
+// the record cannot be written (the Service gets a dynamic address). A dry run writes nothing.
+// While the record exists (from when the Handler's Lease informer has it, milliseconds after the
+// write), the Handler refuses any other Service that asks for the address by
+// spec.clusterIP or spec.clusterIPs, on CREATE and UPDATE, with kube-apiserver's own answer for an
+// address already allocated (422, field spec.clusterIPs, "failed to allocate IP <ip>: provided IP
+// is already allocated"). The [Controller] ends each record: once the Service holds the address
+// it deletes it; if another Service took the address in the window it counts the window lost; and
+// if, after the bound (HandoutsOptions.Bound, kube-apiserver's longest request plus the webhook's
+// timeout), no object holds the address — the Service's create failed after the webhook (a later
+// webhook or policy, quota, validation, AlreadyExists, a timeout) — it creates the reservation
+// again exactly as it was, unless it has ended, and counts it in
+// clusterip_reservation_webhook_handouts_returned_total. The records are shared by every replica
+// and survive restarts; every end deletes its record with UID and resourceVersion preconditions,
+// so that two controllers neither lose nor repeat one.
+//
+// What remains where kube-apiserver cannot be made to present a client certificate (managed
+// clusters, see the command's --client-ca-file): a forged review that reaches the webhook still
+// makes it hand out a reservation. The address is then kept from every Service that asks for it
+// by address until the bound, when the reservation is put back; but in that time a dynamic pick
+// by kube-apiserver can take it, as in the window above.
 //
 // On CREATE and UPDATE the handler also refuses a Service whose release-policy annotation does
 // not parse ([reservation.ParseReleasePolicy]), with allowed=false and code 422, and one whose

@@ -40,7 +40,7 @@ type HandlerOptions struct {
 	// Metrics.
 	Metrics *Metrics
 	// Claims remembers each address handed out, for the [Controller] to find lost windows.
-	// Defaults to none: lost windows are not counted.
+	// Defaults to none: lost windows are not counted. Not needed with Handouts.
 	Claims *Claims
 	// Now is the clock reservations are judged expired by. Defaults to time.Now.
 	Now func() time.Time
@@ -53,6 +53,11 @@ type HandlerOptions struct {
 	// not have or would exceed its cap with (see [reservation.Limits.CheckService]). Defaults to
 	// nil Limits: no namespace may retain, and every Service with a Retain policy is refused.
 	Limits *reservation.Limits
+	// Handouts, if not nil, records each hand-out before the reservation's delete (nothing is
+	// handed out if the record cannot be written) and refuses other Services that ask for an
+	// address handed out; give the same Handouts to the [Controller], which ends them. Defaults
+	// to none: a reservation handed to a create that then fails is lost.
+	Handouts *Handouts
 }
 
 // Handler is the mutating admission webhook of the package doc, an http.Handler for
@@ -68,6 +73,7 @@ type Handler struct {
 	claims  *Claims
 	now     func() time.Time
 	limits  *reservation.Limits
+	records *Handouts // nil: no hand-out records
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -83,7 +89,7 @@ func NewHandler(client kubernetes.Interface, informer networkingv1informers.IPAd
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	h := &Handler{client: client.NetworkingV1().IPAddresses(), index: index, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now, limits: opts.Limits}
+	h := &Handler{client: client.NetworkingV1().IPAddresses(), index: index, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now, limits: opts.Limits, records: opts.Handouts}
 	if h.now == nil {
 		h.now = time.Now
 	}
@@ -160,13 +166,16 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return denied
 	}
 	fin := finalizerPatch(&svc) // Retain: the Controller keeps its addresses even if down at its delete
-	if req.Operation != admissionv1.Create || !wantsAnyClusterIP(&svc) {
-		return withPatch(allow, fin)
-	}
 	// The request's namespace is the Service's; the object may leave it out.
 	owner := types.NamespacedName{Namespace: req.Namespace, Name: svc.Name}
 	if owner.Name == "" {
 		owner.Name = req.Name
+	}
+	if resp := h.records.refuseHandedOut(req, &svc, owner); resp != nil {
+		return resp
+	}
+	if req.Operation != admissionv1.Create || !wantsAnyClusterIP(&svc) {
+		return withPatch(allow, fin)
 	}
 	picked := h.pick(owner, &svc)
 	if len(picked) == 0 {
@@ -178,9 +187,15 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		if !dryRun {
 			ip, _ := netip.ParseAddr(obj.Name)
 			rv, _ := strconv.ParseUint(obj.ResourceVersion, 10, 64)
+			undo, err := h.records.record(ctx, owner, obj, h.now())
+			if err != nil {
+				klog.FromContext(ctx).Info("Not handing out a reservation: its hand-out record could not be written", "ip", obj.Name, "service", owner, "err", err)
+				break
+			}
 			h.claims.add(ip, owner, rv, h.now()) // before the delete: the window opens there
 			if err := h.delete(ctx, obj); err != nil {
 				h.claims.forget(ip)
+				undo(ctx)
 				klog.FromContext(ctx).Info("Not handing out a reservation: its delete failed", "ip", obj.Name, "service", owner, "err", err)
 				break // a secondary without its primary is no use
 			}

@@ -16,6 +16,7 @@ import (
 //	clusterip_reservation_webhook_window_lost_total       addresses so handed out that another Service took
 //	clusterip_reservation_controller_window_lost_total    addresses of a deleted Service that another Service took before the reservation was made
 //	clusterip_reservation_retain_refused_total{cap}       addresses of a deleted Service a cap on reservations kept from being kept (cap "namespace" or "servicecidr")
+//	clusterip_reservation_webhook_handouts_returned_total reservations handed out whose Service did not hold the address within the bound, put back
 //
 // The zero Metrics is not usable; use [NewMetrics]. A Metrics is safe for concurrent use.
 type Metrics struct {
@@ -23,6 +24,7 @@ type Metrics struct {
 	webhookWindowLost    prometheus.Counter
 	controllerWindowLost prometheus.Counter
 	retainRefused        *prometheus.CounterVec
+	handoutsReturned     prometheus.Counter
 }
 
 // NewMetrics returns Metrics registered on reg; a nil reg registers them nowhere (they still
@@ -46,9 +48,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "clusterip_reservation_retain_refused_total",
 			Help: "Addresses of a deleted Service that a cap on reservations (cap: namespace, a Namespace's max-retained; servicecidr, a ServiceCIDR's max-reserved) kept from being kept.",
 		}, []string{"cap"}),
+		handoutsReturned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clusterip_reservation_webhook_handouts_returned_total",
+			Help: "Reservations the webhook handed to a Service that did not hold the address within the bound (its create failed), put back as they were.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.retainRefused} {
+		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.retainRefused, m.handoutsReturned} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("webhook: register metrics: %w", err)
 			}
