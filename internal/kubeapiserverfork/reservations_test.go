@@ -337,14 +337,15 @@ func TestForkKeepsReservations(t *testing.T) {
 			t.Fatal(err)
 		}
 		optInFork(ctx, t, s.Client, "capped", "1")
-		retain := func(name string) *corev1.Service {
+		retain := func(ns, name string) *corev1.Service {
 			svc := testenv.ClusterIPService(name, "")
+			svc.Namespace = ns
 			svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain"}
 			return svc
 		}
 		refused := func(ns, name, wantMsg string) {
 			t.Helper()
-			_, err := s.Client.CoreV1().Services(ns).Create(ctx, retain(name), metav1.CreateOptions{})
+			_, err := s.Client.CoreV1().Services(ns).Create(ctx, retain(ns, name), metav1.CreateOptions{})
 			var status apierrors.APIStatus
 			if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil || len(status.Status().Details.Causes) != 1 ||
 				status.Status().Details.Causes[0].Field != "metadata.annotations["+reservation.AnnotationReleasePolicy+"]" ||
@@ -361,19 +362,19 @@ func TestForkKeepsReservations(t *testing.T) {
 		refused("closed", "web", `namespace "closed" may not retain addresses: its Namespace has no clusterip.kube-ipam.io/max-retained annotation`)
 
 		capped := s.Client.CoreV1().Services("capped")
-		if _, err := capped.Create(ctx, retain("first"), metav1.CreateOptions{}); err != nil {
+		if _, err := capped.Create(ctx, retain("capped", "first"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := capped.Delete(ctx, "first", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		testenv.WaitFor(t, "the fork's informer to show capped/first's reservation", func() bool {
-			_, err := capped.Create(ctx, retain("second"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			_, err := capped.Create(ctx, retain("capped", "second"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return apierrors.IsInvalid(err)
 		})
 		refused("capped", "second", `namespace "capped" keeps 1 reserved addresses and may keep 1 (annotation clusterip.kube-ipam.io/max-retained of Namespace "capped")`)
 		// The Service whose reservation it is comes back: not refused, and gets its address.
-		if _, err := capped.Create(ctx, retain("first"), metav1.CreateOptions{}); err != nil {
+		if _, err := capped.Create(ctx, retain("capped", "first"), metav1.CreateOptions{}); err != nil {
 			t.Errorf("capped/first created again at the cap: %v, want its reservation back", err)
 		}
 	})
@@ -387,6 +388,7 @@ func optInFork(ctx context.Context, t *testing.T, client kubernetes.Interface, n
 	nss := client.CoreV1().Namespaces()
 	patch := []byte(`{"metadata":{"annotations":{"` + reservation.AnnotationMaxRetained + `":"` + value + `"}}}`)
 	probe := testenv.ClusterIPService("opt-in-probe", "")
+	probe.Namespace = ns
 	probe.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain"}
 	testenv.WaitFor(t, "the fork to let Namespace "+ns+" retain", func() bool {
 		if _, err := nss.Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); apierrors.IsNotFound(err) {
