@@ -148,6 +148,9 @@ func (c *Client) checkInServiceCIDR(ctx context.Context, addr netip.Addr) error 
 		return nil
 	}
 	for _, sc := range cidrs {
+		if sc.DeletionTimestamp != nil {
+			continue // the error names a range that serves: none does here
+		}
 		for _, s := range sc.Spec.CIDRs {
 			if p, err := netip.ParsePrefix(s); err == nil && p.Masked().Contains(addr) {
 				return &allocator.NotInRangeError{IP: addr, Range: p.Masked()}

@@ -211,7 +211,8 @@ func TestControllerAddsAndRemovesTheFinalizer(t *testing.T) {
 			if tt.deleting {
 				svc.DeletionTimestamp = &metav1.Time{Time: deletedAt}
 			}
-			fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{svc, namespace("default", nil), namespace("kube-system", nil),
+			// Both namespaces may retain: the caps are another test's.
+			fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{svc, optedIn("default", "100"), optedIn("kube-system", "100"),
 				webhookConfiguration([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, notKubeSystem, nil)}})
 			var failed atomic.Bool
 			fake.PrependReactor("patch", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -228,7 +229,7 @@ func TestControllerAddsAndRemovesTheFinalizer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Sent: sent, ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond})
+			c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Sent: sent, Limits: limitsOf(t, factory, false), ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
