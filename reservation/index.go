@@ -27,22 +27,42 @@ type Index struct {
 // added it already; adding fails once the informer has started, so create it before.
 func NewIndex(informer cache.SharedIndexInformer) (*Index, error) {
 	if _, ok := informer.GetIndexer().GetIndexers()[forServiceIndex]; !ok {
-		err := informer.AddIndexers(cache.Indexers{forServiceIndex: func(obj any) ([]string, error) {
-			ipa, ok := obj.(*networkingv1.IPAddress)
-			if !ok {
-				return nil, nil
-			}
-			r, ok := FromObject(ipa)
-			if !ok || r.For.Name == "" {
-				return nil, nil
-			}
-			return []string{r.For.String()}, nil
-		}, forNamespaceIndex: indexForNamespace, familyIndex: indexFamily})
+		err := informer.AddIndexers(cache.Indexers{
+			forServiceIndex: indexReservations(func(r Reservation) string {
+				if r.For.Name == "" {
+					return ""
+				}
+				return r.For.String()
+			}),
+			forNamespaceIndex: indexReservations(func(r Reservation) string {
+				if r.For.Name == "" {
+					return ""
+				}
+				return r.For.Namespace
+			}),
+			familyIndex: indexReservations(func(r Reservation) string { return string(allocator.FamilyOf(r.Addr)) }),
+		})
 		if err != nil {
 			return nil, fmt.Errorf("reservation: index the IPAddress informer: %w", err)
 		}
 	}
 	return &Index{informer: informer}, nil
+}
+
+// indexReservations returns an informer index function that files each well-formed reservation
+// under key(r), and nothing else (nor a reservation key gives "" for).
+func indexReservations(key func(Reservation) string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		ipa, ok := obj.(*networkingv1.IPAddress)
+		if !ok {
+			return nil, nil
+		}
+		r, ok := FromObject(ipa)
+		if !ok || key(r) == "" {
+			return nil, nil
+		}
+		return []string{key(r)}, nil
+	}
 }
 
 // HasSynced reports whether the informer has delivered its initial list.

@@ -185,30 +185,6 @@ const (
 	familyIndex       = "clusterip.kube-ipam.io/reservation-family"
 )
 
-func indexForNamespace(obj any) ([]string, error) {
-	ipa, ok := obj.(*networkingv1.IPAddress)
-	if !ok {
-		return nil, nil
-	}
-	r, ok := FromObject(ipa)
-	if !ok || r.For.Name == "" {
-		return nil, nil
-	}
-	return []string{r.For.Namespace}, nil
-}
-
-func indexFamily(obj any) ([]string, error) {
-	ipa, ok := obj.(*networkingv1.IPAddress)
-	if !ok {
-		return nil, nil
-	}
-	r, ok := FromObject(ipa)
-	if !ok {
-		return nil, nil
-	}
-	return []string{string(allocator.FamilyOf(r.Addr))}, nil
-}
-
 // reservations returns the reservations of the index index under key that have not ended at now
 // and that keep reports true for.
 func (x *Index) reservations(index, key string, now time.Time, keep func(Reservation) bool) []Reservation {
