@@ -152,7 +152,7 @@ func TestAuditConfirmsManyMissingRecordsWithOneListEach(t *testing.T) {
 	for _, a := range client.Actions() {
 		calls[a.GetVerb()+" "+a.GetResource().Resource]++
 	}
-	if diff := cmp.Diff(map[string]int{"list servicecidrs": 1, "list ipaddresses": 2, "list services": 2}, calls); diff != "" {
+	if diff := cmp.Diff(map[string]int{"list servicecidrs": 1, "list ipaddresses": 2, "list namespaces": 1, "list services": 2}, calls); diff != "" {
 		t.Errorf("API calls (-want +got):\n%s", diff)
 	}
 }
