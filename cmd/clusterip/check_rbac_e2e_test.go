@@ -40,6 +40,7 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/ipaddress"
 	"github.com/kube-ipam/clusterip/repair"
+	"github.com/kube-ipam/clusterip/reservation/webhook"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
 
@@ -453,6 +454,12 @@ func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds
 		if !slices.Equal(first, second) {
 			t.Errorf("ClusterIPs after the restore = %q, want %q", second, first)
 		}
+		// The hand-out of the restore is done once its Service holds the address: the controller
+		// deletes its record, the last call its roles grant.
+		testenv.WaitFor(t, "the webhook to delete its hand-out record", func() bool {
+			l, err := api.Client.CoordinationV1().Leases(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: webhook.LabelHandout})
+			return err == nil && len(l.Items) == 0
+		})
 		p.stop()
 		log.checkUsedExactly(t, from, "webhook", grants.of("webhook"))
 		if _, err := clientOf("webhook").CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
