@@ -18,6 +18,11 @@
 // on, so with the first off they run the bitmaps alone whatever the second says (upstream's own
 // integration tests start servers that way). By default that is Legacy for kube-apiserver 1.31
 // and 1.32, DualWrite for 1.33 and IPAddressOnly for 1.34 and later.
+//
+// kube-apiserver 1.38 removed both gates with the bitmaps and dual write: it runs IPAddressOnly
+// only, at every version it emulates (1.35 to 1.38), and refuses either name in --feature-gates
+// as an unrecognized gate. NewGate, GatesAt and ModeAt follow the binary version; Add, ModeOf and
+// ModeFor speak of the gates as releases up to 1.37 declare them.
 package featuregate
 
 import (
@@ -32,23 +37,23 @@ import (
 const (
 	// MultiCIDRServiceAllocator allocates Service ClusterIPs as networking.k8s.io IPAddress objects
 	// from ServiceCIDRs (KEP-1880). Alpha in 1.27 (off), beta in 1.31 (off), GA in 1.33 (on),
-	// locked on from 1.34.
+	// locked on from 1.34, removed in 1.38.
 	MultiCIDRServiceAllocator featuregate.Feature = "MultiCIDRServiceAllocator"
 
 	// DisableAllocatorDualWrite stops mirroring the IPAddress allocations of the flag ranges into
 	// the legacy bitmaps. With MultiCIDRServiceAllocator off it changes nothing (Legacy). Alpha in
-	// 1.31 (off), beta in 1.33 (off), GA in 1.34 (on), locked on from 1.35.
+	// 1.31 (off), beta in 1.33 (off), GA in 1.34 (on), locked on from 1.35, removed in 1.38.
 	DisableAllocatorDualWrite featuregate.Feature = "DisableAllocatorDualWrite"
 
 	// StrictIPCIDRValidation refuses new IP and CIDR values in ambiguous spellings: for
 	// ClusterIPs, IPv4 octets with leading zeros and IPv4-mapped IPv6 addresses (a Service keeps
-	// what it already has). Alpha in 1.33 (off), beta in 1.36 (on). NewGate registers it; Add,
-	// which registers into a caller's gate, does not.
+	// what it already has). Alpha in 1.33 (off), beta in 1.36 (on), GA and locked on from 1.38.
+	// NewGate registers it; Add, which registers into a caller's gate, does not.
 	StrictIPCIDRValidation featuregate.Feature = "StrictIPCIDRValidation"
 )
 
-// specs are the versioned specs the newest supported kube-apiserver declares for the two
-// allocator gates.
+// specs are the versioned specs kube-apiserver 1.37, the last release that has them, declares for
+// the two allocator gates.
 func specs() map[featuregate.Feature]featuregate.VersionedSpecs {
 	return map[featuregate.Feature]featuregate.VersionedSpecs{
 		MultiCIDRServiceAllocator: {
@@ -68,7 +73,9 @@ func specs() map[featuregate.Feature]featuregate.VersionedSpecs {
 
 // Add registers MultiCIDRServiceAllocator and DisableAllocatorDualWrite, with kube-apiserver's
 // versioned specs, into gate. Registering them twice is harmless; it returns gate's error if the
-// gate is closed (already added to a flag set) or holds one of the names with another spec.
+// gate is closed (already added to a flag set) or holds one of the names with another spec. A
+// registry that behaves as kube-apiserver 1.38 or later does not call it: that release has no
+// such gates and runs IPAddressOnly.
 func Add(gate featuregate.MutableVersionedFeatureGate) error {
 	if gate == nil {
 		return errors.New("featuregate: Add: nil feature gate")
@@ -119,7 +126,7 @@ func ParseMode(s string) (Mode, error) {
 // ModeOf returns the Mode gate selects: Legacy while MultiCIDRServiceAllocator is off, whatever
 // DisableAllocatorDualWrite says, as in kube-apiserver 1.31 to 1.34; otherwise DualWrite, or
 // IPAddressOnly with DisableAllocatorDualWrite on. It returns an error if gate is nil or does not
-// know the gates (see Add).
+// know the gates (see Add), as a gate of kube-apiserver 1.38 does not: ModeAt answers for those.
 func ModeOf(gate featuregate.FeatureGate) (Mode, error) {
 	if gate == nil {
 		return 0, errors.New("featuregate: ModeOf: nil feature gate")
@@ -142,7 +149,7 @@ func ModeOf(gate featuregate.FeatureGate) (Mode, error) {
 
 // ModeFor returns the default Mode of kube-apiserver at version v, such as "1.33", "v1.33.13" or
 // "1.34.0-alpha.1" (only major and minor count): Legacy up to 1.32, DualWrite for 1.33 and
-// IPAddressOnly from 1.34. It returns an error if v does not parse.
+// IPAddressOnly from 1.34 (and the only mode from 1.38). It returns an error if v does not parse.
 func ModeFor(v string) (Mode, error) {
 	parsed, err := version.ParseGeneric(v)
 	if err != nil {

@@ -11,17 +11,38 @@ import (
 	"k8s.io/component-base/featuregate"
 )
 
-// strictIPCIDRValidationSpecs are kube-apiserver's versioned specs for StrictIPCIDRValidation.
-var strictIPCIDRValidationSpecs = featuregate.VersionedSpecs{
-	{Version: version.MajorMinor(1, 33), Default: false, PreRelease: featuregate.Alpha},
-	{Version: version.MajorMinor(1, 36), Default: true, PreRelease: featuregate.Beta},
+// strictIPCIDRValidationSpecs returns kube-apiserver's versioned specs for
+// StrictIPCIDRValidation (GA and locked on from 1.38).
+func strictIPCIDRValidationSpecs() featuregate.VersionedSpecs {
+	return featuregate.VersionedSpecs{
+		{Version: version.MajorMinor(1, 33), Default: false, PreRelease: featuregate.Alpha},
+		{Version: version.MajorMinor(1, 36), Default: true, PreRelease: featuregate.Beta},
+		{Version: version.MajorMinor(1, 38), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
+	}
+}
+
+// allocatorGatesRemoved is the first kube-apiserver release without MultiCIDRServiceAllocator and
+// DisableAllocatorDualWrite: 1.38 removed them with the bitmaps and dual write, and runs
+// IPAddressOnly only, at every version it emulates.
+var allocatorGatesRemoved = version.MajorMinor(1, 38)
+
+// HasAllocatorGates reports whether kube-apiserver binary declares MultiCIDRServiceAllocator and
+// DisableAllocatorDualWrite: releases up to 1.37 do; from 1.38 they are gone, whatever the
+// emulation version, so the binary runs IPAddressOnly only and refuses either name in
+// --feature-gates ("unrecognized feature gate: ..."). Only major and minor count.
+func HasAllocatorGates(binary *version.Version) bool {
+	return binary == nil || version.MajorMinor(binary.Major(), binary.Minor()).LessThan(allocatorGatesRemoved)
 }
 
 // specsOf returns the specs a kube-apiserver binary of minor release binary declares for the
-// three gates: those of the newest release, without the entries of later releases.
+// gates of NewGate: those of the newest release, without the entries of later releases, and
+// without MultiCIDRServiceAllocator and DisableAllocatorDualWrite from 1.38.
 func specsOf(binary *version.Version) map[featuregate.Feature]featuregate.VersionedSpecs {
 	all := specs()
-	all[StrictIPCIDRValidation] = strictIPCIDRValidationSpecs
+	if !HasAllocatorGates(binary) {
+		all = map[featuregate.Feature]featuregate.VersionedSpecs{}
+	}
+	all[StrictIPCIDRValidation] = strictIPCIDRValidationSpecs()
 	minor := version.MajorMinor(binary.Major(), binary.Minor())
 	for f, vs := range all {
 		all[f] = slices.DeleteFunc(slices.Clone(vs), func(s featuregate.FeatureSpec) bool { return s.Version.GreaterThan(minor) })
@@ -47,15 +68,18 @@ func (e *GateError) Error() string {
 func (e *GateError) Unwrap() error { return e.Err }
 
 // NewGate returns the feature gates of kube-apiserver v that concern ClusterIP allocation
-// (MultiCIDRServiceAllocator, DisableAllocatorDualWrite and StrictIPCIDRValidation), with the
-// specs v's binary declares, the defaults and locks of v's emulation version, and the values of
-// overrides, as --feature-gates would set them (keys are gate names). A nil v is DefaultVersion.
+// (MultiCIDRServiceAllocator, DisableAllocatorDualWrite and StrictIPCIDRValidation; from 1.38
+// StrictIPCIDRValidation alone, see HasAllocatorGates), with the specs v's binary declares, the
+// defaults and locks of v's emulation version, and the values of overrides, as --feature-gates
+// would set them (keys are gate names). A nil v is DefaultVersion.
 //
 // It refuses, with a *GateError carrying kube-apiserver's message, what v refuses at start-up: a
-// name it does not know, a locked gate set against its lock, and from 1.35 (which declares
-// DisableAllocatorDualWrite dependent on MultiCIDRServiceAllocator)
-// DisableAllocatorDualWrite on with MultiCIDRServiceAllocator off, at any emulation version. The
-// returned gate is the caller's to read; ModeOf gives its Mode.
+// name it does not know ("unrecognized feature gate: <name>", which from 1.38 includes
+// MultiCIDRServiceAllocator and DisableAllocatorDualWrite, set to any value at any emulation
+// version), a locked gate set against its lock, and in 1.35 to 1.37 (which declare
+// DisableAllocatorDualWrite dependent on MultiCIDRServiceAllocator) DisableAllocatorDualWrite on
+// with MultiCIDRServiceAllocator off, at any emulation version. The returned gate is the caller's
+// to read; ModeAt gives its Mode.
 func NewGate(v compatibility.EffectiveVersion, overrides map[string]bool) (featuregate.FeatureGate, error) {
 	if v == nil {
 		v = DefaultVersion()
@@ -85,14 +109,16 @@ func NewGate(v compatibility.EffectiveVersion, overrides map[string]bool) (featu
 }
 
 // declaresDependency reports whether kube-apiserver binary declares DisableAllocatorDualWrite
-// dependent on MultiCIDRServiceAllocator, which it checks at start-up: from 1.35.
+// dependent on MultiCIDRServiceAllocator, which it checks at start-up: from 1.35 until the gates
+// are removed in 1.38.
 func declaresDependency(binary *version.Version) bool {
-	return binary.AtLeast(version.MajorMinor(1, 35))
+	return binary.AtLeast(version.MajorMinor(1, 35)) && HasAllocatorGates(binary)
 }
 
 // GatesFor returns the MultiCIDRServiceAllocator and DisableAllocatorDualWrite values that select
 // m, as --feature-gates would give them: for Legacy, MultiCIDRServiceAllocator off alone (whatever
-// DisableAllocatorDualWrite says, which kube-apiserver 1.35 and later refuse when it is on).
+// DisableAllocatorDualWrite says, which kube-apiserver 1.35 to 1.37 refuse when it is on). For a
+// kube-apiserver that may be 1.38 or later, which has no such gates, use GatesAt.
 func GatesFor(m Mode) (map[string]bool, error) {
 	switch m {
 	case Legacy:
@@ -103,4 +129,38 @@ func GatesFor(m Mode) (map[string]bool, error) {
 		return map[string]bool{string(MultiCIDRServiceAllocator): true, string(DisableAllocatorDualWrite): true}, nil
 	}
 	return nil, errors.New("featuregate: unknown " + m.String())
+}
+
+// GatesAt returns the --feature-gates values that select m in kube-apiserver v (nil is
+// DefaultVersion): GatesFor(m) where v's binary declares the allocator gates, and from 1.38,
+// which has none and runs IPAddressOnly only, no values for IPAddressOnly and GatesFor(m) for
+// Legacy and DualWrite, which NewGate then refuses as kube-apiserver 1.38 does
+// ("unrecognized feature gate: MultiCIDRServiceAllocator" for Legacy,
+// "unrecognized feature gate: DisableAllocatorDualWrite" for DualWrite). It returns an error for
+// an unknown Mode.
+func GatesAt(v compatibility.EffectiveVersion, m Mode) (map[string]bool, error) {
+	gates, err := GatesFor(m)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		v = DefaultVersion()
+	}
+	if m == IPAddressOnly && !HasAllocatorGates(v.BinaryVersion()) {
+		return map[string]bool{}, nil
+	}
+	return gates, nil
+}
+
+// ModeAt returns the Mode kube-apiserver v (nil is DefaultVersion) runs with the feature gates
+// gate (from NewGate): IPAddressOnly from 1.38, which has no allocator gates, and ModeOf(gate)
+// before.
+func ModeAt(v compatibility.EffectiveVersion, gate featuregate.FeatureGate) (Mode, error) {
+	if v == nil {
+		v = DefaultVersion()
+	}
+	if !HasAllocatorGates(v.BinaryVersion()) {
+		return IPAddressOnly, nil
+	}
+	return ModeOf(gate)
 }

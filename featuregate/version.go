@@ -11,15 +11,17 @@ import (
 
 // SupportedReleases are the kube-apiserver minor releases whose behaviour the library has, oldest
 // first. v1.34 is not among them: it reached its end of life before this module supported it.
+// v1.38 is, from its beta (NewestKubeVersion).
 var supportedReleases = []*version.Version{
 	version.MajorMinor(1, 33),
 	version.MajorMinor(1, 35),
 	version.MajorMinor(1, 36),
 	version.MajorMinor(1, 37),
+	version.MajorMinor(1, 38),
 }
 
 // SupportedReleases returns the kube-apiserver minor releases whose behaviour the library has,
-// oldest first: "1.33", "1.35", "1.36" and "1.37".
+// oldest first: "1.33", "1.35", "1.36", "1.37" and "1.38".
 func SupportedReleases() []string {
 	out := make([]string, len(supportedReleases))
 	for i, v := range supportedReleases {
@@ -28,9 +30,15 @@ func SupportedReleases() []string {
 	return out
 }
 
-// DefaultKubeVersion is the binary version of the newest supported kube-apiserver release, the
-// one the library behaves as when it is not told otherwise.
+// DefaultKubeVersion is the binary version of the newest supported kube-apiserver release that
+// has shipped, the one the library behaves as when it is not told otherwise.
 const DefaultKubeVersion = "1.37.2"
+
+// NewestKubeVersion is the binary version of the newest kube-apiserver build whose behaviour the
+// library has: v1.38's beta, whose source its 1.38 semantics are read from, until v1.38.0 ships
+// and becomes DefaultKubeVersion. It is not the default while it is a pre-release; give it to
+// KubeVersion to behave as it. Its minor is the last of SupportedReleases.
+const NewestKubeVersion = "1.38.0-beta.0"
 
 // minimumEmulationVersion is the lowest version kube-apiserver emulates at all: the release that
 // introduced compatibility versions.
@@ -50,14 +58,17 @@ func (e *VersionError) Error() string {
 }
 
 // KubeVersion returns the compatibility version of a kube-apiserver whose binary version is binary
-// (such as "1.37.2" or "v1.35.4") and which runs with --emulated-version=emulated (major.minor,
+// (such as "1.37.2", "v1.35.4" or NewestKubeVersion, "1.38.0-beta.0", whose pre-release it keeps)
+// and which runs with --emulated-version=emulated (major.minor,
 // such as "1.34"; "" for the binary's own minor), as kube-apiserver builds its own: it may emulate
 // down to its minor minus 3, not below 1.31, and its minimum compatibility version is the emulated
 // minor minus 1 (not below that floor). The binary's minor must be one of SupportedReleases. It
 // returns a *VersionError for versions that do not parse, an unsupported release or an emulated
 // version out of the binary's range, with kube-apiserver's message for the last.
 func KubeVersion(binary, emulated string) (compatibility.MutableEffectiveVersion, error) {
-	bin, err := version.ParseGeneric(binary)
+	// Parse keeps a pre-release ("1.38.0-beta.0"), as kube-apiserver reads its own version;
+	// only major and minor count below.
+	bin, err := version.Parse(binary)
 	if err != nil {
 		return nil, &VersionError{Binary: binary, Emulated: emulated, Reason: err.Error()}
 	}
