@@ -21,7 +21,8 @@ import (
 // Config says which allocators New builds and what they store their state in. The zero Config is
 // invalid: it has no Ranges.
 type Config struct {
-	// Mode selects the allocators; see featuregate.ModeOf. Defaults to featuregate.Legacy.
+	// Mode selects the allocators; see featuregate.ModeOf. Defaults to featuregate.Legacy, which
+	// kube-apiserver 1.38 and later do not run: with such a Version, set IPAddressOnly.
 	Mode featuregate.Mode
 
 	// Ranges are the Service CIDRs of kube-apiserver's --service-cluster-ip-range flag, in its
@@ -30,7 +31,9 @@ type Config struct {
 	// in kube-apiserver, the first must have at least 8 addresses (an IPv4 /29, an IPv6 /125 or
 	// shorter), and in Legacy and DualWrite mode each may have at most 20 host bits (an IPv4 /12
 	// or longer, an IPv6 /108 or longer), because a bitmap of it is kept; IPAddressOnly takes any
-	// size, as kube-apiserver does with both feature gates on.
+	// size, as kube-apiserver 1.33 to 1.37 do with both feature gates on and 1.38, which keeps no
+	// bitmap, always does. An IPv6 range shorter than /64 is taken but, as in kube-apiserver,
+	// its ServiceCIDR is not served (ipaddress.MinIPv6Bits).
 	Ranges []netip.Prefix
 
 	// Bitmaps gives the stores of the bitmaps, one per range of Ranges by its index. Required in
@@ -66,13 +69,18 @@ type Config struct {
 	// gates. Build one with featuregate.KubeVersion. Nil means the newest supported release that
 	// runs Mode (featuregate.DefaultVersionFor): v1.37 for IPAddressOnly, v1.37 emulating 1.34 for
 	// DualWrite, v1.36 emulating 1.33 for Legacy. New refuses a Mode the version does not run,
-	// with the version's own message.
+	// with the version's own message. v1.38 (featuregate.NewestKubeVersion, its beta, for now)
+	// runs IPAddressOnly only, at every version it emulates (1.35 to 1.38): it has no
+	// MultiCIDRServiceAllocator or DisableAllocatorDualWrite gate, so Legacy or DualWrite is
+	// refused as kube-apiserver refuses those names ("unrecognized feature gate: ..."), and emulating
+	// 1.35 to 1.37 it answers as its own binary with those releases' gate defaults.
 	Version compatibility.EffectiveVersion
 
 	// FeatureGates are values of kube-apiserver's --feature-gates for the gates featuregate.NewGate
 	// knows, such as {"StrictIPCIDRValidation": false}; the others keep Version's defaults.
 	// MultiCIDRServiceAllocator and DisableAllocatorDualWrite follow Mode and may be left out; if
-	// given, they must select Mode.
+	// given, they must select Mode, and from 1.38, which does not know them, they are refused
+	// whatever their values.
 	FeatureGates map[string]bool
 
 	// DefaultServiceCIDR makes Run keep the default ServiceCIDR ("kubernetes") of Ranges as
@@ -152,7 +160,7 @@ func ParseRanges(flag string) ([]netip.Prefix, error) {
 	return ranges, nil
 }
 
-// minPrimaryHostBits is the fewest host bits kube-apiserver v1.33 takes in the primary
+// minPrimaryHostBits is the fewest host bits kube-apiserver (v1.33 to v1.38) takes in the primary
 // --service-cluster-ip-range, in every mode: 3, 8 addresses (network address included).
 const minPrimaryHostBits = 3
 
@@ -187,7 +195,7 @@ func checkRanges(ranges []netip.Prefix) error {
 		}
 	}
 	if p := ranges[0]; p.Addr().BitLen()-p.Bits() < minPrimaryHostBits {
-		// kube-apiserver v1.33 refuses to start so, whatever the mode.
+		// kube-apiserver (v1.33 to v1.38) refuses to start so, whatever the mode.
 		return &ConfigError{Field: "Ranges[0]", Reason: "the service cluster IP range must be at least 8 IP addresses"}
 	}
 	if len(ranges) == 2 && allocator.FamilyOf(ranges[0].Addr()) == allocator.FamilyOf(ranges[1].Addr()) {
@@ -196,13 +204,16 @@ func checkRanges(ranges []netip.Prefix) error {
 	return nil
 }
 
-// maxBitmapHostBits is the most host bits kube-apiserver v1.33 takes in a
+// maxBitmapHostBits is the most host bits kube-apiserver v1.33 to v1.37 takes in a
 // --service-cluster-ip-range of either family while it keeps a bitmap of it (unless
 // MultiCIDRServiceAllocator and DisableAllocatorDualWrite are both on): an IPv4 /12, an IPv6 /108.
+// v1.38 keeps no bitmap and has no such limit; it runs IPAddressOnly only, which New never
+// checks against it.
 const maxBitmapHostBits = 20
 
-// checkBitmapRanges refuses, as kube-apiserver v1.33 refuses at start-up in Legacy and DualWrite
-// mode, a range with more than maxBitmapHostBits host bits, with kube-apiserver's message.
+// checkBitmapRanges refuses, as kube-apiserver v1.33 to v1.37 refuse at start-up in Legacy and
+// DualWrite mode, a range with more than maxBitmapHostBits host bits, with kube-apiserver's
+// message.
 func checkBitmapRanges(ranges []netip.Prefix) error {
 	for i, r := range ranges {
 		bits := r.Addr().BitLen()

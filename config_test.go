@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/compatibility"
 
 	"github.com/kube-ipam/clusterip/allocator"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
@@ -165,11 +166,12 @@ func TestParseRanges(t *testing.T) {
 	}
 }
 
-// TestNewRefusesRangesKubeAPIServerRefuses checks kube-apiserver v1.33's start-up rules for
-// --service-cluster-ip-range. In every mode the primary range must have at least 8 addresses
-// (pkg/controlplane/apiserver/options.ServiceIPRange). Unless MultiCIDRServiceAllocator and
-// DisableAllocatorDualWrite are both on, each range may have at most 20 host bits, an IPv4 /12 or
-// an IPv6 /108, because its bitmap is kept in etcd (cmd/kube-apiserver/app/options/validation.go).
+// TestNewRefusesRangesKubeAPIServerRefuses checks kube-apiserver's start-up rules for
+// --service-cluster-ip-range, v1.33 to v1.38. In every mode the primary range must have at least 8
+// addresses (pkg/controlplane/apiserver/options.ServiceIPRange). Up to v1.37, unless
+// MultiCIDRServiceAllocator and DisableAllocatorDualWrite are both on, each range may have at most
+// 20 host bits, an IPv4 /12 or an IPv6 /108, because its bitmap is kept in etcd
+// (cmd/kube-apiserver/app/options/validation.go); v1.38 removed that check with the bitmaps.
 // New refuses the same ranges with kube-apiserver's message, naming the field; IPAddressOnly keeps
 // no bitmap and takes wide ranges, as kube-apiserver does.
 func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
@@ -183,12 +185,21 @@ func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
 		}
 		return out
 	}
+	v138, err := featuregate.KubeVersion(featuregate.NewestKubeVersion, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v138at135, err := featuregate.KubeVersion(featuregate.NewestKubeVersion, "1.35")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name   string
-		mode   featuregate.Mode
-		ranges []netip.Prefix
-		field  string // "" if New must accept the ranges
-		reason string
+		name    string
+		mode    featuregate.Mode
+		version compatibility.EffectiveVersion // nil for the Mode's default
+		ranges  []netip.Prefix
+		field   string // "" if New must accept the ranges
+		reason  string
 	}{
 		{name: "Legacy IPv6 /107", mode: featuregate.Legacy, ranges: ranges("fd00::/107"), field: "Ranges[0]",
 			reason: "specified --service-cluster-ip-range is too large; for 128-bit addresses, the mask must be >= 108"},
@@ -206,10 +217,24 @@ func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
 			reason: "the service cluster IP range must be at least 8 IP addresses"},
 		{name: "Legacy primary of 4 addresses", mode: featuregate.Legacy, ranges: ranges("fd00::/126", "10.0.0.0/24"), field: "Ranges[0]",
 			reason: "the service cluster IP range must be at least 8 IP addresses"},
+		// v1.38 keeps no bitmap: no 20-bit limit, only the 8-address floor of the primary.
+		{name: "v1.38 IPv4 /8", mode: featuregate.IPAddressOnly, version: v138, ranges: ranges("10.0.0.0/8")},
+		{name: "v1.38 IPv4 /11 and IPv6 /64", mode: featuregate.IPAddressOnly, version: v138, ranges: ranges("10.96.0.0/11", "fd00::/64")},
+		{name: "v1.38 IPv6 /48 primary", mode: featuregate.IPAddressOnly, version: v138, ranges: ranges("fd00::/48", "10.0.0.0/8")},
+		{name: "v1.38 emulating 1.35 IPv4 /8", mode: featuregate.IPAddressOnly, version: v138at135, ranges: ranges("10.0.0.0/8")},
+		{name: "v1.38 primary of 4 addresses", mode: featuregate.IPAddressOnly, version: v138, ranges: ranges("10.0.0.0/30"), field: "Ranges[0]",
+			reason: "the service cluster IP range must be at least 8 IP addresses"},
+		{name: "v1.38 IPv6 primary of 4 addresses", mode: featuregate.IPAddressOnly, version: v138, ranges: ranges("fd00::/126", "10.0.0.0/8"), field: "Ranges[0]",
+			reason: "the service cluster IP range must be at least 8 IP addresses"},
+		// Asking v1.38 for a bitmap mode is refused for the mode, before any range is looked at.
+		{name: "v1.38 Legacy IPv4 /8", mode: featuregate.Legacy, version: v138, ranges: ranges("10.0.0.0/8"), field: "Mode",
+			reason: "does not run mode Legacy"},
+		{name: "v1.38 DualWrite IPv4 /12", mode: featuregate.DualWrite, version: v138at135, ranges: ranges("10.96.0.0/12"), field: "Mode",
+			reason: "does not run mode DualWrite"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{Mode: tt.mode, Ranges: tt.ranges, Bitmaps: etcdstore.Stores{Client: etcd}, Client: client, Informers: inf}
+			cfg := Config{Mode: tt.mode, Version: tt.version, Ranges: tt.ranges, Bitmaps: etcdstore.Stores{Client: etcd}, Client: client, Informers: inf}
 			if tt.mode == featuregate.IPAddressOnly {
 				cfg.Bitmaps = nil
 			}

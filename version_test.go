@@ -38,6 +38,25 @@ func TestNewRunsTheModesTheReleaseRuns(t *testing.T) {
 		{name: "an unknown gate", mode: featuregate.IPAddressOnly, gates: map[string]bool{"NoSuchGate": true},
 			wantField: "FeatureGates", wantErr: "unrecognized feature gate: NoSuchGate"},
 		{name: "StrictIPCIDRValidation off on v1.37", mode: featuregate.IPAddressOnly, gates: map[string]bool{"StrictIPCIDRValidation": false}},
+		{name: "IPAddressOnly on v1.38", mode: featuregate.IPAddressOnly, version: version(featuregate.NewestKubeVersion, "")},
+		{name: "IPAddressOnly on v1.38.0 emulating 1.35", mode: featuregate.IPAddressOnly, version: version("1.38.0", "1.35")},
+		{name: "Legacy on v1.38", mode: featuregate.Legacy, version: version(featuregate.NewestKubeVersion, ""), wantField: "Mode",
+			wantErr: "does not run mode Legacy (1.38 has no MultiCIDRServiceAllocator or DisableAllocatorDualWrite feature gate: it runs IPAddressOnly only): " +
+				"featuregate: kube-apiserver 1.38.0-beta.0 emulating 1.38 refuses the feature gates: unrecognized feature gate: MultiCIDRServiceAllocator"},
+		{name: "DualWrite on v1.38", mode: featuregate.DualWrite, version: version(featuregate.NewestKubeVersion, ""), wantField: "Mode",
+			wantErr: "unrecognized feature gate: DisableAllocatorDualWrite"},
+		{name: "Legacy on v1.38 emulating 1.35", mode: featuregate.Legacy, version: version("1.38.0", "1.35"), wantField: "Mode",
+			wantErr: "unrecognized feature gate: MultiCIDRServiceAllocator"},
+		{name: "DualWrite on v1.38 emulating 1.35", mode: featuregate.DualWrite, version: version("1.38.0", "1.35"), wantField: "Mode",
+			wantErr: "unrecognized feature gate: DisableAllocatorDualWrite"},
+		{name: "IPAddressOnly on v1.38 with DisableAllocatorDualWrite=false", mode: featuregate.IPAddressOnly, version: version(featuregate.NewestKubeVersion, "1.35"),
+			gates: map[string]bool{"DisableAllocatorDualWrite": false}, wantField: "FeatureGates", wantErr: "unrecognized feature gate: DisableAllocatorDualWrite"},
+		{name: "IPAddressOnly on v1.38 with MultiCIDRServiceAllocator=true", mode: featuregate.IPAddressOnly, version: version(featuregate.NewestKubeVersion, ""),
+			gates: map[string]bool{"MultiCIDRServiceAllocator": true}, wantField: "FeatureGates", wantErr: "unrecognized feature gate: MultiCIDRServiceAllocator"},
+		{name: "StrictIPCIDRValidation locked on v1.38", mode: featuregate.IPAddressOnly, version: version(featuregate.NewestKubeVersion, ""),
+			gates: map[string]bool{"StrictIPCIDRValidation": false}, wantField: "FeatureGates", wantErr: "cannot set feature gate StrictIPCIDRValidation to false, feature is locked to true"},
+		{name: "StrictIPCIDRValidation off on v1.38 emulating 1.37", mode: featuregate.IPAddressOnly, version: version(featuregate.NewestKubeVersion, "1.37"),
+			gates: map[string]bool{"StrictIPCIDRValidation": false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +80,12 @@ func TestNewRunsTheModesTheReleaseRuns(t *testing.T) {
 			var ce *ConfigError
 			if !errors.As(err, &ce) || ce.Field != tt.wantField || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("New() = %v; want a *ConfigError naming %s and saying %q", err, tt.wantField, tt.wantErr)
+			}
+			if strings.Contains(tt.wantErr, "feature gate") {
+				var ge *featuregate.GateError
+				if !errors.As(err, &ge) {
+					t.Errorf("New() = %v; want it to wrap a *featuregate.GateError", err)
+				}
 			}
 		})
 	}

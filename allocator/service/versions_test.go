@@ -99,6 +99,19 @@ func TestServiceAnswersFollowTheRelease(t *testing.T) {
 			Code: 500, Reason: metav1.StatusReasonInternalError,
 			Message: `Internal error occurred: failed to allocate a serviceIP for Service "svc": range is full`,
 			Causes:  []metav1.StatusCause{{Message: `failed to allocate a serviceIP for Service "svc": range is full`}}}},
+		// v1.38 (read from v1.38.0-beta.0's alloc.go and ipallocator) answers as v1.37.
+		{name: "leading zeros are refused", release: featuregate.NewestKubeVersion, ips: []string{"10.96.0.010"}, want: statusOf{
+			Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `Service "svc" is invalid: spec.clusterIPs[0]: Invalid value: "10.96.0.010": must not have leading 0s`,
+			Causes:  []metav1.StatusCause{invalid("spec.clusterIPs[0]", `Invalid value: "10.96.0.010": must not have leading 0s`)}}},
+		{name: "a refused IPAddress is Invalid", release: featuregate.NewestKubeVersion, alloc: refusing{err: fmt.Errorf("ipaddress: create IPAddress 10.96.0.20: %w", refusal)}, want: statusOf{
+			Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `Service "svc" is invalid: spec.clusterIPs: Invalid value: [""]: failed to allocate IP: ` + refusalText,
+			Causes:  []metav1.StatusCause{invalid("spec.clusterIPs", "Invalid value: [\"\"]: failed to allocate IP: "+refusalText)}}},
+		{name: "no ready ServiceCIDR is a full range", release: featuregate.NewestKubeVersion, alloc: refusing{err: allocator.ErrNotReady}, want: statusOf{
+			Code: 500, Reason: metav1.StatusReasonInternalError,
+			Message: `Internal error occurred: failed to allocate a serviceIP for Service "svc": range is full`,
+			Causes:  []metav1.StatusCause{{Message: `failed to allocate a serviceIP for Service "svc": range is full`}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.release+"/"+tt.name, func(t *testing.T) {

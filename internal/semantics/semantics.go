@@ -3,6 +3,17 @@
 // create or update gets, which ClusterIP spellings validation accepts, and what the
 // default-ServiceCIDR controller does. Every such fact lives here, named after what it decides;
 // the packages that act on them ask a Semantics.
+//
+// v1.38 (read from v1.38.0-beta.0 against v1.37.2) changes none of the answers decided here: the
+// Service registry's allocation errors, the IPAddress allocator's and the repair loops' texts,
+// ServiceCIDR and IPAddress validation and the default-ServiceCIDR controller are as in 1.37. What
+// it does change is decided elsewhere: the allocator gates and the bitmaps are gone, so it runs
+// IPAddressOnly only (featuregate.HasAllocatorGates, and Mode here), StrictIPCIDRValidation is
+// GA and locked on at emulated 1.38 (its versioned specs in package featuregate), and the 20-bit
+// limit on --service-cluster-ip-range went with the bitmaps (the root package's Config checks).
+// Its Service storage now defaults legacy Services on decode, so their status and watch events
+// carry clusterIPs, ipFamilies and ipFamilyPolicy: a matter of storage, which the library has
+// none of.
 package semantics
 
 import (
@@ -25,7 +36,8 @@ type Semantics struct {
 
 // Of returns the semantics of kube-apiserver v with the feature gates gate (from
 // featuregate.NewGate). A nil v is featuregate.DefaultVersion(); a nil gate, or one that does
-// not know StrictIPCIDRValidation, takes that gate's default at v's emulation version.
+// not know StrictIPCIDRValidation, takes that gate's default at v's emulation version. From 1.38
+// the mode is IPAddressOnly whatever gate holds (featuregate.ModeAt).
 func Of(v compatibility.EffectiveVersion, gate basefeaturegate.FeatureGate) Semantics {
 	if v == nil {
 		v = featuregate.DefaultVersion()
@@ -34,7 +46,7 @@ func Of(v compatibility.EffectiveVersion, gate basefeaturegate.FeatureGate) Sema
 	defaults, err := featuregate.NewGate(v, nil)
 	if err == nil {
 		s.strictIP = defaults.Enabled(featuregate.StrictIPCIDRValidation)
-		if m, err := featuregate.ModeOf(defaults); err == nil {
+		if m, err := featuregate.ModeAt(v, defaults); err == nil {
 			s.mode = m
 		}
 	}
@@ -42,7 +54,7 @@ func Of(v compatibility.EffectiveVersion, gate basefeaturegate.FeatureGate) Sema
 		if _, ok := gate.DeepCopy().GetAllVersioned()[featuregate.StrictIPCIDRValidation]; ok {
 			s.strictIP = gate.Enabled(featuregate.StrictIPCIDRValidation)
 		}
-		if m, err := featuregate.ModeOf(gate); err == nil {
+		if m, err := featuregate.ModeAt(v, gate); err == nil {
 			s.mode = m
 		}
 	}

@@ -22,6 +22,11 @@ func TestFactsFollowTheRelease(t *testing.T) {
 		{binary: "1.36.3", want: facts{invalid: true, namesService: true, json: true, strict: true, mismatchFirst: true}},
 		{binary: "1.36.3", emulated: "1.35", want: facts{invalid: true, namesService: true, json: true, mismatchFirst: true}},
 		{binary: "1.37.2", want: facts{invalid: true, namesService: true, json: true, strict: true, mismatchFirst: true}},
+		// v1.38 answers as v1.37 does; StrictIPCIDRValidation follows the emulation version.
+		{binary: featuregate.NewestKubeVersion, want: facts{invalid: true, namesService: true, json: true, strict: true, mismatchFirst: true}},
+		{binary: featuregate.NewestKubeVersion, emulated: "1.35", want: facts{invalid: true, namesService: true, json: true, mismatchFirst: true}},
+		{binary: "1.38.0", emulated: "1.35", gates: map[string]bool{"StrictIPCIDRValidation": true},
+			want: facts{invalid: true, namesService: true, json: true, strict: true, mismatchFirst: true}},
 	}
 	for _, tt := range tests {
 		v, err := featuregate.KubeVersion(tt.binary, tt.emulated)
@@ -40,5 +45,25 @@ func TestFactsFollowTheRelease(t *testing.T) {
 	}
 	if d := Default(); !d.StrictClusterIPs() || !d.FullErrorNamesService() {
 		t.Errorf("Default() = %s, want the newest release's facts", d)
+	}
+}
+
+// TestModeFrom138IsIPAddressOnly: a v1.38 kube-apiserver has no allocator gates and runs
+// IPAddressOnly at every version it emulates, with or without a gate.
+func TestModeFrom138IsIPAddressOnly(t *testing.T) {
+	for _, emulated := range []string{"", "1.35", "1.36", "1.37"} {
+		v, err := featuregate.KubeVersion(featuregate.NewestKubeVersion, emulated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate, err := featuregate.NewGate(v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []Semantics{Of(v, gate), Of(v, nil)} {
+			if s.mode != featuregate.IPAddressOnly {
+				t.Errorf("%s: mode = %v, want IPAddressOnly", s, s.mode)
+			}
+		}
 	}
 }
