@@ -1,6 +1,7 @@
 package featuregate_test
 
 import (
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/version"
@@ -44,4 +45,27 @@ func ExampleModeFor() {
 	// 1.33 DualWrite
 	// 1.34 IPAddressOnly
 	// 1.35 IPAddressOnly
+}
+
+// kube-apiserver 1.38 has no allocator gates: it runs IPAddressOnly, emulating 1.35 as well, and
+// refuses either name in --feature-gates.
+func ExampleGatesAt() {
+	v, err := featuregate.KubeVersion(featuregate.NewestKubeVersion, "1.35")
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range []featuregate.Mode{featuregate.IPAddressOnly, featuregate.DualWrite} {
+		gates, _ := featuregate.GatesAt(v, m)
+		gate, err := featuregate.NewGate(v, gates)
+		var refused *featuregate.GateError
+		if errors.As(err, &refused) {
+			fmt.Println(m, "refused:", refused.Err)
+			continue
+		}
+		mode, _ := featuregate.ModeAt(v, gate)
+		fmt.Println(m, "runs as", mode, "with", gates)
+	}
+	// Output:
+	// IPAddressOnly runs as IPAddressOnly with map[]
+	// DualWrite refused: unrecognized feature gate: DisableAllocatorDualWrite
 }

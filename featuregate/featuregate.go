@@ -165,8 +165,8 @@ func ModeFor(v string) (Mode, error) {
 // CanWriteBitmaps reports whether kube-apiserver emulating version v (such as "1.34" or
 // "v1.33.13"; only major and minor count) can run in a Mode that writes the bitmaps, Legacy or
 // DualWrite, by default or with some --feature-gates: below 1.35 it can (at 1.34 only with
-// DisableAllocatorDualWrite=false), from 1.35 it cannot, as both gates are locked on there and it
-// runs IPAddressOnly whatever its flags say. A kube-apiserver older than 1.31 emulates nothing: v
+// DisableAllocatorDualWrite=false), from 1.35 it cannot, as both gates are locked on there (and
+// gone from 1.38) and it runs IPAddressOnly whatever its flags say. A kube-apiserver older than 1.31 emulates nothing: v
 // is its own version. It returns an error if v does not parse.
 //
 // The answer is derived from the gates' versioned specs, as ModeFor's is, so that their locks are
