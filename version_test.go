@@ -42,7 +42,7 @@ func TestNewRunsTheModesTheReleaseRuns(t *testing.T) {
 		{name: "IPAddressOnly on v1.38.0 emulating 1.35", mode: featuregate.IPAddressOnly, version: version("1.38.0", "1.35")},
 		{name: "Legacy on v1.38", mode: featuregate.Legacy, version: version(featuregate.NewestKubeVersion, ""), wantField: "Mode",
 			wantErr: "does not run mode Legacy (1.38 has no MultiCIDRServiceAllocator or DisableAllocatorDualWrite feature gate: it runs IPAddressOnly only): " +
-				"featuregate: kube-apiserver 1.38.0-beta.0 emulating 1.38 refuses the feature gates: unrecognized feature gate: MultiCIDRServiceAllocator"},
+				"featuregate: kube-apiserver " + featuregate.NewestKubeVersion + " emulating 1.38 refuses the feature gates: unrecognized feature gate: MultiCIDRServiceAllocator"},
 		{name: "DualWrite on v1.38", mode: featuregate.DualWrite, version: version(featuregate.NewestKubeVersion, ""), wantField: "Mode",
 			wantErr: "unrecognized feature gate: DisableAllocatorDualWrite"},
 		{name: "Legacy on v1.38 emulating 1.35", mode: featuregate.Legacy, version: version("1.38.0", "1.35"), wantField: "Mode",
