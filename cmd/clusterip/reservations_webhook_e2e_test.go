@@ -423,33 +423,98 @@ func forgedReview(t *testing.T, ns, name string) []byte {
 	return b
 }
 
-// TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore applies deploy/webhook as
-// shipped to a real stock kube-apiserver v1.37.2 (dual-stack, RBAC) that presents the client
-// certificate of deploy/webhook/kube-apiserver to the webhook, through its
-// --admission-control-config-file: every object is created as it is, the Deployment too, which no
-// node runs here. In its place the test runs "clusterip reservations webhook" as a process with
-// the Deployment's container's arguments, changing only the directories its Secret and ConfigMap
-// are mounted at and the addresses it listens on (127.0.0.1: the tests use loopback addresses
-// only; each port itself is checked against the container's, the Service's and the probes'),
-// and with the ServiceAccount's credentials: a token of the shipped ServiceAccount, bound by the
-// manifest to its ClusterRole, in the kubeconfig named by $KUBECONFIG (client-go's in-cluster
-// config reads fixed paths). Only the webhook's clientConfig is rewritten to that process's URL
-// (see shippedWebhookConfiguration), and the kubeconfig's user to that URL's host. The
-// Deployment's probes are answered 200 by the process on their own plain-HTTP port, and the Pod
-// meets the restricted Pod Security Standard (no warning at the create). Then a Service with a
-// malformed release policy is refused 422 at the annotation; a dual-stack Service with release
-// policy Retain, deleted and created again as a Velero restore does, gets both its ClusterIPs
-// back through the webhook, also across a restart of the process; a review from a caller without
-// kube-apiserver's client certificate is refused at the handshake and frees nothing; the
-// process deletes a reservation when it ends; and a Retain Service deleted while the process is
-// down stays Terminating with its address, and once the process is back is gone with its address
-// kept for it, which a create of the same name gets back.
-func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.T) {
+// shippedOptions are what a test changes of the shipped webhook's setting.
+type shippedOptions struct {
+	// ServiceClusterIPRange is kube-apiserver's --service-cluster-ip-range.
+	ServiceClusterIPRange string
+	// NotSent are namespaces the MutatingWebhookConfiguration's namespaceSelector leaves out
+	// besides the shipped one's, so that a test can create Services the webhook never sees.
+	NotSent []string
+	// Env is added to the webhook process's environment.
+	Env []string
+}
+
+// shippedWebhook is kube-apiserver with the shipped manifest applied and the webhook command
+// running as a process in place of its Deployment (see startShippedWebhook).
+type shippedWebhook struct {
+	api   *testenv.KubeAPIServer
+	p     *webhookProcess // the process now running; restart replaces it
+	args  []string        // the process's arguments
+	env   []string        // what is added to its environment
+	caPEM []byte          // the CA of its serving certificate
+	plain *http.Client    // a client for its plain-HTTP ports
+}
+
+// restart stops the webhook process, if it runs, and starts another with the same arguments at
+// the same address.
+func (s *shippedWebhook) restart(t *testing.T) {
+	t.Helper()
+	s.p.stop()
+	s.p = startWebhook(t, s.args, s.env)
+}
+
+// leaveOut adds namespaces to the NotIn values of the namespaceSelector of each webhook in the
+// MutatingWebhookConfiguration obj.
+func leaveOut(t *testing.T, obj *unstructured.Unstructured, namespaces []string) {
+	t.Helper()
+	hooks, _, err := unstructured.NestedSlice(obj.Object, "webhooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hooks {
+		exprs, _, err := unstructured.NestedSlice(h.(map[string]any), "namespaceSelector", "matchExpressions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := false
+		for _, e := range exprs {
+			expr := e.(map[string]any)
+			if expr["key"] == "kubernetes.io/metadata.name" && expr["operator"] == "NotIn" {
+				expr["values"] = append(expr["values"].([]any), func() []any {
+					out := make([]any, len(namespaces))
+					for i, ns := range namespaces {
+						out[i] = ns
+					}
+					return out
+				}()...)
+				left = true
+			}
+		}
+		if !left {
+			t.Fatalf("%s: no namespaceSelector NotIn expression to leave namespaces out of", webhookManifest)
+		}
+		if err := unstructured.SetNestedSlice(h.(map[string]any), exprs, "namespaceSelector", "matchExpressions"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unstructured.SetNestedSlice(obj.Object, hooks, "webhooks"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startShippedWebhook applies deploy/webhook as shipped to a real stock kube-apiserver v1.37.2
+// (RBAC, serving o.ServiceClusterIPRange) that presents the client certificate of
+// deploy/webhook/kube-apiserver to the webhook, through its --admission-control-config-file: every
+// object is created as it is, the Deployment too, which no node runs here. In its place it runs
+// "clusterip reservations webhook" as a process with the Deployment's container's arguments,
+// changing only the directories its Secret and ConfigMap are mounted at and the addresses it
+// listens on (127.0.0.1: the tests use loopback addresses only; each port itself is checked
+// against the container's, the Service's and the probes'), and with the ServiceAccount's
+// credentials: a token of the shipped ServiceAccount, bound by the manifest to its ClusterRole,
+// in the kubeconfig named by $KUBECONFIG (client-go's in-cluster config reads fixed paths). Only
+// the webhook's clientConfig is rewritten to that process's URL (see
+// shippedWebhookConfiguration), the kubeconfig's user to that URL's host, and the
+// namespaceSelector to leave o.NotSent out too. It checks that the Deployment's probes are
+// answered 200 by the process on their own plain-HTTP port and that the Pod meets the restricted
+// Pod Security Standard (no warning at the create), and returns once kube-apiserver calls the
+// webhook, with Namespace default opted in to Retain.
+func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
+	t.Helper()
 	webhookAddr := freeLoopbackAddr(t)
 	clientCA := newTestCA(t, "kube-apiserver-webhook-client-ca")
 	admissionConfig := writeShippedAdmissionConfiguration(t, t.TempDir(), webhookAddr, clientCA.issue(t, "kube-apiserver", x509.ExtKeyUsageClientAuth))
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{
-		Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24,fd00:10:96::/112", AuthorizationMode: "RBAC",
+		Release: "v1.37.2", ServiceClusterIPRange: o.ServiceClusterIPRange, AuthorizationMode: "RBAC",
 		ExtraArgs: []string{"--admission-control-config-file=" + admissionConfig},
 	})
 	waitForDefaultServiceCIDR(t, api.Client)
@@ -631,7 +696,8 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 	if err != nil {
 		t.Fatalf("a token of the ServiceAccount %s/%s: %v", deploy.Namespace, pod.ServiceAccountName, err)
 	}
-	p := startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+	env := append([]string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)}, o.Env...)
+	p := startWebhook(t, args, env)
 	// The probes a kubelet would make, without a client certificate: plain HTTP at the probes'
 	// port, answered 200 by the process.
 	plain := &http.Client{Timeout: 10 * time.Second}
@@ -656,8 +722,27 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 	if container.ReadinessProbe == nil || container.LivenessProbe == nil {
 		t.Errorf("%s: the container has no readiness or no liveness probe: a new Pod would get requests before its informers synced", webhookManifest)
 	}
-	create(shippedWebhookConfiguration(t, p.addr, caPEM), webhookManifest)
+	hookConfig := shippedWebhookConfiguration(t, p.addr, caPEM)
+	if len(o.NotSent) > 0 {
+		leaveOut(t, hookConfig, o.NotSent)
+	}
+	create(hookConfig, webhookManifest)
 	waitForWebhook(t, api.Client)
+	return &shippedWebhook{api: api, p: p, args: args, env: env, caPEM: caPEM, plain: plain}
+}
+
+// TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore runs the shipped webhook (see
+// startShippedWebhook) beside stock kube-apiserver v1.37.2, dual-stack. A Service with a
+// malformed release policy is refused 422 at the annotation; a dual-stack Service with release
+// policy Retain, deleted and created again as a Velero restore does, gets both its ClusterIPs
+// back through the webhook, also across a restart of the process; a review from a caller without
+// kube-apiserver's client certificate is refused at the handshake and frees nothing; the process
+// deletes a reservation when it ends; and a Retain Service deleted while the process is down stays
+// Terminating with its address, and once the process is back is gone with its address kept for
+// it, which a create of the same name gets back.
+func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.T) {
+	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/24,fd00:10:96::/112"})
+	api, ctx := s.api, t.Context()
 
 	t.Run("a malformed release policy is refused at the annotation", func(t *testing.T) {
 		checkMalformedPolicyRefused(t, api.Client)
@@ -699,7 +784,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 			t.Fatal(err)
 		}
 		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(caPEM)
+		pool.AppendCertsFromPEM(s.caPEM)
 		other := newTestCA(t, "another-ca").issue(t, "kube-apiserver", x509.ExtKeyUsageClientAuth)
 		otherCert, err := tls.X509KeyPair(other.cert, other.key)
 		if err != nil {
@@ -714,7 +799,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		}
 		for _, c := range callers {
 			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: c.certs}}}
-			resp, err := client.Post("https://"+p.addr+"/mutate-services", "application/json", bytes.NewReader(forgedReview(t, "prod", "db")))
+			resp, err := client.Post("https://"+s.p.addr+"/mutate-services", "application/json", bytes.NewReader(forgedReview(t, "prod", "db")))
 			if err == nil {
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
@@ -729,7 +814,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 			}
 		}
 		// The metrics are not on the webhook's port: its own, plain HTTP, serves them.
-		resp, err := plain.Get("http://" + p.metrics + "/metrics")
+		resp, err := s.plain.Get("http://" + s.p.metrics + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -759,8 +844,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 	t.Run("a Service deleted before the webhook restarts gets its ClusterIPs back from the new process", func(t *testing.T) {
 		first, second := deleteAndRecreate(t, api.Client, retainedService("api", corev1.IPFamilyPolicyRequireDualStack), func() {
 			// The Pod restarts: the same arguments, at the address the webhook configuration names.
-			p.stop()
-			p = startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+			s.restart(t)
 		})
 		if !slices.Equal(first, second) {
 			t.Errorf("ClusterIPs after the restart and the restore = %q, want %q", second, first)
@@ -769,8 +853,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 	t.Run("a Retain Service deleted while the process is down keeps its ClusterIP", func(t *testing.T) {
 		// A process of its own, at the address the webhook configuration names (the last
 		// subtest's ended with it).
-		p.stop()
-		p = startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+		s.restart(t)
 		waitForWebhook(t, api.Client)
 		svc := retainedService("db", corev1.IPFamilyPolicySingleStack)
 		services := api.Client.CoreV1().Services(svc.Namespace)
@@ -782,7 +865,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 			t.Errorf("the created Retain Service has finalizers %q, want %s", created.Finalizers, webhook.Finalizer)
 		}
 		ip := created.Spec.ClusterIP
-		p.stop() // the Deployment is down
+		s.p.stop() // the Deployment is down
 		if err := services.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -794,7 +877,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 		if err != nil || reservation.IsReservation(obj) || obj.Spec.ParentRef == nil || obj.Spec.ParentRef.Name != svc.Name {
 			t.Errorf("IPAddress %s of the Terminating Service: %v, %v; want its allocation", ip, obj, err)
 		}
-		p = startWebhook(t, args, []string{"KUBECONFIG=" + writeKubeconfigWithToken(t, api.Config.Host, tr.Status.Token)})
+		s.restart(t)
 		owner := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		poll(t, "the Service to be gone and its address kept for it", func() bool {
 			if _, err := services.Get(ctx, svc.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -819,7 +902,7 @@ func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.
 			t.Errorf("ClusterIP of the Service created again = %s, want %s", recreated.Spec.ClusterIP, ip)
 		}
 		// The README's uninstall step removes the finalizer, and only it.
-		p.stop()
+		s.p.stop()
 		if _, err := services.Patch(ctx, svc.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/other","`+webhook.Finalizer+`"]}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
