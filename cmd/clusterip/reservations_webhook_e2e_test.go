@@ -470,13 +470,11 @@ func leaveOut(t *testing.T, obj *unstructured.Unstructured, namespaces []string)
 		for _, e := range exprs {
 			expr := e.(map[string]any)
 			if expr["key"] == "kubernetes.io/metadata.name" && expr["operator"] == "NotIn" {
-				expr["values"] = append(expr["values"].([]any), func() []any {
-					out := make([]any, len(namespaces))
-					for i, ns := range namespaces {
-						out[i] = ns
-					}
-					return out
-				}()...)
+				values := expr["values"].([]any)
+				for _, ns := range namespaces {
+					values = append(values, ns)
+				}
+				expr["values"] = values
 				left = true
 			}
 		}
