@@ -215,14 +215,17 @@ func v133Value(v any) string {
 	return fmt.Sprintf("%#v", v)
 }
 
-// ownerRefusal returns err, an error of a's AllocateNext, as the API server's refusal of the
-// IPAddress object kube-apiserver's allocator would have tried to create, when err refuses the
-// owner (a Service without a name): clusterip refuses such an owner before it writes anything,
-// where kube-apiserver creates the object and the server refuses it, "IPAddress.networking.k8s.io
-// "<ip>" is invalid: spec.parentRef.name: Required value", naming the address it picked. The
-// address named is the one a's dry run picks; if the dry run finds the range full, the answer is
-// its error, as kube-apiserver's is. Any other err is returned as it is.
-func ownerRefusal(ctx context.Context, a allocator.Interface, err error) error {
+// OwnerRefusal returns err, an error of a's AllocateNext for a Service, as the API server's
+// refusal of the IPAddress object kube-apiserver's allocator would have tried to create, when err
+// refuses the owner (a Service without a name): clusterip refuses such an owner before it writes
+// anything, where kube-apiserver creates the object and the server refuses it,
+// "IPAddress.networking.k8s.io "<ip>" is invalid: spec.parentRef.name: Required value", naming
+// the address it picked. The address named is the one a's dry run picks; if the dry run finds the
+// range full, the answer is its error, as kube-apiserver's is. The result matches both the API
+// server's refusal (errors.As with apierrors.APIStatus) and err. Any other err is returned as it
+// is. Allocator uses it; a kube-apiserver fork whose Service registry calls an allocator.Interface
+// directly uses it so that its answer is stock's.
+func OwnerRefusal(ctx context.Context, a allocator.Interface, err error) error {
 	var oe *allocator.OwnerError
 	if !errors.As(err, &oe) {
 		return err

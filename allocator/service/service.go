@@ -369,7 +369,7 @@ func (s *Allocator) allocIndex(ctx context.Context, svc *corev1.Service, i int, 
 	if svc.Spec.ClusterIPs[i] == "" {
 		ip, err := a.AllocateNext(ctx, owner)
 		if err != nil {
-			return s.nextError(svc.Name, requested, ownerRefusal(ctx, a, err))
+			return s.nextError(svc.Name, requested, OwnerRefusal(ctx, a, err))
 		}
 		svc.Spec.ClusterIPs[i] = ip.String()
 		if !txn.dryRun {

@@ -41,6 +41,7 @@ import (
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/allocator"
+	clusteripservice "github.com/kube-ipam/clusterip/allocator/service"
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/bitmap/etcdstore"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -507,9 +508,25 @@ func (c *clusterIPAllocator) AllocateNextService(svc *api.Service) (net.IP, erro
 	defer cancel()
 	addr, err := al.AllocateNext(ctx, ownerOf(svc))
 	if err != nil {
-		return nil, c.ipallocatorError(err, nil)
+		return nil, c.ipallocatorError(c.ownerRefusal(ctx, al, err), nil)
 	}
 	return net.IP(addr.AsSlice()), nil
+}
+
+// ownerRefusal returns err, an error of al's AllocateNext, as stock's allocator answers for an
+// owner the library refuses before it writes anything (a Service without a name): stock creates
+// the IPAddress object and the server refuses it (see clusteripservice.OwnerRefusal), except that before
+// v1.35 its IPAddressOnly allocator goes on to the next address after each refusal and answers
+// that the range is full.
+func (c *clusterIPAllocator) ownerRefusal(ctx context.Context, al allocator.Interface, err error) error {
+	var oe *allocator.OwnerError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	if binary, _ := clusterIPVersion(); c.all.mode == featuregate.IPAddressOnly && binary.LessThan(version.MajorMinor(1, 35)) {
+		return ipallocator.ErrFull
+	}
+	return clusteripservice.OwnerRefusal(ctx, al, err)
 }
 
 // Allocate reserves ip with no owner: kube-apiserver's registry calls it in Legacy mode, whose
