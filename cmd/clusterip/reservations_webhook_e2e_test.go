@@ -432,6 +432,9 @@ type shippedOptions struct {
 	NotSent []string
 	// Env is added to the webhook process's environment.
 	Env []string
+	// Args are added to the Deployment's container's arguments, such as a shorter
+	// --handout-bound for a test that waits for every hand-out to end.
+	Args []string
 }
 
 // shippedWebhook is kube-apiserver with the shipped manifest applied and the webhook command
@@ -689,6 +692,7 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 			t.Fatalf("%s: the container's args %q give %s %d times, want once", webhookManifest, container.Args, flag, given[flag])
 		}
 	}
+	args = append(args, o.Args...)
 
 	tr, err := api.Client.CoreV1().ServiceAccounts(deploy.Namespace).CreateToken(ctx, pod.ServiceAccountName, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {

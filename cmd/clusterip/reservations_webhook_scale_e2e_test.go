@@ -21,11 +21,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-ipam/clusterip/internal/ipmath"
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/reservation"
+	"github.com/kube-ipam/clusterip/reservation/webhook"
 )
 
 // scaleEnv turns on the webhook's scale measurements, which take minutes of both CPUs: they
@@ -157,6 +159,24 @@ func waitHandedOut(t *testing.T, client kubernetes.Interface, r reservation.Rese
 	})
 }
 
+// scaleHandoutBound is the webhook's --handout-bound in the scale tests: longer than any create
+// under their load, and short enough that a test can wait for every hand-out to end before it
+// reads the counters, which count a lost window only when its hand-out ends.
+const scaleHandoutBound = 20 * time.Second
+
+// waitHandoutsEnded waits until no hand-out record is left in the process's namespace, so that
+// every window lost has been counted.
+func waitHandoutsEnded(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, scaleHandoutBound+2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		leases, err := client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: webhook.LabelHandout + "=true"})
+		return err == nil && len(leases.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for every hand-out record to end: %v", err)
+	}
+}
+
 // TestShippedWebhookAtScale measures the shipped webhook (see startShippedWebhook) beside
 // stock kube-apiserver v1.37.2 serving a /16 with 10 000 reservations and 15 000 Services: the
 // process's memory against the reservations it holds, and the latency of a Service create by 8
@@ -171,7 +191,8 @@ func TestShippedWebhookAtScale(t *testing.T) {
 		plainNS      = "plain" // not sent to the webhook
 		hookedNS     = "hooked"
 	)
-	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/16", NotSent: []string{plainNS}, Env: []string{"GODEBUG=gctrace=1"}})
+	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/16", NotSent: []string{plainNS}, Env: []string{"GODEBUG=gctrace=1"},
+		Args: []string{"--handout-bound=" + scaleHandoutBound.String()}})
 	api, ctx := s.api.Client, t.Context()
 	for _, ns := range []string{plainNS, hookedNS} {
 		if _, err := api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -305,6 +326,7 @@ func TestShippedWebhookAtScale(t *testing.T) {
 			float64(mem[1].liveMB-mem[0].liveMB)*(1<<20)/float64(mem[1].reservations), mem[1].reservations,
 			float64(mem[2].liveMB-mem[1].liveMB)*(1<<20)/float64(mem[2].reservations-mem[1].reservations), mem[1].reservations, mem[2].reservations)
 	}
+	waitHandoutsEnded(t, api)
 	windowLost := int64(metricSum(s.scrape(t), "clusterip_reservation_webhook_window_lost_total") - metricSum(before, "clusterip_reservation_webhook_window_lost_total"))
 	fmt.Fprintf(&report, "windows lost: %d claims refused (created again with a dynamic address), %d handed-out addresses taken by other Services; counted by the webhook: %d\n", lost.Load(), took.Load(), windowLost)
 	t.Log("\n" + report.String())
@@ -324,7 +346,9 @@ func TestShippedWebhookAtScale(t *testing.T) {
 		t.Errorf("%d reservations kept for hooked/later-i after the creates, want %d", left, reservations-perKind)
 	}
 
-	if windowLost < lost.Load() {
+	// Each claim refused is one window lost, whose hand-out has ended: no Service is deleted here,
+	// so no hand-out is put back.
+	if windowLost != lost.Load() {
 		t.Errorf("the webhook counted %d lost windows, the test saw %d", windowLost, lost.Load())
 	}
 }
@@ -343,7 +367,7 @@ func TestShippedWebhookWindowsUnderChurn(t *testing.T) {
 		rounds   = 1000
 		fill     = 112 // static Services: with kubernetes, the Retain ones and the churn's 16, 229 of 254 (90%)
 	)
-	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/24"})
+	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/24", Args: []string{"--handout-bound=" + scaleHandoutBound.String()}})
 	api, ctx := s.api.Client, t.Context()
 	if _, err := api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: keepNS,
 		Annotations: map[string]string{reservation.AnnotationMaxRetained: strconv.Itoa(2 * retained)}}}, metav1.CreateOptions{}); err != nil {
@@ -440,6 +464,7 @@ func TestShippedWebhookWindowsUnderChurn(t *testing.T) {
 	took := time.Since(start)
 	close(stop)
 	res := <-churnDone
+	waitHandoutsEnded(t, api)
 	after := s.scrape(t)
 	delta := func(name string) int { return int(metricSum(after, name) - metricSum(before, name)) }
 	webhookLost := delta("clusterip_reservation_webhook_window_lost_total")

@@ -3,6 +3,8 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -133,6 +135,10 @@ func (hc *handoutController) processNext(ctx context.Context) bool {
 //   - after the bound, the Service's allocation: done; another object, written within the bound:
 //     another Service took the address in the window, counted in
 //     clusterip_reservation_webhook_window_lost_total;
+//   - no object, after the bound, and the Service holds another address of the family: another
+//     Service took the address in the window and let it go, and the Service was created again
+//     with another; counted as a lost window, and not put back (a second reservation for a
+//     Service that has an address);
 //   - no object, after the bound: the Service was never created with it, and the reservation is
 //     put back as it was, unless it has ended; counted in
 //     clusterip_reservation_webhook_handouts_returned_total.
@@ -195,6 +201,16 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 		logger.Info("Dropping a hand-out whose Service never held the address: its reservation has ended", "expired", rec.Reservation.Expires)
 		_, err := hc.finish(ctx, lease)
 		return 0, err
+	case hc.holdsAnother(rec.For, rec.Addr):
+		// Another Service took the address in the window and let it go within the bound, and
+		// the Service, created again, got another: the reservation is lost, and put back it
+		// would be a second one for a Service that holds an address of its family.
+		deleted, err := hc.finish(ctx, lease)
+		if deleted {
+			hc.metrics.webhookWindowLost.Inc()
+			logger.Info("A reserved address the webhook handed out was not held by its Service, which holds another; the reservation is lost")
+		}
+		return 0, err
 	}
 	want, err := reservation.ObjectFor(rec.Reservation)
 	if err != nil {
@@ -215,6 +231,16 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 func (hc *handoutController) holds(svc types.NamespacedName, rec handout) bool {
 	s, err := hc.services.Services(svc.Namespace).Get(svc.Name)
 	return err == nil && containsAddr(clusterIPs(s), rec.Addr)
+}
+
+// holdsAnother reports whether the Service informer shows svc holding an address of addr's family
+// other than addr.
+func (hc *handoutController) holdsAnother(svc types.NamespacedName, addr netip.Addr) bool {
+	s, err := hc.services.Services(svc.Namespace).Get(svc.Name)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(clusterIPs(s), func(ip netip.Addr) bool { return ip.Is4() == addr.Is4() && ip != addr })
 }
 
 // isServiceAllocation reports whether obj is an allocation of the address to the Service svc.

@@ -313,6 +313,14 @@ func TestControllerEndsHandouts(t *testing.T) {
 			service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ip.String(), []string{ip.String()} })}, controllers: 1, holder: "web"},
 		{name: "its Service's allocation, after the bound: done", record: kept, objs: []runtime.Object{allocation("default", "web")}, controllers: 1, holder: "web"},
 		{name: "another Service took it in the window: a lost window", record: kept, objs: []runtime.Object{allocation("default", "thief")}, controllers: 1, holder: "thief", lost: 1},
+		{name: "its Service was created again with another address: a lost window, not put back", record: kept, objs: []runtime.Object{
+			service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.20", []string{"10.96.0.20"} })}, controllers: 1, lost: 1},
+		{name: "its Service holds only another family's address: put back", record: kept, objs: []runtime.Object{
+			service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::20", []string{"fd00::20"} })}, controllers: 1, want: &kept, returned: 1},
+		{name: "its Service holds no address (ExternalName): put back", record: kept, objs: []runtime.Object{
+			service(func(s *corev1.Service) {
+				s.Spec.Type, s.Spec.ClusterIP, s.Spec.ClusterIPs = corev1.ServiceTypeExternalName, "", nil
+			})}, controllers: 1, want: &kept, returned: 1},
 		{name: "a reservation that has ended is dropped", record: reservation.Reservation{Addr: ip, For: web, Expires: time.Now().Add(-time.Second).UTC()}, controllers: 1},
 	}
 	for _, tt := range tests {
