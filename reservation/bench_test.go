@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip"
 	"github.com/kube-ipam/clusterip/featuregate"
@@ -68,6 +70,44 @@ func BenchmarkServiceAllocateWithReservations(b *testing.B) {
 				}
 			}
 			b.StopTimer()
+		})
+	}
+}
+
+// BenchmarkIndexCountIn measures what the ServiceCIDR cap costs one delete that keeps an address
+// (Limits asks Index.CountIn once per capped prefix): 10 000 reservations in 10.96.128.0/18 and a
+// count in the /16 that holds them all, one in a /24 that holds 256, and one in a prefix that
+// holds none.
+func BenchmarkIndexCountIn(b *testing.B) {
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.IPAddress{}, 0, cache.Indexers{})
+	idx, err := reservation.NewIndex(inf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const kept = 10000
+	for i := range kept {
+		o, err := reservation.ObjectFor(reservation.Reservation{Addr: netip.AddrFrom4([4]byte{10, 96, byte(128 + i/256), byte(i % 256)}),
+			For: types.NamespacedName{Namespace: "kept", Name: fmt.Sprintf("svc-%d", i)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := inf.GetIndexer().Add(o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		prefix string
+		want   int
+	}{{"10.96.0.0/16", kept}, {"10.96.130.0/24", 256}, {"10.97.0.0/16", 0}} {
+		p := netip.MustParsePrefix(tc.prefix)
+		b.Run(tc.prefix, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if n := idx.CountIn(p, now, netip.Addr{}); n != tc.want {
+					b.Fatalf("CountIn(%s) = %d, want %d", p, n, tc.want)
+				}
+			}
 		})
 	}
 }

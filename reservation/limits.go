@@ -212,14 +212,32 @@ func (x *Index) CountForNamespace(ns string, now time.Time, skip func(Reservatio
 }
 
 // CountIn returns how many reservations (of any owner) in p have not ended at now, leaving out
-// the one of address except (the zero Addr leaves out none). It costs one pass over the
-// reservations of p's family.
+// the one of address except (the zero Addr leaves out none). It costs one pass over the names of
+// the reservations of p's family, and reads the end of those in p (the index holds only objects
+// [FromObject] reads as reservations).
 func (x *Index) CountIn(p netip.Prefix, now time.Time, except netip.Addr) int {
 	family := corev1.IPv4Protocol
 	if p.Addr().Is6() {
 		family = corev1.IPv6Protocol
 	}
-	return len(x.reservations(familyIndex, string(family), now, func(r Reservation) bool { return r.Addr != except && p.Contains(r.Addr) }))
+	objs, err := x.informer.GetIndexer().ByIndex(familyIndex, string(family))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, o := range objs {
+		ipa, ok := o.(*networkingv1.IPAddress)
+		if !ok {
+			continue
+		}
+		if a, err := netip.ParseAddr(ipa.Name); err != nil || a == except || !p.Contains(a) {
+			continue
+		}
+		if expires, err := expiresOf(ipa); err == nil && !(Reservation{Expires: expires}).Expired(now) {
+			n++
+		}
+	}
+	return n
 }
 
 // Limits applies the caps on reservations, the one place every entry point asks: a Claimer (a

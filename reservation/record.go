@@ -137,15 +137,27 @@ func FromObject(obj *networkingv1.IPAddress) (Reservation, bool) {
 	default:
 		return Reservation{}, false
 	}
-	if s, ok := obj.Annotations[AnnotationExpires]; ok {
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return Reservation{}, false
-		}
-		r.Expires = t.UTC()
+	expires, err := expiresOf(obj)
+	if err != nil {
+		return Reservation{}, false
 	}
+	r.Expires = expires
 	if Validate(r) != nil {
 		return Reservation{}, false
 	}
 	return r, true
+}
+
+// expiresOf returns the end obj's [AnnotationExpires] annotation records, in UTC: the zero Time
+// without one, an error for a value that does not parse.
+func expiresOf(obj *networkingv1.IPAddress) (time.Time, error) {
+	s, ok := obj.Annotations[AnnotationExpires]
+	if !ok {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
 }
