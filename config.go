@@ -103,6 +103,8 @@ type Config struct {
 	// Namespace has reservation.AnnotationMaxRetained may have a Retain policy, read from the
 	// Namespace informer of Informers (New registers it; the client lists and watches
 	// Namespaces), and a ServiceCIDR's reservation.AnnotationMaxReserved caps what it keeps.
+	// The ClusterRole clusterip-registry-reservations grants what this adds to
+	// clusterip-registry's calls (the claims' and releases' updates, the Namespace informer).
 	// New adds an index to the IPAddress informer of Informers. Only in IPAddressOnly mode, the
 	// mode in which kube-apiserver, too, keeps its hands off reserved addresses (New refuses it in
 	// the others). Defaults to false: no reservation is looked up, and reserved addresses are only

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -40,6 +41,7 @@ import (
 	"github.com/kube-ipam/clusterip/internal/testenv"
 	"github.com/kube-ipam/clusterip/ipaddress"
 	"github.com/kube-ipam/clusterip/repair"
+	"github.com/kube-ipam/clusterip/reservation"
 	"github.com/kube-ipam/clusterip/reservation/webhook"
 	"github.com/kube-ipam/clusterip/servicecidr"
 )
@@ -54,10 +56,12 @@ var rbacUsers = map[string][]string{
 	"repairer":       {"check.yaml", "check-repair.yaml"},
 	"bitmap-remover": {"check.yaml", "check-repair.yaml", "remove-stale-bitmaps.yaml"},
 	"registry":       {"registry.yaml"},
-	"lifecycle":      {"registry.yaml", "servicecidr-lifecycle.yaml"},
-	"reserver":       {"reservations.yaml"},
-	"webhook":        {webhookManifest, webhookManifest + roleSuffix},
-	"nobody":         nil,
+	// A registry with clusterip.Config.Reservations.
+	"registry-reservations": {"registry.yaml", "registry-reservations.yaml"},
+	"lifecycle":             {"registry.yaml", "servicecidr-lifecycle.yaml"},
+	"reserver":              {"reservations.yaml"},
+	"webhook":               {webhookManifest, webhookManifest + roleSuffix},
+	"nobody":                nil,
 }
 
 // roleSuffix names, after a manifest's file in rbacUsers, the Role the manifest holds besides its
@@ -196,60 +200,121 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 		log.checkUsedExactly(t, from, "repairer", grants.of("repairer"))
 	})
 
+	// startRegistry builds and runs allocators as user with cfg (its Client and Informers set
+	// here) until the test ends.
+	startRegistry := func(t *testing.T, user string, cfg cip.Config) *cip.Allocators {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		client := kubernetes.NewForConfigOrDie(api.UserConfig(user))
+		factory := informers.NewSharedInformerFactory(client, 0)
+		cfg.Client, cfg.Informers = client, factory
+		cfg.Ranges = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}
+		allocs, err := cip.New(ctx, cfg)
+		if err != nil {
+			cancel()
+			t.Fatalf("clusterip.New as the %s user: %v", user, err)
+		}
+		factory.Start(ctx.Done())
+		done := make(chan error, 1)
+		go func() { done <- allocs.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done; factory.Shutdown(); allocs.Close() })
+		if err := allocs.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return allocs
+	}
+	// allocateAndRelease allocates a chosen address and the next free one for a Service of the
+	// user's, then releases both and an address in no ServiceCIDR the allocator knows (its
+	// ServiceCIDR went without the lifecycle controller), whose object Release reads first.
+	allocateAndRelease := func(t *testing.T, user string, a allocator.Interface, name string) {
+		t.Helper()
+		ctx := t.Context()
+		owner := allocator.Owner{Resource: "services", Namespace: "default", Name: name}
+		// The chosen address first: AllocateNext could otherwise take it.
+		chosen := netip.MustParseAddr("10.96.0.50")
+		if err := a.Allocate(ctx, chosen, owner); err != nil {
+			t.Fatalf("Allocate(%s) as the %s user: %v", chosen, user, err)
+		}
+		ip, err := a.AllocateNext(ctx, owner)
+		if err != nil {
+			t.Fatalf("AllocateNext as the %s user: %v", user, err)
+		}
+		orphan := netip.MustParseAddr("10.98.0.7")
+		if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(orphan, owner, ipaddress.DefaultManagedBy), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range []netip.Addr{ip, chosen, orphan} {
+			if err := a.Release(ctx, ip); err != nil {
+				t.Errorf("Release(%s) as the %s user: %v", ip, user, err)
+			}
+			if _, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{}); err == nil {
+				t.Errorf("Release(%s) as the %s user left its IPAddress", ip, user)
+			}
+		}
+	}
+
 	t.Run("the registry role allocates and releases in every mode", func(t *testing.T) {
 		from := log.mark(t)
-		client := kubernetes.NewForConfigOrDie(api.UserConfig("registry"))
 		for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
 			t.Run(mode.String(), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-				defer cancel()
-				factory := informers.NewSharedInformerFactory(client, 0)
-				cfg := cip.Config{Mode: mode, Ranges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, Client: client, Informers: factory}
+				cfg := cip.Config{Mode: mode}
 				if mode == featuregate.DualWrite {
 					cfg.Bitmaps = etcdstore.Stores{Client: e.TestClient(t)}
 				}
-				allocs, err := cip.New(ctx, cfg)
-				if err != nil {
-					t.Fatalf("clusterip.New as the registry user: %v", err)
-				}
-				defer allocs.Close()
-				factory.Start(ctx.Done())
-				defer factory.Shutdown()
-				done := make(chan error, 1)
-				go func() { done <- allocs.Run(ctx) }()
-				defer func() { cancel(); <-done }()
-
-				if err := allocs.WaitReady(ctx); err != nil {
-					t.Fatal(err)
-				}
-				a := allocs.For(corev1.IPv4Protocol)
-				owner := allocator.Owner{Resource: "services", Namespace: "default", Name: "registry-" + strings.ToLower(mode.String())}
-				// The chosen address first: AllocateNext could otherwise take it.
-				chosen := netip.MustParseAddr("10.96.0.50")
-				if err := a.Allocate(ctx, chosen, owner); err != nil {
-					t.Fatalf("Allocate(%s) as the registry user: %v", chosen, err)
-				}
-				ip, err := a.AllocateNext(ctx, owner)
-				if err != nil {
-					t.Fatalf("AllocateNext as the registry user: %v", err)
-				}
-				// An address in no ServiceCIDR the allocator knows (its ServiceCIDR went without the
-				// lifecycle controller): Release reads its object before deleting it.
-				orphan := netip.MustParseAddr("10.98.0.7")
-				if _, err := api.Client.NetworkingV1().IPAddresses().Create(ctx, ipaddress.ObjectFor(orphan, owner, ipaddress.DefaultManagedBy), metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				for _, ip := range []netip.Addr{ip, chosen, orphan} {
-					if err := a.Release(ctx, ip); err != nil {
-						t.Errorf("Release(%s) as the registry user: %v", ip, err)
-					}
-					if _, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{}); err == nil {
-						t.Errorf("Release(%s) as the registry user left its IPAddress", ip)
-					}
-				}
+				allocs := startRegistry(t, "registry", cfg)
+				allocateAndRelease(t, "registry", allocs.For(corev1.IPv4Protocol), "registry-"+strings.ToLower(mode.String()))
 			})
 		}
 		log.checkUsedExactly(t, from, "registry", grants.of("registry"))
+	})
+
+	t.Run("the registry role with its reservations role claims and retains", func(t *testing.T) {
+		from := log.mark(t)
+		const ns = "retaining"
+		if _, err := api.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+			Annotations: map[string]string{reservation.AnnotationMaxRetained: "4"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := reservation.New(api.Client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := netip.MustParseAddr("10.96.0.60")
+		web := types.NamespacedName{Namespace: ns, Name: "web"}
+		if err := rc.Reserve(ctx, reservation.Reservation{Addr: kept, For: web, Reason: "rbac"}); err != nil {
+			t.Fatal(err)
+		}
+		allocs := startRegistry(t, "registry-reservations", cip.Config{Mode: featuregate.IPAddressOnly, Reservations: true})
+		allocateAndRelease(t, "registry-reservations", allocs.For(corev1.IPv4Protocol), "registry-reservations")
+		service := func(name string, annotations map[string]string) *corev1.Service {
+			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Port: 80}}}}
+		}
+		// The create of the Service a reservation is kept for claims it (an update of its object),
+		// once the informer shows it.
+		poll(t, "a dry run to show the reservation", func() bool {
+			svc := service(web.Name, nil)
+			_, err := allocs.Services().Allocate(ctx, svc, true)
+			return err == nil && slices.Equal(svc.Spec.ClusterIPs, []string{kept.String()})
+		})
+		svc := service(web.Name, nil)
+		if _, err := allocs.Services().Allocate(ctx, svc, false); err != nil || !slices.Equal(svc.Spec.ClusterIPs, []string{kept.String()}) {
+			t.Fatalf("the registry gave %s %v, %v; want the address reserved for it, %s", web, svc.Spec.ClusterIPs, err, kept)
+		}
+		// A Retain Service of the opted-in namespace keeps its address when it is released (an
+		// update of its object into a reservation).
+		db := service("db", map[string]string{reservation.AnnotationReleasePolicy: "Retain"})
+		if _, err := allocs.Services().Allocate(ctx, db, false); err != nil {
+			t.Fatalf("Allocate(%s/db) as the registry-reservations user: %v", ns, err)
+		}
+		if err := allocs.Services().Release(ctx, db); err != nil {
+			t.Fatalf("Release(%s/db) as the registry-reservations user: %v", ns, err)
+		}
+		obj, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, db.Spec.ClusterIPs[0], metav1.GetOptions{})
+		if r, ok := reservation.FromObject(obj); err != nil || !ok || r.For != (types.NamespacedName{Namespace: ns, Name: "db"}) {
+			t.Errorf("after the release of the Retain Service %s/db, %s = %v, %v; want its reservation", ns, db.Spec.ClusterIPs[0], obj, err)
+		}
+		log.checkUsedExactly(t, from, "registry-reservations", grants.of("registry-reservations"))
 	})
 
 	t.Run("the lifecycle role runs the ServiceCIDR lifecycle controller", func(t *testing.T) {
