@@ -434,10 +434,11 @@ func TestShippedWebhookWindowsUnderChurn(t *testing.T) {
 					return !ok || r.For == owner
 				})
 				var got *corev1.Service
-				for try := 0; got == nil; try++ {
-					var err error
-					got, err = services.Create(ctx, retain(i), metav1.CreateOptions{})
+				for try := 0; ; try++ {
+					// (Create returns an empty Service with its error, never nil.)
+					created, err := services.Create(ctx, retain(i), metav1.CreateOptions{})
 					if err == nil {
+						got = created
 						break
 					}
 					if try == 10 {

@@ -217,6 +217,12 @@ func (h *Handouts) record(ctx context.Context, svc types.NamespacedName, obj *ne
 		if _, prev, ok := handoutOf(old); ok && prev.UID == obj.UID && prev.ResourceVersion == obj.ResourceVersion {
 			return nil, fmt.Errorf("webhook: reservation %s is being handed out already (record %s)", obj.Name, want.Name)
 		}
+		// The address was reserved again since that hand-out, so it has ended; the controller
+		// counts a window lost as soon as another Service is seen holding the address, which
+		// comes before such a new reservation, but an informer that lags can leave it uncounted.
+		if prev, _, ok := handoutOf(old); ok {
+			klog.FromContext(ctx).Info("Replacing the record of an earlier hand-out of the address", "record", old.Name, "earlierService", prev.For, "service", svc)
+		}
 		uid, rv := old.UID, old.ResourceVersion
 		if err := h.client.Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}); err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("webhook: delete the hand-out record %s of an earlier hand-out: %w", old.Name, err)

@@ -130,6 +130,9 @@ func (hc *handoutController) processNext(ctx context.Context) bool {
 //   - the address's IPAddress object is another reservation than the one handed out: that
 //     hand-out has ended (the address was reserved again); after the bound, the very one handed
 //     out too (it was not deleted);
+//   - another Service's allocation, that Service shown holding the address by the informer (its
+//     create succeeded): another Service took the address in the window, counted in
+//     clusterip_reservation_webhook_window_lost_total at once;
 //   - before the bound nothing else is decided: an allocation's IPAddress object is deleted again
 //     when its Service's create fails after the webhook;
 //   - after the bound, the Service's allocation: done; another object, written within the bound:
@@ -177,6 +180,16 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 			return bound.Sub(now), nil // the hand-out may still delete it
 		}
 		_, err := hc.finish(ctx, lease)
+		return 0, err
+	case err == nil && hc.heldByAnother(obj, rec):
+		// Another Service's create succeeded with the address: the window is lost, whatever the
+		// bound (waiting for it could see a later object, or a new hand-out of the address).
+		deleted, err := hc.finish(ctx, lease)
+		if deleted {
+			hc.metrics.webhookWindowLost.Inc()
+			logger.Info("A reserved address the webhook handed out was taken by another Service in the window; the reservation is lost",
+				"takenBy", describeParent(obj.Spec.ParentRef))
+		}
 		return 0, err
 	case now.Before(bound):
 		// A Service's allocation is rolled back when its create fails after the webhook (a
@@ -230,6 +243,18 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 // holds reports whether the Service informer shows svc holding rec's address.
 func (hc *handoutController) holds(svc types.NamespacedName, rec handout) bool {
 	s, err := hc.services.Services(svc.Namespace).Get(svc.Name)
+	return err == nil && containsAddr(clusterIPs(s), rec.Addr)
+}
+
+// heldByAnother reports whether obj, the IPAddress object of rec's address, is the allocation of
+// a Service other than rec's that the Service informer shows holding the address: one whose
+// create succeeded.
+func (hc *handoutController) heldByAnother(obj *networkingv1.IPAddress, rec handout) bool {
+	p := obj.Spec.ParentRef
+	if p == nil || p.Group != "" || p.Resource != "services" || (p.Namespace == rec.For.Namespace && p.Name == rec.For.Name) {
+		return false
+	}
+	s, err := hc.services.Services(p.Namespace).Get(p.Name)
 	return err == nil && containsAddr(clusterIPs(s), rec.Addr)
 }
 

@@ -300,6 +300,7 @@ func TestControllerEndsHandouts(t *testing.T) {
 	tests := []struct {
 		name        string
 		record      reservation.Reservation
+		bound       time.Duration // the hand-outs' bound; 0 for bound
 		objs        []runtime.Object
 		controllers int
 		want        *reservation.Reservation // the reservation at ip at the end; nil for none
@@ -313,6 +314,10 @@ func TestControllerEndsHandouts(t *testing.T) {
 			service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ip.String(), []string{ip.String()} })}, controllers: 1, holder: "web"},
 		{name: "its Service's allocation, after the bound: done", record: kept, objs: []runtime.Object{allocation("default", "web")}, controllers: 1, holder: "web"},
 		{name: "another Service took it in the window: a lost window", record: kept, objs: []runtime.Object{allocation("default", "thief")}, controllers: 1, holder: "thief", lost: 1},
+		{name: "another Service shown holding it: a lost window before the bound", record: kept, bound: time.Hour, objs: []runtime.Object{allocation("default", "thief"),
+			service(func(s *corev1.Service) {
+				s.Name, s.Spec.ClusterIP, s.Spec.ClusterIPs = "thief", ip.String(), []string{ip.String()}
+			})}, controllers: 1, holder: "thief", lost: 1},
 		{name: "its Service was created again with another address: a lost window, not put back", record: kept, objs: []runtime.Object{
 			service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.20", []string{"10.96.0.20"} })}, controllers: 1, lost: 1},
 		{name: "its Service holds only another family's address: put back", record: kept, objs: []runtime.Object{
@@ -326,7 +331,11 @@ func TestControllerEndsHandouts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lease := handoutLease(t, tt.record, "uid-gone", "default/web", time.Now())
-			f := newHandoutFixture(t, bound, nil, append([]runtime.Object{lease}, tt.objs...)...)
+			b := bound
+			if tt.bound != 0 {
+				b = tt.bound
+			}
+			f := newHandoutFixture(t, b, nil, append([]runtime.Object{lease}, tt.objs...)...)
 			var regs []*prometheus.Registry
 			for range tt.controllers {
 				regs = append(regs, f.runController(t))
