@@ -130,7 +130,8 @@ func (v ServerVersion) Binary() string {
 // DualWrite, by default or with some --feature-gates (/version does not say which gates it
 // runs with): never for a 1.38 or later binary, which has no bitmaps whatever it emulates
 // (featuregate.HasAllocatorGates); otherwise as its binary and emulated version let the gates
-// select such a Mode (featuregate.GatesAt, NewGate and ModeAt), which they do only below 1.35. A
+// that select such a Mode (featuregate.GatesAt) be set, neither locked against them nor unknown
+// in the specs featuregate.NewGate gives it, which they are only below 1.35. A
 // binary whose release the library does not model (1.34, or before 1.33) is judged by the
 // version it emulates alone (featuregate.CanWriteBitmaps). It returns an error if the GitVersion
 // or the emulated version does not parse.
@@ -182,30 +183,42 @@ func (v ServerVersion) bitmapWriting() (bitmapWriting, error) {
 		can, err := featuregate.CanWriteBitmaps(v.Emulated())
 		return bitmapWriting{can: can}, err
 	}
+	// The gates as v runs them by default, with the specs its binary declares at the version it
+	// emulates. Each Mode's gates are checked against those specs rather than set, as NewGate
+	// would set them: component-base logs a warning for every GA gate set off its default.
 	defaults, err := featuregate.NewGate(ev, nil)
 	if err != nil {
 		return bitmapWriting{}, err
 	}
+	def, err := featuregate.ModeAt(ev, defaults)
+	if err != nil {
+		return bitmapWriting{}, err
+	}
+	specs := defaults.DeepCopy().GetAll()
 	var w bitmapWriting
 	for _, m := range []featuregate.Mode{featuregate.Legacy, featuregate.DualWrite} {
 		gates, err := featuregate.GatesAt(ev, m)
 		if err != nil {
 			return bitmapWriting{}, err
 		}
-		gate, err := featuregate.NewGate(ev, gates)
-		if err != nil {
-			continue // refused at start-up: a lock, or a gate it does not have
-		}
-		if got, err := featuregate.ModeAt(ev, gate); err != nil || got != m {
-			continue
-		}
+		wm, ok := writerMode{mode: m}, true
 		var set []string
 		for _, name := range slices.Sorted(maps.Keys(gates)) {
-			if defaults.Enabled(k8sfeaturegate.Feature(name)) != gates[name] {
+			spec, known := specs[k8sfeaturegate.Feature(name)]
+			switch {
+			case !known, spec.LockToDefault && spec.Default != gates[name]:
+				ok = false // refused at start-up: a gate it does not have, or a lock
+			case defaults.Enabled(k8sfeaturegate.Feature(name)) != gates[name]:
 				set = append(set, fmt.Sprintf("%s=%t", name, gates[name]))
 			}
 		}
-		w.modes = append(w.modes, writerMode{mode: m, gates: strings.Join(set, ",")})
+		if !ok {
+			continue
+		}
+		if def != m {
+			wm.gates = strings.Join(set, ",")
+		}
+		w.modes = append(w.modes, wm)
 	}
 	w.can = len(w.modes) > 0
 	return w, nil
