@@ -115,6 +115,9 @@ func CheckUpgrade(ev UpgradeEvidence) *UpgradeCheck {
 	}
 	var writers, removed, unknown []string
 	judge := func(v ServerVersion, counted bool) {
+		// The kubeconfig's server is named as a writer only when no counted server is: it is
+		// likely one of them, reached again through a load balancer.
+		nameWriter := counted || len(writers) == 0
 		s := UpgradeServer{Identity: identity[v.Endpoint], Endpoint: v.Endpoint, GitVersion: v.Info.GitVersion, Emulated: v.Emulated(), Counted: counted}
 		w, err := v.bitmapWriting()
 		switch {
@@ -125,7 +128,7 @@ func CheckUpgrade(ev UpgradeEvidence) *UpgradeCheck {
 		default:
 			s.CanWriteBitmaps = w.can
 			s.Reason = fmt.Sprintf("kube-apiserver %s: %s", v.version(), w.why())
-			if w.can {
+			if w.can && nameWriter {
 				writers = append(writers, fmt.Sprintf("%s (%s)", s.name(), v.version()))
 			}
 			if w.removed {
@@ -150,11 +153,11 @@ func CheckUpgrade(ev UpgradeEvidence) *UpgradeCheck {
 	switch {
 	case len(writers) > 0:
 		c.Status = UpgradeBlocked
-		c.Detail = fmt.Sprintf("%s can still write the legacy bitmaps: %s; each must run IPAddressOnly at --emulated-version 1.35 or later (1.34 and earlier can be switched back to Legacy or DualWrite by their feature gates) before a %s kube-apiserver joins",
+		c.Detail = fmt.Sprintf("%s can still write the legacy bitmaps: %s; each must emulate 1.35 or later (below it, feature gates can bring Legacy or DualWrite back) before a %s kube-apiserver joins",
 			plural(len(writers), "kube-apiserver"), strings.Join(writers, ", "), UpgradeTarget)
 		if len(removed) > 0 {
-			c.Hazard = fmt.Sprintf("%s already runs beside %s: %s has no bitmaps, so a Legacy server beside it can hand out an address it gave (duplicate ClusterIPs) and a DualWrite server's bitmap falls behind; move %s to IPAddressOnly now",
-				strings.Join(removed, ", "), strings.Join(writers, ", "), UpgradeTarget, strings.Join(writers, ", "))
+			c.Hazard = fmt.Sprintf("%s already runs beside %s: %s has no bitmaps, so a Legacy server beside it can hand out an address it gave (duplicate ClusterIPs) and a DualWrite server's bitmap falls behind; move the bitmap writers to 1.35 or later now",
+				strings.Join(removed, ", "), strings.Join(writers, ", "), UpgradeTarget)
 		}
 	case len(unknown) > 0:
 		c.Status = UpgradeUnknown

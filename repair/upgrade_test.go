@@ -170,6 +170,11 @@ func TestCheckUpgradeNamesWhatBlocksA138Server(t *testing.T) {
 			want: UpgradeBlocked, wantDetail: "https://lb.example:6443 (v1.37.2 emulating 1.34)",
 		},
 		{
+			name: "the kubeconfig's server, a writer, beside a counted writer: named once, as the counted one",
+			ev:   UpgradeEvidence{Live: []APIServer{a}, Versions: []ServerVersion{at(peerA, "v1.33.13", "1.33")}, Reached: reached("v1.33.13", "1.33")},
+			want: UpgradeBlocked, wantDetail: "1 kube-apiserver can still write the legacy bitmaps: apiserver-a at 10.0.0.1:6443 (v1.33.13 emulating 1.33);",
+		},
+		{
 			name: "the kubeconfig's server alone, which cannot: not counted, unknown",
 			ev:   UpgradeEvidence{Live: []APIServer{noPeerA}, Reached: reached("v1.37.2", "1.37")},
 			want: UpgradeUnknown, wantDetail: "versions read at 0 endpoints",
