@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,10 +13,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	k8sfeaturegate "k8s.io/component-base/featuregate"
 
 	"github.com/kube-ipam/clusterip/featuregate"
 )
@@ -112,6 +115,141 @@ func (v ServerVersion) Emulated() string {
 	return v.Info.GitVersion
 }
 
+// Binary returns the release of the server's binary as "major.minor", such as "1.37" for
+// GitVersion "v1.37.2" and "1.38" for "v1.38.0-beta.0", whatever version it emulates; "" if its
+// GitVersion does not parse.
+func (v ServerVersion) Binary() string {
+	bin, err := utilversion.ParseGeneric(v.Info.GitVersion)
+	if err != nil {
+		return ""
+	}
+	return utilversion.MajorMinor(bin.Major(), bin.Minor()).String()
+}
+
+// CanWriteBitmaps reports whether the server can run in a Mode that writes the bitmaps, Legacy or
+// DualWrite, by default or with some --feature-gates (/version does not say which gates it
+// runs with): never for a 1.38 or later binary, which has no bitmaps whatever it emulates
+// (featuregate.HasAllocatorGates); otherwise as its binary and emulated version let the gates
+// that select such a Mode (featuregate.GatesAt) be set, neither locked against them nor unknown
+// in the specs featuregate.NewGate gives it, which they are only below 1.35. A
+// binary whose release the library does not model (1.34, or before 1.33) is judged by the
+// version it emulates alone (featuregate.CanWriteBitmaps). It returns an error if the GitVersion
+// or the emulated version does not parse.
+func (v ServerVersion) CanWriteBitmaps() (bool, error) {
+	w, err := v.bitmapWriting()
+	if err != nil {
+		return false, err
+	}
+	return w.can, nil
+}
+
+// bitmapWriting is what a server's version says of its writing the bitmaps.
+type bitmapWriting struct {
+	can bool
+	// removed: the binary is 1.38 or later, which has no bitmaps.
+	removed bool
+	// modes are the Modes that write the bitmaps which the server can run, each with the
+	// --feature-gates that select it ("" for its default); nil when the binary's release is
+	// not modelled and can says only that some can.
+	modes []writerMode
+}
+
+// writerMode is a Mode that writes the bitmaps and the --feature-gates that select it.
+type writerMode struct {
+	mode  featuregate.Mode
+	gates string // "DisableAllocatorDualWrite=false", or "" for the default
+}
+
+// bitmapWriting judges v: see CanWriteBitmaps.
+func (v ServerVersion) bitmapWriting() (bitmapWriting, error) {
+	bin, err := utilversion.ParseGeneric(v.Info.GitVersion)
+	if err != nil {
+		return bitmapWriting{}, fmt.Errorf("gitVersion %q: %w", v.Info.GitVersion, err)
+	}
+	if !featuregate.HasAllocatorGates(bin) {
+		return bitmapWriting{removed: true}, nil
+	}
+	emulated := ""
+	if v.Info.EmulationMajor != "" || v.Info.EmulationMinor != "" {
+		emulated = v.Emulated()
+		if _, err := utilversion.ParseGeneric(emulated); err != nil {
+			return bitmapWriting{}, fmt.Errorf("emulation version %q.%q: %w", v.Info.EmulationMajor, v.Info.EmulationMinor, err)
+		}
+	}
+	ev, err := featuregate.KubeVersion(v.Info.GitVersion, emulated)
+	if err != nil {
+		// A release the library does not model: its emulated version decides, by the gates'
+		// versioned specs, which every release up to 1.37 shares.
+		can, err := featuregate.CanWriteBitmaps(v.Emulated())
+		return bitmapWriting{can: can}, err
+	}
+	// The gates as v runs them by default, with the specs its binary declares at the version it
+	// emulates. Each Mode's gates are checked against those specs rather than set, as NewGate
+	// would set them: component-base logs a warning for every GA gate set off its default.
+	defaults, err := featuregate.NewGate(ev, nil)
+	if err != nil {
+		return bitmapWriting{}, err
+	}
+	def, err := featuregate.ModeAt(ev, defaults)
+	if err != nil {
+		return bitmapWriting{}, err
+	}
+	specs := defaults.DeepCopy().GetAll()
+	var w bitmapWriting
+	for _, m := range []featuregate.Mode{featuregate.Legacy, featuregate.DualWrite} {
+		gates, err := featuregate.GatesAt(ev, m)
+		if err != nil {
+			return bitmapWriting{}, err
+		}
+		wm, ok := writerMode{mode: m}, true
+		var set []string
+		for _, name := range slices.Sorted(maps.Keys(gates)) {
+			spec, known := specs[k8sfeaturegate.Feature(name)]
+			switch {
+			case !known, spec.LockToDefault && spec.Default != gates[name]:
+				ok = false // refused at start-up: a gate it does not have, or a lock
+			case defaults.Enabled(k8sfeaturegate.Feature(name)) != gates[name]:
+				set = append(set, fmt.Sprintf("%s=%t", name, gates[name]))
+			}
+		}
+		if !ok {
+			continue
+		}
+		if def != m {
+			wm.gates = strings.Join(set, ",")
+		}
+		w.modes = append(w.modes, wm)
+	}
+	w.can = len(w.modes) > 0
+	return w, nil
+}
+
+// why says, after "kube-apiserver <version>: ", why w can or cannot write the bitmaps.
+func (w bitmapWriting) why() string {
+	switch {
+	case w.removed:
+		return "1.38 and later have no bitmaps: MultiCIDRServiceAllocator and DisableAllocatorDualWrite are gone, and it runs IPAddressOnly only, whatever it emulates"
+	case !w.can:
+		return "from 1.35 both allocator gates are locked on: it runs IPAddressOnly, whatever its flags say"
+	case w.modes == nil:
+		return "below 1.35 it can run Legacy or DualWrite, which write the bitmaps"
+	}
+	ms := make([]string, len(w.modes))
+	for i, m := range w.modes {
+		ms[i] = m.mode.String()
+		if m.gates == "" {
+			ms[i] += " (its default)"
+		} else {
+			ms[i] += " (with --feature-gates=" + m.gates + ")"
+		}
+	}
+	verb := "writes"
+	if len(ms) > 1 {
+		verb = "write"
+	}
+	return fmt.Sprintf("below 1.35 it can run %s, which %s the bitmaps", strings.Join(ms, " or "), verb)
+}
+
 // String describes v for messages: "v1.37.2 emulating 1.34 at 10.0.0.2:6443".
 func (v ServerVersion) String() string { return v.version() + " at " + v.Endpoint }
 
@@ -130,13 +268,7 @@ func (v ServerVersion) version() string {
 // reached with base's credentials and TLS settings, its Host replaced (a peer address "ip:port"
 // as https://ip:port), one at a time. It returns the first error, naming where it was reading.
 func ReadServerVersions(ctx context.Context, base *rest.Config, live []APIServer, endpoints []string) ([]ServerVersion, error) {
-	var at []string
-	if len(live) > 0 && !slices.ContainsFunc(live, func(s APIServer) bool { return s.PeerAddress == "" }) {
-		for _, s := range live {
-			at = append(at, s.PeerAddress)
-		}
-	}
-	at = append(at, endpoints...)
+	at := versionEndpoints(live, endpoints)
 	out := make([]ServerVersion, 0, len(at))
 	for _, endpoint := range at {
 		info, err := readVersion(ctx, base, endpoint)
@@ -146,6 +278,57 @@ func ReadServerVersions(ctx context.Context, base *rest.Config, live []APIServer
 		out = append(out, ServerVersion{Endpoint: endpoint, Info: *info})
 	}
 	return out, nil
+}
+
+// VersionReadError reports a kube-apiserver whose /version could not be read. Test for it with
+// errors.As.
+type VersionReadError struct {
+	// Endpoint is where it was read, as ServerVersion.Endpoint.
+	Endpoint string
+	// Err is why it could not be.
+	Err error
+}
+
+// Error implements error.
+func (e *VersionReadError) Error() string {
+	return fmt.Sprintf("repair: read the version of the kube-apiserver at %s: %v", e.Endpoint, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *VersionReadError) Unwrap() error { return e.Err }
+
+// ReadEachServerVersion reads GET /version where ReadServerVersions does, in the same order and
+// with the same credentials, but goes on past a server that does not answer: it returns the
+// versions read and a *VersionReadError for each endpoint that could not be, in order. It is for
+// a report that names every server it could not read (CheckUpgrade); a decision that needs every
+// answer uses ReadServerVersions.
+func ReadEachServerVersion(ctx context.Context, base *rest.Config, live []APIServer, endpoints []string) ([]ServerVersion, []*VersionReadError) {
+	at := versionEndpoints(live, endpoints)
+	var (
+		out    = make([]ServerVersion, 0, len(at))
+		failed []*VersionReadError
+	)
+	for _, endpoint := range at {
+		info, err := readVersion(ctx, base, endpoint)
+		if err != nil {
+			failed = append(failed, &VersionReadError{Endpoint: endpoint, Err: err})
+			continue
+		}
+		out = append(out, ServerVersion{Endpoint: endpoint, Info: *info})
+	}
+	return out, failed
+}
+
+// versionEndpoints returns where the versions of the servers are read: the PeerAddress of each
+// of live if every one has one, then each of endpoints.
+func versionEndpoints(live []APIServer, endpoints []string) []string {
+	var at []string
+	if len(live) > 0 && !slices.ContainsFunc(live, func(s APIServer) bool { return s.PeerAddress == "" }) {
+		for _, s := range live {
+			at = append(at, s.PeerAddress)
+		}
+	}
+	return append(at, endpoints...)
 }
 
 // readVersion reads GET /version at endpoint, a URL or "host:port", with base's credentials.
@@ -190,9 +373,9 @@ func (e *BitmapWriterError) Error() string {
 
 // CheckBitmapWriters returns nil if no kube-apiserver of the cluster can write the bitmaps again:
 // if every live server (see LiveAPIServers) is accounted for by a version in versions, and every
-// version in versions emulates 1.35 or later (featuregate.CanWriteBitmaps), at which both
-// allocator gates are locked on and kube-apiserver runs IPAddressOnly whatever its flags say.
-// Otherwise it returns a *BitmapWriterError naming the server and why. It makes no call.
+// version in versions cannot write them (ServerVersion.CanWriteBitmaps): a 1.38 or later binary,
+// which has no bitmaps, or one that emulates 1.35 or later, at which both allocator gates are
+// locked on and kube-apiserver runs IPAddressOnly whatever its flags say. Otherwise it returns a *BitmapWriterError naming the server and why. It makes no call.
 //
 // The Leases carry no version, so versions are read from the servers, and accounted for so:
 //
@@ -218,13 +401,13 @@ func CheckBitmapWriters(live []APIServer, versions []ServerVersion) error {
 			metav1.NamespaceSystem, identityLabel, identityValue)}
 	}
 	for _, v := range versions {
-		can, err := featuregate.CanWriteBitmaps(v.Emulated())
+		w, err := v.bitmapWriting()
 		switch {
 		case err != nil:
 			return &BitmapWriterError{Server: v.Endpoint, Reason: fmt.Sprintf("its /version (gitVersion %q, emulation %q.%q) does not say which version it emulates: %v",
 				v.Info.GitVersion, v.Info.EmulationMajor, v.Info.EmulationMinor, err)}
-		case can:
-			return &BitmapWriterError{Server: v.Endpoint, Reason: fmt.Sprintf("kube-apiserver %s: below 1.35 it can run Legacy or DualWrite, which write the bitmaps", v.version())}
+		case w.can:
+			return &BitmapWriterError{Server: v.Endpoint, Reason: fmt.Sprintf("kube-apiserver %s: %s", v.version(), w.why())}
 		}
 	}
 	if slices.ContainsFunc(live, func(s APIServer) bool { return s.PeerAddress == "" }) {

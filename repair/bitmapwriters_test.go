@@ -76,7 +76,18 @@ func TestBitmapsAreLeftWhileAServerMayWriteThem(t *testing.T) {
 			name:     "a server emulating 1.34: refused, naming it",
 			leases:   []runtime.Object{identityLease("apiserver-a", peerA, fresh), identityLease("apiserver-b", peerB, fresh)},
 			versions: []ServerVersion{at(peerA, "v1.37.2", "1.37"), at(peerB, "v1.37.2", "1.34")},
-			want:     &BitmapWriterError{Server: peerB, Reason: "kube-apiserver v1.37.2 emulating 1.34: below 1.35 it can run Legacy or DualWrite"},
+			want:     &BitmapWriterError{Server: peerB, Reason: "kube-apiserver v1.37.2 emulating 1.34: below 1.35 it can run DualWrite (with --feature-gates=DisableAllocatorDualWrite=false)"},
+		},
+		{
+			name:     "a v1.38 server is never a bitmap writer, whatever it emulates: allowed",
+			leases:   []runtime.Object{identityLease("apiserver-a", peerA, fresh), identityLease("apiserver-b", peerB, fresh)},
+			versions: []ServerVersion{at(peerA, "v1.38.0-beta.0", "1.35"), at(peerB, "v1.38.0-beta.0", "1.34")},
+		},
+		{
+			name:     "a v1.38 server beside a v1.33 one: refused, naming the v1.33 one",
+			leases:   []runtime.Object{identityLease("apiserver-a", peerA, fresh), identityLease("apiserver-b", peerB, fresh)},
+			versions: []ServerVersion{at(peerA, "v1.38.0-beta.0", "1.38"), at(peerB, "v1.33.13", "1.33")},
+			want:     &BitmapWriterError{Server: peerB, Reason: "kube-apiserver v1.33.13 emulating 1.33: below 1.35 it can run Legacy"},
 		},
 		{
 			name:     "a server whose version was not read at its peer address: refused, naming it",

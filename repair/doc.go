@@ -61,7 +61,18 @@
 // them, each with a compare-and-delete at the revision the audit read, once
 // [CheckBitmapWriters] has found that no live kube-apiserver can write them again: every server
 // that [LiveAPIServers] lists from its identity Lease is accounted for by a /version
-// ([ReadServerVersions]) that emulates 1.35 or later, where both allocator gates are locked on.
+// ([ReadServerVersions]) that cannot write them ([ServerVersion.CanWriteBitmaps]): a 1.38 or
+// later binary, which has no bitmaps, or one that emulates 1.35 or later, where both allocator
+// gates are locked on.
+//
+// # Upgrading to 1.38
+//
+// kube-apiserver 1.38 has no bitmaps and no dual write, so every server must have left Legacy and
+// DualWrite before a 1.38 one joins. [CheckUpgrade] judges that from the same evidence
+// ([LiveAPIServers], and [ReadEachServerVersion], which names each server it could not read):
+// [UpgradeBlocked], naming each server that can still write the bitmaps, with a hazard if a 1.38
+// server is already live beside one; [UpgradeUnknown]; or [UpgradeReady]. [Report.Upgrade]
+// carries it for "clusterip check".
 //
 // Invalid, duplicate and out-of-range ClusterIPs only get an Event. Each cause of an Event (the
 // object, the address and the reason) is reported once, while passes keep finding it, and again

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes/fake"
 
 	clusterip "github.com/kube-ipam/clusterip"
@@ -49,4 +50,26 @@ func ExampleAudit() {
 	// 10.96.0.10  missing  default/web  Service default/web holds 10.96.0.10 but there is no IPAddress object for it.
 	// 10.96.0.20  leaked   -            IPAddress 10.96.0.20 (parent services default/gone) is held by no Service.
 	// {"bitmapBits":0,"ipAddresses":1,"leaked":1,"missing":1,"services":1}
+}
+
+// The pre-flight of an upgrade to kube-apiserver 1.38, from the identity Leases of two servers
+// and the /version each answered at its peer address: one still emulates 1.34.
+func ExampleCheckUpgrade() {
+	live := []repair.APIServer{
+		{Identity: "apiserver-a", PeerAddress: "10.0.0.1:6443"},
+		{Identity: "apiserver-b", PeerAddress: "10.0.0.2:6443"},
+	}
+	versions := []repair.ServerVersion{
+		{Endpoint: "10.0.0.1:6443", Info: version.Info{GitVersion: "v1.37.2", EmulationMajor: "1", EmulationMinor: "37"}},
+		{Endpoint: "10.0.0.2:6443", Info: version.Info{GitVersion: "v1.37.2", EmulationMajor: "1", EmulationMinor: "34"}},
+	}
+	c := repair.CheckUpgrade(repair.UpgradeEvidence{Live: live, Versions: versions})
+	fmt.Println(c.Status)
+	for _, s := range c.Servers {
+		fmt.Printf("%s: %t: %s\n", s.Identity, s.CanWriteBitmaps, s.Reason)
+	}
+	// Output:
+	// blocked
+	// apiserver-a: false: kube-apiserver v1.37.2 emulating 1.37: from 1.35 both allocator gates are locked on: it runs IPAddressOnly, whatever its flags say
+	// apiserver-b: true: kube-apiserver v1.37.2 emulating 1.34: below 1.35 it can run DualWrite (with --feature-gates=DisableAllocatorDualWrite=false), which writes the bitmaps
 }

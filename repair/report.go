@@ -111,6 +111,10 @@ type Report struct {
 	// ServiceCIDR, or are kept for a Service that holds another address, sorted by address. Not
 	// findings: they leave Consistent as it is. Read outside Legacy mode.
 	Reservations []ReservationFinding `json:"reservations,omitempty"`
+	// Upgrade is the pre-flight of an upgrade to kube-apiserver 1.38 (CheckUpgrade), which Audit
+	// does not make: "clusterip check" fills it in. Not a finding: it leaves Consistent as it is,
+	// though check exits 1 on its Hazard. Nil when it was not made.
+	Upgrade *UpgradeCheck `json:"upgrade,omitempty"`
 }
 
 // StaleBitmap is a bitmap left in the store of a flag range in IPAddressOnly mode.

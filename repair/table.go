@@ -8,7 +8,8 @@ import (
 )
 
 // WriteTable writes r for a person: a summary line, the counts, then one row per finding (IP,
-// class, Service, detail) in the report's order. It returns the first write error.
+// class, Service, detail) in the report's order, and the sections that follow: stale bitmaps,
+// reservations, and the upgrade pre-flight (Upgrade), when there are any. It returns the first write error.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	state := "consistent"
@@ -47,6 +48,29 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw, "IP\tFOR\tNAME\tPROBLEM")
 		for _, f := range r.Reservations {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.IP, orDash(f.For), orDash(f.Name), f.Problem)
+		}
+	}
+	if u := r.Upgrade; u != nil {
+		fmt.Fprintf(tw, "\nUpgrade to %s: %s: %s.\n", u.Target, u.Status, u.Detail)
+		if u.Hazard != "" {
+			fmt.Fprintf(tw, "HAZARD: %s.\n", u.Hazard)
+		}
+		if len(u.Servers) > 0 {
+			fmt.Fprintln(tw, "SERVER\tVERSION\tEMULATED\tBITMAPS\tWHY")
+			for _, s := range u.Servers {
+				bitmaps := "never"
+				switch {
+				case s.Unknown:
+					bitmaps = "unknown"
+				case s.CanWriteBitmaps:
+					bitmaps = "can write"
+				}
+				name := s.name()
+				if !s.Counted {
+					name += " (kubeconfig)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, orDash(s.GitVersion), orDash(s.Emulated), bitmaps, s.Reason)
+			}
 		}
 	}
 	return tw.Flush()

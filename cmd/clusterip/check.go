@@ -45,6 +45,18 @@ feature gates differ (in any case: ipaddressonly is IPAddressOnly). In IPAddress
 bitmaps a Legacy or DualWrite era left are listed as stale; "clusterip repair
 --remove-stale-bitmaps" removes them.
 
+check also makes the pre-flight of an upgrade to kube-apiserver 1.38, which has no bitmaps and no
+dual write: every server must have left Legacy and DualWrite before a 1.38 one joins. It counts
+the live kube-apiservers by their identity Leases in kube-system and reads each one's /version
+with the kubeconfig's credentials, as "clusterip repair --remove-stale-bitmaps" does (at the peer
+addresses the Leases advertise, else at the URLs of --apiserver-endpoints, one per server), and
+judges the server the kubeconfig reaches too. "Upgrade to 1.38" then says blocked (naming each
+server that can still write the bitmaps: a binary below 1.38 emulating below 1.35, and the
+feature gates that would make it), unknown (naming a server whose /version could not be read,
+or why the servers could not all be counted), or ready. A 1.38 server already live beside a
+bitmap writer is a hazard, reported as a finding is (exit 1). A user who may not list the Leases
+gets a note on stderr, not a failure. -o json and -o yaml carry it as the report's "upgrade".
+
 -o json and -o yaml print the report alone; -o table adds the repair plan: what "clusterip repair"
 does about each finding, with the hold-off of --leak-grace.
 
@@ -54,9 +66,12 @@ etcd that accepts the connection and stops answering makes check exit 2, never w
 Permissions: check reads Services, ServiceCIDRs and IPAddress objects (get, list), which the
 ClusterRole clusterip-check in deploy/rbac of the clusterip repository grants. Before it reads
 anything, check asks the API server whether it has them (SelfSubjectAccessReview) and names any
-it lacks.
+it lacks. The upgrade pre-flight also lists leases.coordination.k8s.io in kube-system, which the
+Role clusterip-remove-stale-bitmaps there grants; without it, check asks first and skips the
+Leases with a note.
 
-Exit codes: 0 consistent; 1 inconsistencies found; 2 could not run (bad flags, no kubeconfig,
+Exit codes: 0 consistent; 1 inconsistencies found (or a 1.38 kube-apiserver live beside one
+that can write the bitmaps); 2 could not run (bad flags, no kubeconfig,
 an unreachable or silent API server or etcd, no RangeAllocation under --etcd-prefix outside
 IPAddressOnly mode, missing RBAC
 permissions), with one line on stderr saying why.
@@ -73,7 +88,10 @@ const checkExample = `  # Audit the cluster of the current kubeconfig context; t
       --etcd-cafile ca.crt --etcd-certfile client.crt --etcd-keyfile client.key -o json
 
   # Judge by IPAddressOnly, for a cluster whose feature gates make it so (any case will do)
-  clusterip check --mode ipaddressonly`
+  clusterip check --mode ipaddressonly
+
+  # The upgrade pre-flight of three kube-apiservers whose identity Leases advertise no peer address
+  clusterip check --apiserver-endpoints https://10.0.0.2:6443,https://10.0.0.3:6443,https://10.0.0.4:6443`
 
 // checkOptions are the flags of "clusterip check" and "clusterip repair", and which of the two
 // runs.
@@ -120,6 +138,7 @@ func newCheckCommand() *cobra.Command {
 	}
 	o.addFlags(cmd)
 	f := cmd.Flags()
+	f.StringSliceVar(&o.apiserverEndpoints, "apiserver-endpoints", nil, "for the upgrade pre-flight, the URL of every kube-apiserver (comma-separated, one per server, not a load balancer), where the identity Leases are not readable or carry no peer addresses")
 	f.BoolVar(&o.repair, "repair", false, `deprecated: use "clusterip repair"`)
 	_ = f.MarkHidden("repair")
 	_ = f.MarkHidden("repair-timeout") // repair's; check --repair takes it until the next release
@@ -180,7 +199,7 @@ func (o *checkOptions) validate() error {
 		return fmt.Errorf("--etcd-prefix %q: want an absolute key prefix such as /registry", o.etcdPrefix)
 	case o.removeStaleBitmaps && len(o.etcdServers) == 0:
 		return errors.New("--remove-stale-bitmaps needs --etcd-servers: the bitmaps are in etcd")
-	case len(o.apiserverEndpoints) > 0 && !o.removeStaleBitmaps:
+	case len(o.apiserverEndpoints) > 0 && o.repair && !o.removeStaleBitmaps:
 		return errors.New("--apiserver-endpoints goes with --remove-stale-bitmaps: it names the servers whose versions decide it")
 	}
 	if err := checkEndpoints(o.apiserverEndpoints); err != nil {
@@ -315,6 +334,9 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if err != nil {
 		return apiError(host, err)
 	}
+	if !o.repair {
+		rep.Upgrade = o.checkUpgrade(ctx, client, restConfig, info, stderr)
+	}
 	if err := o.print(stdout, stderr, rep, cfg.Mode, note); err != nil {
 		return fmt.Errorf("print the report: %w", err)
 	}
@@ -330,7 +352,7 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if !rep.Consistent {
+	if !rep.Consistent || upgradeHazard(rep) {
 		return &exitError{code: exitProblem}
 	}
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -403,7 +404,8 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 //   - with clusterip-remove-stale-bitmaps (a Role in kube-system) besides the repair roles,
 //     repair --remove-stale-bitmaps removes a stale bitmap; without it, the same command is
 //     refused (403) the Leases, exits 2 naming the permission, and removes nothing; the Role
-//     lists no other namespace's Leases;
+//     lists no other namespace's Leases; check's upgrade pre-flight reads the Leases with the
+//     Role, and without it asks first and notes it, refused nothing;
 //   - with clusterip-reservations, clusterip reservations create, list and delete work; with no
 //     role, list is refused;
 //   - with the ClusterRole of deploy/webhook/webhook.yaml, clusterip reservations webhook, run
@@ -474,6 +476,27 @@ func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds
 		if _, err := clientOf("bitmap-remover").CoordinationV1().Leases(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("bitmap-remover listed the Leases of namespace default: %v, want 403: the Role is kube-system's", err)
 		}
+	})
+
+	t.Run("check's upgrade pre-flight counts the servers with the Lease role, and asks first without it", func(t *testing.T) {
+		from := log.mark(t)
+		r := clusterip(t, "check", "--kubeconfig", kubeconfigOf("checker"), "-o", "json")
+		var rep repair.Report
+		if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != exitOK || err != nil || rep.Upgrade == nil {
+			t.Fatalf("check as checker: exit %d, %v; want %d and a report with the upgrade pre-flight\nstdout:\n%s\nstderr:\n%s", r.code, err, exitOK, r.stdout, r.stderr)
+		}
+		note := `clusterip: note: upgrade to 1.38: the identity Leases of kube-apiserver were not read (user "checker" may not list leases.coordination.k8s.io in kube-system)`
+		if !strings.Contains(r.stderr, note) || rep.Upgrade.Status != repair.UpgradeUnknown {
+			t.Errorf("check without the Lease role: upgrade %s, stderr %q; want unknown and a note %q", rep.Upgrade.Status, r.stderr, note)
+		}
+		log.checkUsed(t, from, "checker", grants.of("checker"), nil)
+
+		from = log.mark(t)
+		rep = checkJSON(t, exitOK, "check", "--kubeconfig", kubeconfigOf("bitmap-remover"), "-o", "json")
+		if rep.Upgrade == nil || rep.Upgrade.Status != repair.UpgradeReady {
+			t.Errorf("check with the Lease role: upgrade %+v, want ready", rep.Upgrade)
+		}
+		log.checkUsed(t, from, "bitmap-remover", grants.of("bitmap-remover"), grants["remove-stale-bitmaps.yaml"])
 	})
 
 	t.Run("the reservations role creates, lists and deletes reservations", func(t *testing.T) {

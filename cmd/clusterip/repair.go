@@ -37,8 +37,8 @@ that another Service can be given. Use 0 only on a cluster where nothing allocat
 --remove-stale-bitmaps also removes the bitmaps a Legacy or DualWrite era left in etcd
 (<--etcd-prefix>/ranges/serviceips and .../secondaryserviceips), which check lists as stale in
 IPAddressOnly mode; it needs --etcd-servers and an IPAddressOnly audit, and is off by default. A
-kube-apiserver that emulates a version below 1.35 can still run Legacy or DualWrite and write
-them, so before it changes anything repair counts the live kube-apiservers by their identity
+kube-apiserver below 1.38 that emulates a version below 1.35 can still run Legacy or DualWrite
+and write them (a 1.38 or later one never can, whatever it emulates), so before it changes anything repair counts the live kube-apiservers by their identity
 Leases in kube-system and reads each one's /version with the kubeconfig's credentials: at the
 peer address every Lease advertises (kube-apiserver writes one with its
 UnknownVersionInteroperabilityProxy gate, on by default from 1.36), or, if a Lease has none, at

@@ -55,7 +55,7 @@ func TestRepairRemovesStaleBitmapsOnlyOnceNoServerCanWriteThem(t *testing.T) {
 				"clusterip: repair: a kube-apiserver may still write the bitmaps: 1 live kube-apiserver (apiserver-",
 				"versions read at 0 endpoints: the Leases of apiserver-"}},
 			{"its endpoint named", []string{"--apiserver-endpoints", old.Config.Host}, []string{
-				"clusterip: repair: a kube-apiserver may still write the bitmaps: " + old.Config.Host + ": kube-apiserver v1.37.2 emulating 1.34: below 1.35 it can run Legacy or DualWrite"}},
+				"clusterip: repair: a kube-apiserver may still write the bitmaps: " + old.Config.Host + ": kube-apiserver v1.37.2 emulating 1.34: below 1.35 it can run DualWrite (with --feature-gates=DisableAllocatorDualWrite=false), which writes the bitmaps"}},
 			{"--dry-run says so", []string{"--dry-run", "--apiserver-endpoints", old.Config.Host}, []string{
 				"clusterip: dry run: repair would not remove the stale bitmap /registry/ranges/serviceips (range 10.96.0.0/24, revision ",
 				", 2 bits set)\n", // the seeded one and the kubernetes Service's, which the server wrote
