@@ -260,6 +260,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 
 	mux := http.NewServeMux()
 	mux.Handle("/mutate-services", h)
+	mux.Handle("/guard-ipaddresses", h) // the same Handler: it tells the two by the request's resource
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }, TLSConfig: tlsCfg}
 	var ready atomic.Bool
 	probes := http.NewServeMux()

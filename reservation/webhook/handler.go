@@ -136,7 +136,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // servicesResource is what a Service request's Resource is.
 var servicesResource = metav1.GroupVersionResource{Version: "v1", Resource: "services"}
 
-// Review decides on one admission request, as the package doc says: a Service CREATE or UPDATE
+// Review decides on one admission request, as the package doc says: an IPAddress CREATE of an
+// address handed out or being retained is refused unless it is for the Service the address is
+// kept for (see [Handouts]); a Service CREATE or UPDATE
 // with a malformed release-policy annotation is denied with code 422; a Service CREATE that asks
 // for no ClusterIP and has reservations gets them, after their objects are deleted (not for a
 // dry run); a Service CREATE or UPDATE with release policy Retain gets [Finalizer] unless it has
@@ -144,6 +146,9 @@ var servicesResource = metav1.GroupVersionResource{Version: "v1", Resource: "ser
 // not decode, is allowed unchanged. The response always carries the request's UID.
 func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if req.Resource == ipAddressesResource && req.SubResource == "" && req.Operation == admissionv1.Create {
+		return h.records.guard(req)
+	}
 	if req.Resource != servicesResource || req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return allow
 	}

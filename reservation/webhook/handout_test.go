@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -375,5 +376,81 @@ func TestControllerEndsHandouts(t *testing.T) {
 				t.Errorf("%d IPAddress creates, want none", creates)
 			}
 		})
+	}
+}
+
+// ipAddressReview returns the AdmissionReview of the CREATE of obj.
+func ipAddressReview(t *testing.T, obj *networkingv1.IPAddress) []byte {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       "req-ip",
+			Kind:      metav1.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "IPAddress"},
+			Resource:  metav1.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "ipaddresses"},
+			Name:      obj.Name,
+			Operation: admissionv1.Create,
+			Object:    runtime.RawExtension{Raw: raw},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+func TestHandlerGuardsAnAddressHandedOutOrBeingRetained(t *testing.T) {
+	ip := netip.MustParseAddr("10.96.0.10")
+	web := types.NamespacedName{Namespace: "prod", Name: "web"}
+	allocation := func(addr, ns, name string) *networkingv1.IPAddress {
+		return &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: addr, Labels: map[string]string{networkingv1.LabelManagedBy: "ipallocator.k8s.io"}},
+			Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}}}
+	}
+	kept, err := reservation.ObjectFor(reservation.Reservation{Addr: ip, For: web})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handedOut := handoutLease(t, reservation.Reservation{Addr: ip, For: web}, "uid-gone", web.String(), time.Now())
+	retaining := handedOut.DeepCopy()
+	retaining.Labels[webhook.LabelHandout] = "retain"
+	for _, rec := range []struct {
+		name  string
+		lease *coordinationv1.Lease
+	}{{"handed out", handedOut}, {"being retained", retaining}} {
+		tests := []struct {
+			name    string
+			obj     *networkingv1.IPAddress
+			refused bool
+		}{
+			{name: "the allocation to the Service it is kept for is allowed", obj: allocation(ip.String(), "prod", "web")},
+			{name: "another Service's allocation is refused as existing", obj: allocation(ip.String(), "default", "thief"), refused: true},
+			{name: "a Service of the same name in another namespace is refused", obj: allocation(ip.String(), "default", "web"), refused: true},
+			{name: "its reservation is allowed", obj: kept},
+			{name: "another address is allowed", obj: allocation("10.96.0.11", "default", "thief")},
+		}
+		for _, tt := range tests {
+			t.Run(rec.name+"/"+tt.name, func(t *testing.T) {
+				f := newHandoutFixture(t, time.Hour, nil, rec.lease.DeepCopy())
+				resp := f.send(t, ipAddressReview(t, tt.obj))
+				if !tt.refused {
+					if !resp.Allowed {
+						t.Errorf("refused: %+v", resp.Result)
+					}
+					return
+				}
+				want := fmt.Sprintf("ipaddresses.networking.k8s.io %q already exists: the address is kept for Service %s", ip, web)
+				if r := resp.Result; resp.Allowed || r == nil || r.Code != http.StatusConflict || r.Reason != metav1.StatusReasonAlreadyExists || r.Message != want ||
+					r.Details == nil || r.Details.Name != ip.String() || r.Details.Group != "networking.k8s.io" || r.Details.Kind != "ipaddresses" {
+					t.Errorf("response %+v, want 409 AlreadyExists %q", resp.Result, want)
+				}
+				if len(writes(f.fake)) != 0 {
+					t.Errorf("the review wrote %q", writes(f.fake))
+				}
+			})
+		}
 	}
 }

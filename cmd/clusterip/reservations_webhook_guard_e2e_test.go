@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/reservation"
+	"github.com/kube-ipam/clusterip/reservation/webhook"
+)
+
+// TestShippedWebhookGuardsAnAddressHandedOut runs the shipped webhook (see startShippedWebhook)
+// beside stock kube-apiserver v1.37.2 serving a /28 with one address left, X, recorded as handed
+// out to default/web (as the webhook records it before it deletes web's reservation): a Service
+// asking for any address is refused, since kube-apiserver's dynamic pick of X is refused as if X
+// existed and it finds no other, and X has no IPAddress object after; web asking for X gets it.
+func TestShippedWebhookGuardsAnAddressHandedOut(t *testing.T) {
+	webKey := types.NamespacedName{Namespace: "default", Name: "web"}
+	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/28"})
+	api, ctx := s.api.Client, t.Context()
+	ipas := api.NetworkingV1().IPAddresses()
+
+	// Fill the range but for one address, X (14 usable; the kubernetes Service and the
+	// webhook's hold some).
+	free := func() []netip.Addr {
+		var out []netip.Addr
+		for a := netip.MustParseAddr("10.96.0.1"); a.Compare(netip.MustParseAddr("10.96.0.14")) <= 0; a = a.Next() {
+			if _, err := ipas.Get(ctx, a.String(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	for i := 0; len(free()) > 1; i++ {
+		if _, err := api.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService(fmt.Sprintf("fill-%d", i), ""), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("fill the range: %v", err)
+		}
+	}
+	left := free()
+	if len(left) != 1 {
+		t.Fatalf("addresses left in 10.96.0.0/28: %v, want one", left)
+	}
+	x := left[0]
+
+	// The record of a hand-out of X to default/web, as the webhook writes it.
+	obj, err := reservation.ObjectFor(reservation.Reservation{Addr: x, For: webKey, Reason: "guard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, at, secs := webKey.String(), metav1.NewMicroTime(time.Now()), int32(90)
+	if _, err := api.CoordinationV1().Leases("kube-system").Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: webhook.HandoutName(x), Labels: map[string]string{webhook.LabelHandout: "true"},
+			Annotations: map[string]string{webhook.AnnotationHandoutReservation: string(data)}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &at, LeaseDurationSeconds: &secs},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Once the webhook's informer holds the record, it refuses another Service asking for X.
+	poll(t, "the webhook to know the record", func() bool {
+		_, err := api.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService("probe", x.String()), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "already allocated")
+	})
+
+	_, err = api.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService("thief", ""), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "range is full") {
+		t.Errorf("a Service asking for any address, with %s handed out and no other left: %v; want kube-apiserver's range is full", x, err)
+	}
+	if got, err := ipas.Get(ctx, x.String(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the refused create, IPAddress %s = %+v, %v; want none", x, got, err)
+	}
+	if _, err := api.CoreV1().Services("default").Get(ctx, "thief", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused Service exists: %v", err)
+	}
+
+	web, err := api.CoreV1().Services("default").Create(ctx, testenv.ClusterIPService(webKey.Name, x.String()), metav1.CreateOptions{})
+	if err != nil || web.Spec.ClusterIP != x.String() {
+		t.Fatalf("default/web asking for %s, handed out to it: %v, %v", x, web, err)
+	}
+}
