@@ -341,9 +341,14 @@ func (h *Handouts) recordRetain(ctx context.Context, r reservation.Reservation, 
 	}
 	got, err := h.client.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		old, getErr := h.client.Get(ctx, want.Name, metav1.GetOptions{})
+		// Read from the informer (RBAC grants no get): a copy older than the record fails the
+		// delete's preconditions, and the caller tries again.
+		old, getErr := h.leases.Get(want.Name)
 		if getErr != nil {
-			return nil, fmt.Errorf("webhook: read the record %s: %w", want.Name, getErr)
+			return nil, fmt.Errorf("webhook: the record %s is not in the informer yet: %w", want.Name, getErr)
+		}
+		if rec, _, ok := handoutOf(old); ok && rec.Retain && rec.For == r.For {
+			return old, nil // written by an earlier try
 		}
 		uid, rv := old.UID, old.ResourceVersion
 		if err := h.client.Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}); err != nil && !apierrors.IsNotFound(err) {
