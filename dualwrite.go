@@ -142,7 +142,8 @@ type DualWriteStats struct {
 	// them already (its IPAddress object still existed, as far as it knew), without setting their
 	// bits if the mirror has AllocateNextSkipping and taking them and giving them back otherwise,
 	// and addresses it gave back because their creates found the object or the primary could not
-	// serve them.
+	// serve them. An address passed over again, in a compare-and-swap retried after a conflict,
+	// may be counted again.
 	Skipped uint64
 	// Undone counts first writes undone after the second failed, skips included.
 	Undone uint64
@@ -305,10 +306,10 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // objects a read from the API server shows gone (needs WithClient), and those the primary offered
 // whose bits a fresh read of the bitmap shows cleared, since a peer's transient bit or a lagging
 // informer is no full range. A failed read is returned as an error, not as ErrFull. Other errors
-// of the two allocators are returned at once. While the stored bitmap is of another range than the mirror's (the flag
-// range changed; see bitmap.NewPersistent), it takes an address from the primary alone, as
-// kube-apiserver v1.33 does when its bitmap fails. An owner without a Resource or a Name gives an
-// *allocator.OwnerError before any bit is written.
+// of the two allocators are returned at once. While the stored bitmap is of another range than
+// the mirror's (the flag range changed; see bitmap.NewPersistent), it takes an address from the
+// primary alone, as kube-apiserver v1.33 does when its bitmap fails. An owner without a Resource
+// or a Name gives an *allocator.OwnerError before any bit is written.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	if err := allocator.CheckOwner(owner); err != nil {
 		return netip.Addr{}, err
@@ -395,7 +396,7 @@ type refresher interface {
 type passedOver struct {
 	mu    sync.Mutex   // guards the fields below
 	first []netip.Addr // the first maxRechecks distinct addresses
-	more  uint64       // distinct addresses beyond them (an address seen again is counted again)
+	more  uint64       // addresses passed over beyond them, each time (a retried compare-and-swap asks again)
 }
 
 func (p *passedOver) add(ip netip.Addr) {
