@@ -50,4 +50,13 @@
 // after its bit was refused, leaves an object without a bit, which repair's ipaddress-only
 // finding heals. A bit that is set without an IPAddress object belongs to a Legacy peer (or is
 // stale): it is never taken over, and Allocate reports allocator.ErrAllocated for it.
+//
+// AllocateNext never sets, even for a moment, the bit of an address the primary holds (an object
+// a peer has not deleted yet, or an IPAddress-only peer's): the bitmap passes such addresses over
+// inside the compare-and-swap that takes a bit (bitmap.Persistent.AllocateNextSkipping), since
+// another caller reading the bitmap meanwhile would find it taken, and the range full while an
+// address is free. It answers allocator.ErrFull only when no address was free at some instant of
+// the call: before it does, it reads the objects of the addresses it passed over (the primary's
+// informer may not have shown their deletes yet) and the bitmap again (for bits a peer has given
+// back since the primary offered their addresses), and tries the addresses those reads show free.
 package clusterip

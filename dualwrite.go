@@ -7,6 +7,8 @@ import (
 	"iter"
 	"net/http"
 	"net/netip"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +37,13 @@ const (
 	// are rare (a peer that frees the bit before its IPAddress object, or an IPAddress-only peer),
 	// so reaching the bound means the bitmap is far behind the IPAddress objects.
 	maxSkips = 64
+
+	// maxRechecks bounds how many addresses AllocateNext tries again before it answers
+	// allocator.ErrFull: those it passed over because the primary held them (whose objects a read
+	// may show gone: the primary's informer had not delivered the delete) and those whose bits
+	// were set when the primary offered them (bits a peer may have given back since). Each costs a
+	// read, and a dual write if the address turns out free; there are a handful at most.
+	maxRechecks = 8
 
 	// maxFallbacks is how many addresses the primary may choose inside the bitmap's window, only to
 	// find their bits held by a Legacy peer, before AllocateNext reports the range full. Each costs
@@ -129,8 +138,12 @@ func (d *DualWriteAllocator) InWindow(ip netip.Addr) bool {
 
 // DualWriteStats counts what a DualWriteAllocator did besides plain dual writes.
 type DualWriteStats struct {
-	// Skipped counts addresses AllocateNext took in the bitmap and gave back because the primary
-	// held them already (its IPAddress object still existed), or could not serve them.
+	// Skipped counts addresses AllocateNext passed over in the bitmap because the primary held
+	// them already (its IPAddress object still existed, as far as it knew), without setting their
+	// bits if the mirror has AllocateNextSkipping and taking them and giving them back otherwise,
+	// and addresses it gave back because their creates found the object or the primary could not
+	// serve them. An address passed over again, in a compare-and-swap retried after a conflict,
+	// may be counted again.
 	Skipped uint64
 	// Undone counts first writes undone after the second failed, skips included.
 	Undone uint64
@@ -276,17 +289,27 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 }
 
 // AllocateNext reserves a free address for owner and returns it. It takes a free bit of the
-// bitmap's window first and then creates that address's IPAddress object; an address whose
-// object still exists (a peer freed the bit before deleting the object) or that no ready
-// ServiceCIDR serves is given back and another taken, never reported as an error. Once the window
-// has no free bit (even if its addresses have no IPAddress objects, as a Legacy peer's Services
-// leave them), or the primary cannot serve it, the primary chooses an address of a ServiceCIDR
-// outside the window; one it chooses inside the window is kept only if its bit can be set. It
-// returns allocator.ErrFull when neither has a free address, and other errors of the two
-// allocators at once. While the stored bitmap is of another range than the mirror's (the flag
-// range changed; see bitmap.NewPersistent), it takes an address from the primary alone, as
-// kube-apiserver v1.33 does when its bitmap fails. An owner without a Resource or a Name gives an
-// *allocator.OwnerError before any bit is written.
+// bitmap's window first and then creates that address's IPAddress object. An address whose
+// object the primary still holds (a peer freed the bit before deleting the object, or an
+// IPAddress-only peer holds it) is passed over: with a mirror that has AllocateNextSkipping (both
+// bitmap allocators do) inside the compare-and-swap that takes the bit, so that its bit is never
+// set, even for a moment, since another bitmap reader would then find it taken; with another
+// mirror its bit is taken and given back. An address whose create finds the object there, or
+// that no ready ServiceCIDR serves, is given back and another taken, never reported as an error.
+// Once the window has no free bit (even if its addresses have no IPAddress objects, as a Legacy
+// peer's Services leave them), or the primary cannot serve it, the primary chooses an address of
+// a ServiceCIDR outside the window; one it chooses inside the window is kept only if its bit can
+// be set.
+//
+// It returns allocator.ErrFull only when no address was free at some instant of the call: before
+// it does, it tries again (up to maxRechecks) the addresses it passed over whose IPAddress
+// objects a read from the API server shows gone (needs WithClient), and those the primary offered
+// whose bits a fresh read of the bitmap shows cleared, since a peer's transient bit or a lagging
+// informer is no full range. A failed read is returned as an error, not as ErrFull. Other errors
+// of the two allocators are returned at once. While the stored bitmap is of another range than
+// the mirror's (the flag range changed; see bitmap.NewPersistent), it takes an address from the
+// primary alone, as kube-apiserver v1.33 does when its bitmap fails. An owner without a Resource
+// or a Name gives an *allocator.OwnerError before any bit is written.
 func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
 	if err := allocator.CheckOwner(owner); err != nil {
 		return netip.Addr{}, err
@@ -294,8 +317,22 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 	if r, ok := d.primary.(interface{ Ready() bool }); ok && !r.Ready() {
 		return d.primary.AllocateNext(ctx, owner) // reports why it cannot serve, and writes no bit
 	}
+	passed := &passedOver{}
+	defer func() { d.skipped.Add(passed.total()) }()
+	takeBit := func(ctx context.Context) (netip.Addr, error) { return d.mirror.AllocateNext(ctx, owner) }
+	if m, ok := d.mirror.(skippingMirror); ok {
+		takeBit = func(ctx context.Context) (netip.Addr, error) {
+			return m.AllocateNextSkipping(ctx, func(ip netip.Addr) bool {
+				if d.primary.Has(ip) {
+					passed.add(ip)
+					return true
+				}
+				return false
+			})
+		}
+	}
 	for skips := 0; skips < maxSkips; skips++ {
-		ip, err := d.mirror.AllocateNext(ctx, owner)
+		ip, err := takeBit(ctx)
 		if errors.Is(err, allocator.ErrFull) {
 			break
 		}
@@ -308,8 +345,9 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 			return netip.Addr{}, fmt.Errorf("clusterip: take a free bit of %s: %w", d.window, err)
 		}
 		if d.primary.Has(ip) {
-			// Its IPAddress object still exists as far as the primary knows: give it back untried.
-			d.skipped.Add(1)
+			// Its IPAddress object still exists as far as the primary knows (a mirror that cannot
+			// pass it over took it, or the primary learnt of it meanwhile): give it back untried.
+			passed.add(ip)
 			d.undo(ctx, "bitmap", ip, d.mirror.Release)
 			continue
 		}
@@ -333,7 +371,119 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 		}
 		return netip.Addr{}, err
 	}
-	return d.allocateFromPrimary(ctx, owner)
+	ip, refusedBits, err := d.allocateFromPrimary(ctx, owner)
+	if !errors.Is(err, allocator.ErrFull) {
+		return ip, err
+	}
+	return d.recheck(ctx, owner, passed.addrs(), refusedBits, err)
+}
+
+// skippingMirror is a bitmap mirror that takes the next free bit passing over the addresses a
+// predicate refuses, in the compare-and-swap that sets it, as bitmap.Persistent and
+// bitmap.Allocator do.
+type skippingMirror interface {
+	AllocateNextSkipping(ctx context.Context, skip func(netip.Addr) bool) (netip.Addr, error)
+}
+
+// refresher is a bitmap mirror that can read its stored state again, as bitmap.Persistent can.
+type refresher interface {
+	Refresh(ctx context.Context) error
+}
+
+// passedOver records the addresses one AllocateNext passed over because the primary held them.
+// Its methods are safe for concurrent use: a bitmap.Persistent calls its predicate from the
+// goroutine that commits the operation. The zero value is empty.
+type passedOver struct {
+	mu    sync.Mutex   // guards the fields below
+	first []netip.Addr // the first maxRechecks distinct addresses
+	more  uint64       // addresses passed over beyond them, each time (a retried compare-and-swap asks again)
+}
+
+func (p *passedOver) add(ip netip.Addr) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case slices.Contains(p.first, ip):
+	case len(p.first) < maxRechecks:
+		p.first = append(p.first, ip)
+	default:
+		p.more++
+	}
+}
+
+// addrs returns the first addresses passed over, at most maxRechecks.
+func (p *passedOver) addrs() []netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.first)
+}
+
+// total returns how many addresses were passed over.
+func (p *passedOver) total() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return uint64(len(p.first)) + p.more
+}
+
+// recheck is AllocateNext's last step once neither the bitmap nor the primary had a free address
+// (full, the primary's ErrFull). Two kinds of addresses may have been free all the same: passed,
+// those passed over because the primary held them, whose objects the primary's informer may show
+// after their delete (a read from the API server tells); and refusedBits, those the primary
+// offered whose bits were set, by a peer that may have given them back since (a fresh read of
+// the bitmap tells). recheck reads once, then tries a dual write on each address the reads show
+// free, at most maxRechecks in all, and returns the first that succeeds; it returns full only
+// when none does, and a failed read as an error of its own.
+func (d *DualWriteAllocator) recheck(ctx context.Context, owner allocator.Owner, passed, refusedBits []netip.Addr, full error) (netip.Addr, error) {
+	var cands []netip.Addr
+	if r, ok := d.mirror.(refresher); ok && len(refusedBits) > 0 {
+		if err := r.Refresh(ctx); err != nil {
+			return netip.Addr{}, fmt.Errorf("clusterip: the bitmap of %s looked full; reading it again: %w", d.window, err)
+		}
+		for _, ip := range refusedBits {
+			if !d.mirror.Has(ip) && !d.primary.Has(ip) {
+				cands = append(cands, ip)
+			}
+		}
+	}
+	if d.client != nil {
+		for _, ip := range passed {
+			if len(cands) >= maxRechecks {
+				break
+			}
+			if d.mirror.Has(ip) || slices.Contains(cands, ip) {
+				continue
+			}
+			_, err := d.client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				cands = append(cands, ip) // deleted; the primary's informer has not shown it yet
+			case err != nil:
+				return netip.Addr{}, fmt.Errorf("clusterip: %s looked held by an IPAddress; reading it: %w", ip, err)
+			}
+		}
+	}
+	logger := klog.FromContext(ctx)
+	for _, ip := range cands[:min(len(cands), maxRechecks)] {
+		err := d.mirror.Allocate(ctx, ip, owner)
+		if errors.Is(err, allocator.ErrAllocated) {
+			continue
+		}
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
+		}
+		if err = d.primary.Allocate(ctx, ip, owner); err != nil {
+			err = d.settle(ctx, ip, owner, err)
+		}
+		switch {
+		case err == nil:
+			logger.V(2).Info("Allocated an address that looked held before answering full", "ip", ip, "owner", owner)
+			return ip, nil
+		case errors.Is(err, allocator.ErrAllocated):
+			continue
+		}
+		return netip.Addr{}, err
+	}
+	return netip.Addr{}, full
 }
 
 // outsideAllocator is a primary that can choose an address outside a prefix, as
@@ -349,7 +499,10 @@ type outsideAllocator interface {
 // that contains the window, such as an IPv6 flag range wider than the bitmap) is kept only if its
 // bit can be set too; otherwise its IPAddress is deleted again, which is safe whatever the bitmap's
 // answer was, since a bit without an object is a leak and never a duplicate.
-func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allocator.Owner) (netip.Addr, error) {
+//
+// It also returns the distinct addresses the primary offered whose bits were set (at most
+// maxFallbacks), for AllocateNext's recheck.
+func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allocator.Owner) (netip.Addr, []netip.Addr, error) {
 	next := d.primary.AllocateNext
 	// Only a window the bitmap covers whole may be skipped: the rest of an IPv6 flag range wider
 	// than the bitmap's slots lives in the primary alone, in the ServiceCIDR of the window itself.
@@ -358,27 +511,31 @@ func (d *DualWriteAllocator) allocateFromPrimary(ctx context.Context, owner allo
 			return o.AllocateNextOutside(ctx, owner, d.window)
 		}
 	}
+	var refusedBits []netip.Addr
 	for range maxFallbacks {
 		ip, err := next(ctx, owner)
 		if err != nil {
-			return netip.Addr{}, err
+			return netip.Addr{}, refusedBits, err
 		}
 		if !d.InWindow(ip) {
-			return ip, nil
+			return ip, nil, nil
 		}
 		err = d.mirror.Allocate(ctx, ip, owner)
 		if err == nil {
-			return ip, nil
+			return ip, nil, nil
 		}
 		d.undo(ctx, "IPAddress", ip, d.primary.Release)
 		if !errors.Is(err, allocator.ErrAllocated) {
-			return netip.Addr{}, fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
+			return netip.Addr{}, nil, fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
 		}
-		// A Legacy peer's bit (or a stale one): never taken over.
+		// A Legacy peer's bit (or a stale one, or a peer's for a moment): never taken over.
 		d.skipped.Add(1)
 		d.refused.Add(1)
+		if !slices.Contains(refusedBits, ip) {
+			refusedBits = append(refusedBits, ip)
+		}
 	}
-	return netip.Addr{}, fmt.Errorf("clusterip: every free address the ServiceCIDRs offered is held in the bitmap of %s: %w", d.window, allocator.ErrFull)
+	return netip.Addr{}, refusedBits, fmt.Errorf("clusterip: every free address the ServiceCIDRs offered is held in the bitmap of %s: %w", d.window, allocator.ErrFull)
 }
 
 // Release frees ip: it deletes the IPAddress object first and then, inside the window, clears the

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -595,4 +596,200 @@ func TestDualWriteServesTheRestOfAnIPv6FlagRangeWiderThanTheBitmap(t *testing.T)
 			t.Errorf("AllocateNext() #%d = %v, want an address of %s past %s", i+1, ip, f.flag, last)
 		}
 	}
+}
+
+// stalePrimary is a primary whose informer still shows the IPAddress object of stale, an address a
+// peer has freed: Has answers true for it, and, if asked is not nil, the first time it is asked
+// Has closes asked and waits (at most 10 s) for resume, so that a test can act while the caller
+// of Has is between the two. Every other call goes to the primary underneath, a servicecidr
+// allocator. Close leaves that primary open.
+type stalePrimary struct {
+	allocator.Interface
+	stale  netip.Addr
+	once   sync.Once
+	asked  chan struct{}
+	resume chan struct{}
+}
+
+func (s *stalePrimary) Has(ip netip.Addr) bool {
+	if ip != s.stale {
+		return s.Interface.Has(ip)
+	}
+	s.once.Do(func() {
+		if s.asked == nil {
+			return
+		}
+		close(s.asked)
+		select {
+		case <-s.resume:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	return true
+}
+
+func (s *stalePrimary) Close() error { return nil }
+
+// AllocateNextOutside is that of the servicecidr primary underneath, which does not know that
+// stale is free either: it offers no address of the window p.
+func (s *stalePrimary) AllocateNextOutside(ctx context.Context, owner allocator.Owner, p netip.Prefix) (netip.Addr, error) {
+	return s.Interface.(outsideAllocator).AllocateNextOutside(ctx, owner, p)
+}
+
+// TestDualWriteAllocateNextNotFullWhileAPeerSkipsTheFreeAddress replays the interleaving that the
+// 5-minute finish history of 2026-11-27 refused as full: a range with one free address, 10.0.0.1,
+// whose IPAddress object a peer's informer still shows. The peer's AllocateNext must not hold that
+// address's bit while it decides to skip it, since a caller that reads the bitmap meanwhile would
+// find the range full and answer ErrFull while an address is free.
+func TestDualWriteAllocateNextNotFullWhileAPeerSkipsTheFreeAddress(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/30") // 10.0.0.1 and 10.0.0.2
+	free, held := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	if err := f.dw.Allocate(f.ctx, held, testOwner); err != nil {
+		t.Fatalf("Allocate(%v) = %v", held, err)
+	}
+	primary := &stalePrimary{Interface: f.sc, stale: free, asked: make(chan struct{}), resume: make(chan struct{})}
+	mirror, err := bitmap.NewPersistent(f.ctx, f.flag, f.store)
+	if err != nil {
+		t.Fatalf("NewPersistent() = %v", err)
+	}
+	peer, err := NewDualWrite(primary, mirror, WithClient(f.client))
+	if err != nil {
+		t.Fatalf("NewDualWrite() = %v", err)
+	}
+	t.Cleanup(func() { _ = peer.Close() })
+
+	type result struct {
+		ip  netip.Addr
+		err error
+	}
+	peerDone := make(chan result, 1)
+	go func() {
+		ip, err := peer.AllocateNext(f.ctx, allocator.Owner{Resource: "services", Namespace: "default", Name: "peer"})
+		peerDone <- result{ip, err}
+	}()
+	select {
+	case <-primary.asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer's AllocateNext never asked its primary about the free address")
+	}
+	// The peer is deciding to skip 10.0.0.1; the range has a free address all along.
+	ip, err := f.dw.AllocateNext(f.ctx, testOwner)
+	close(primary.resume)
+	if err != nil || ip != free {
+		t.Errorf("AllocateNext() while a peer skips %v = %v, %v; want %v (bits then: %v)", free, ip, err, free, f.describeBits())
+	}
+	r := <-peerDone
+	if r.err == nil {
+		t.Errorf("peer AllocateNext() = %v, want ErrFull: both addresses are held", r.ip)
+	} else if !errors.Is(r.err, allocator.ErrFull) {
+		t.Errorf("peer AllocateNext() = %v, want ErrFull", r.err)
+	}
+	f.checkInvariant()
+}
+
+// TestDualWriteAllocateNextConfirmsAddressesThePrimaryWronglyHolds checks the other side of the
+// same interleaving: the caller is the one whose primary's informer still shows the object of
+// the free address. AllocateNext passes the address over, finds the range full, and before it
+// answers ErrFull reads the object: it is gone, so the address is allocated. Without a client to
+// read it, ErrFull stays the answer (the documented default).
+func TestDualWriteAllocateNextConfirmsAddressesThePrimaryWronglyHolds(t *testing.T) {
+	tests := []struct {
+		name       string
+		withClient bool
+		wantFull   bool
+	}{
+		{name: "with a client: the read shows it free", withClient: true},
+		{name: "without a client", wantFull: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newDualFixture(t, "10.0.0.0/30")
+			free, held := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+			if err := f.dw.Allocate(f.ctx, held, testOwner); err != nil {
+				t.Fatalf("Allocate(%v) = %v", held, err)
+			}
+			var opts []DualWriteOption
+			if tt.withClient {
+				opts = append(opts, WithClient(f.client))
+			}
+			dw, err := NewDualWrite(&stalePrimary{Interface: f.sc, stale: free}, f.bm, opts...)
+			if err != nil {
+				t.Fatalf("NewDualWrite() = %v", err)
+			}
+			ip, err := dw.AllocateNext(f.ctx, testOwner)
+			if tt.wantFull {
+				if !errors.Is(err, allocator.ErrFull) {
+					t.Errorf("AllocateNext() = %v, %v; want ErrFull", ip, err)
+				}
+				if got, want := f.bits(), []netip.Addr{held}; !slices.Equal(got, want) {
+					t.Errorf("bits = %v, want %v: the skipped address's bit never set", got, want)
+				}
+				return
+			}
+			if err != nil || ip != free {
+				t.Fatalf("AllocateNext() = %v, %v; want %v", ip, err, free)
+			}
+			if got := dw.Stats().Undone; got != 0 {
+				t.Errorf("Stats().Undone = %d, want 0: no bit taken and given back", got)
+			}
+			f.checkInvariant()
+		})
+	}
+}
+
+// releaseHook is a primary without AllocateNextOutside (so that it offers addresses of the
+// window) that calls onRelease after each Release. Close leaves the primary underneath open.
+type releaseHook struct {
+	allocator.Interface
+	mu        sync.Mutex
+	releases  int
+	onRelease func(n int)
+}
+
+func (r *releaseHook) Release(ctx context.Context, ip netip.Addr) error {
+	err := r.Interface.Release(ctx, ip)
+	r.mu.Lock()
+	r.releases++
+	n := r.releases
+	r.mu.Unlock()
+	r.onRelease(n)
+	return err
+}
+
+func (r *releaseHook) Close() error { return nil }
+
+// TestDualWriteAllocateNextRetriesAnOfferedAddressWhoseBitWasGivenBack checks that a bit a peer
+// holds for a moment does not make AllocateNext answer ErrFull: the primary offers the free
+// address, whose bit is set every time it is tried, and the peer clears it as AllocateNext gives
+// up; before answering ErrFull, AllocateNext reads the bitmap again and takes the address.
+func TestDualWriteAllocateNextRetriesAnOfferedAddressWhoseBitWasGivenBack(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/30")
+	free, held := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	if err := f.dw.Allocate(f.ctx, held, testOwner); err != nil {
+		t.Fatalf("Allocate(%v) = %v", held, err)
+	}
+	f.setBits(free) // the peer's bit, without an object
+	primary := &releaseHook{Interface: f.sc, onRelease: func(n int) {
+		if n == maxFallbacks { // the undo of the last address offered: the peer gives its bit back
+			a, _, err := bitmap.Load(context.Background(), f.store, f.flag)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = a.Release(context.Background(), free)
+			f.store.Put(a.Snapshot())
+		}
+	}}
+	dw, err := NewDualWrite(primary, f.bm, WithClient(f.client))
+	if err != nil {
+		t.Fatalf("NewDualWrite() = %v", err)
+	}
+	ip, err := dw.AllocateNext(f.ctx, testOwner)
+	if err != nil || ip != free {
+		t.Fatalf("AllocateNext() = %v, %v; want %v (stats %+v)", ip, err, free, dw.Stats())
+	}
+	if got := dw.Stats().Refused; got != maxFallbacks {
+		t.Errorf("Stats().Refused = %d, want %d", got, maxFallbacks)
+	}
+	f.checkInvariant()
 }

@@ -164,12 +164,42 @@ func (a *Allocator) AllocateNext(_ context.Context, _ allocator.Owner) (netip.Ad
 	return a.addrAt(off), nil
 }
 
+// AllocateNextSkipping is AllocateNext that passes over the free addresses skip refuses: it
+// visits the free addresses in AllocateNext's order (the dynamic band from a random start,
+// wrapping, then the static band) and reserves the first for which skip reports false, leaving
+// the refused ones free. If every free address is refused, or none is free, it returns the zero
+// Addr and allocator.ErrFull and changes nothing. A nil skip refuses none. skip is called with
+// the allocator locked, at most once per free address, so it must be quick and must not call a;
+// the cost is one AllocateNext step per address refused.
+//
+// A DualWrite allocator passes its primary's Has, so that it never sets, even for a moment, the
+// bit of an address the primary holds: another bitmap reader would find that bit taken.
+func (a *Allocator) AllocateNextSkipping(_ context.Context, skip func(netip.Addr) bool) (netip.Addr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	off, ok := a.pickSkippingLocked(skip)
+	if !ok {
+		return netip.Addr{}, allocator.ErrFull
+	}
+	a.set.Add(off)
+	return a.addrAt(off), nil
+}
+
 // pickLocked chooses the offset AllocateNext would take.
 func (a *Allocator) pickLocked() (int, bool) {
+	return a.pickSkippingLocked(nil)
+}
+
+// pickSkippingLocked chooses the offset AllocateNextSkipping would take.
+func (a *Allocator) pickSkippingLocked(skip func(netip.Addr) bool) (int, bool) {
 	if a.set.Len() >= a.max {
 		return 0, false
 	}
-	off, ok := ipmath.PickOffset(a.set, uint64(a.max), uint64(a.band), a.rand)
+	var skipOff func(uint64) bool
+	if skip != nil {
+		skipOff = func(off uint64) bool { return skip(a.addrAt(int(off))) }
+	}
+	off, ok := ipmath.PickOffsetSkipping(a.set, uint64(a.max), uint64(a.band), a.rand, skipOff)
 	return int(off), ok
 }
 

@@ -5,7 +5,9 @@
 // excludes its network and broadcast addresses; an IPv6 range excludes its network address and is
 // capped at 65535 slots (network+1 … network+0xffff), exactly as kube-apiserver keeps it, so that the
 // stored bitmaps of both interoperate. AllocateNext prefers the dynamic (upper) band of KEP-3070 and
-// starts at a random offset inside it.
+// starts at a random offset inside it. AllocateNextSkipping picks in the same order but passes over
+// the addresses a predicate refuses, without setting their bits (in a Persistent, inside the
+// compare-and-swap that takes the bit), for a dual-write allocator whose other store holds them.
 //
 // Allocator keeps the bit set in memory. Persistent keeps it in a Store with compare-and-swap, such
 // as the etcd key of package etcdstore that kube-apiserver itself reads and writes. Snapshot and

@@ -29,7 +29,8 @@ const (
 type op struct {
 	ctx  context.Context
 	kind opKind
-	ip   netip.Addr // the address of Allocate and Release; the result of AllocateNext
+	ip   netip.Addr            // the address of Allocate and Release; the result of AllocateNext
+	skip func(netip.Addr) bool // AllocateNextSkipping's filter; nil for AllocateNext
 	err  error
 
 	// Guarded by Persistent.mu.
@@ -316,7 +317,7 @@ func apply(a *Allocator, ops []*op) bool {
 			o.tryIP = o.ip
 			changed = changed || o.tryErr == nil
 		case opAllocateNext:
-			o.tryIP, o.tryErr = a.AllocateNext(o.ctx, allocator.Owner{})
+			o.tryIP, o.tryErr = a.AllocateNextSkipping(o.ctx, o.skip)
 			changed = changed || o.tryErr == nil
 		case opRelease:
 			if a.Has(o.ip) {

@@ -229,6 +229,21 @@ func (p *Persistent) AllocateNext(ctx context.Context, _ allocator.Owner) (netip
 	return p.submit(ctx, &op{kind: opAllocateNext})
 }
 
+// AllocateNextSkipping is AllocateNext that passes over the free addresses skip refuses, in the
+// same compare-and-swap as the pick: it reserves the first free address, in AllocateNext's order,
+// for which skip reports false, and never writes the bit of an address skip refuses. If every
+// free address of the stored state is refused, or none is free, it returns the zero Addr and
+// allocator.ErrFull and writes nothing. A nil skip refuses none; other failures are as for
+// Allocate.
+//
+// skip is called by the goroutine that commits the operation, not the caller's, possibly for
+// several stored states (after a revision conflict) and after the caller has given up, so it must
+// be safe for concurrent use, quick, and must not call p. Its cost is one AllocateNext step per
+// address refused, paid in each attempt.
+func (p *Persistent) AllocateNextSkipping(ctx context.Context, skip func(netip.Addr) bool) (netip.Addr, error) {
+	return p.submit(ctx, &op{kind: opAllocateNext, skip: skip})
+}
+
 // Release frees ip in the store. It returns nil if ip is not allocated in the stored state or is
 // not one of the bitmap's addresses, an *allocator.AddrError for an invalid, zoned or IPv4-mapped
 // ip, and an error as for Allocate if the store could not be updated.
