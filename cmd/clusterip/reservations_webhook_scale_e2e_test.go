@@ -378,6 +378,11 @@ func TestShippedWebhookWindowsUnderChurn(t *testing.T) {
 			Annotations: map[string]string{reservation.AnnotationReleasePolicy: "Retain"}},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
 	}
+	// The webhook's Namespace informer must show the cap before a Retain Service is admitted.
+	poll(t, "the webhook to see that namespace keep may retain", func() bool {
+		_, err := api.CoreV1().Services(keepNS).Create(ctx, retain(0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil
+	})
 	addrs := make([]string, retained) // each Retain Service's address
 	for i := range retained {
 		got, err := api.CoreV1().Services(keepNS).Create(ctx, retain(i), metav1.CreateOptions{})
