@@ -55,10 +55,21 @@ its --admission-control-config-file; deploy/webhook ships both files), and with
 port is served: use it only where a NetworkPolicy admits the control plane alone (managed
 clusters, deploy/webhook/networkpolicy.yaml).
 
+The serving certificate is read again whenever its files change (cert-manager renews the Secret,
+the kubelet updates the mounted files), and at least every 10 seconds: no restart is needed.
+
+Every replica serves reviews; with --leader-elect (the default) only the one holding the Lease
+--leader-elect-resource-name in --namespace runs the controllers, and a replica that loses it
+exits. On SIGTERM or SIGINT the process answers 503 on /readyz, stops its controllers (the leader
+gives its Lease up), serves --shutdown-delay-duration more, answers the reviews in flight and
+exits 0.
+
 The probes are on their own plain-HTTP port (--health-probe-bind-address), where a kubelet reaches
 them without a client certificate: /healthz answers 200 while the process runs, /readyz once its
-informers have synced and it serves reviews. The metrics (the webhook's, the Go runtime's and
-the process's) are at /metrics on --metrics-bind-address. "0" turns either port off.
+informers have synced and it serves reviews, until it shuts down. The metrics (admission requests
+by result and their latency, the webhook's counters, the workqueues', the leader election's, the
+Go runtime's and the process's) are at /metrics on --metrics-bind-address. "0" turns either port
+off.
 
 Before it hands a reservation out, the webhook records the hand-out in a Lease in --namespace
 (every replica shares them); while the record exists no other Service may ask for the address by
@@ -225,16 +236,6 @@ func addrOf(ln net.Listener) string {
 // reviews in flight were not all answered in time.
 func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.Interface, reg *prometheus.Registry) error {
 	logger := klog.FromContext(ctx)
-	namespace, err := handoutNamespace(o.namespace)
-	if err != nil {
-		return err
-	}
-	if o.handoutBound <= 0 {
-		return fmt.Errorf("--handout-bound %v: must be above zero", o.handoutBound)
-	}
-	if o.shutdownDelay < 0 || o.shutdownTimeout <= 0 {
-		return fmt.Errorf("--shutdown-delay-duration %v, --shutdown-timeout %v: must not be negative, and above zero", o.shutdownDelay, o.shutdownTimeout)
-	}
 	// Read before anything starts: a wrong path is an error at once, not after "Serving". The
 	// watcher reads the files again when they change (cert-manager renews the Secret, the
 	// kubelet updates the mounted files) and every 10 seconds: each handshake gets the newest.
@@ -245,6 +246,16 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	tlsCfg, err := o.tlsConfig(certs.GetCertificate)
 	if err != nil {
 		return err
+	}
+	namespace, err := handoutNamespace(o.namespace)
+	if err != nil {
+		return err
+	}
+	if o.handoutBound <= 0 {
+		return fmt.Errorf("--handout-bound %v: must be above zero", o.handoutBound)
+	}
+	if o.shutdownDelay < 0 || o.shutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-delay-duration %v, --shutdown-timeout %v: must not be negative, and above zero", o.shutdownDelay, o.shutdownTimeout)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := webhook.NewMetrics(reg)
