@@ -474,7 +474,11 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	// The shutdown. Readiness first: the endpoints controller takes the Pod out of the webhook
 	// Service while the webhook still serves.
 	ready.Store(false)
-	logger.Info("Shutting down: not ready; stopping the controllers, then draining the webhook", "delay", o.shutdownDelay, "reason", context.Cause(ctx))
+	why := err
+	if why == nil {
+		why = context.Cause(ctx) // the signal
+	}
+	logger.Info("Shutting down: not ready; stopping the controllers, then draining the webhook", "delay", o.shutdownDelay, "reason", why.Error())
 	// Each connection closes after its next response, so that kube-apiserver's next review
 	// opens one to another replica.
 	srv.SetKeepAlivesEnabled(false)

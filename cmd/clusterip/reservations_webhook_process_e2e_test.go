@@ -382,3 +382,39 @@ func TestShippedWebhookFailoverMovesTheControllersToTheOtherReplica(t *testing.T
 		t.Error("the new leader counted no patched review, though it handed a reservation out")
 	}
 }
+
+// TestShippedWebhookExitsWhenItLosesItsLease runs the shipped webhook with a short lease and
+// gives its leader election's Lease to another holder, as a replica would take it after a
+// partition: the process stops leading once it cannot renew within its renew deadline, and
+// exits non-zero saying so, so that its controllers never run beside another leader's and a new
+// process starts clean.
+func TestShippedWebhookExitsWhenItLosesItsLease(t *testing.T) {
+	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/24",
+		Args: []string{"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}})
+	poll(t, "the webhook to lead", func() bool { return leads(t, s.plain, s.p) })
+	leases := s.api.Client.CoordinationV1().Leases(metav1.NamespaceSystem)
+	poll(t, "the Lease to be given to another holder", func() bool {
+		l, err := leases.Get(t.Context(), "clusterip-reservations-webhook", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		other, long := "another-replica", int32(3600)
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &other, &long, &now, &now
+		_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
+		return err == nil
+	})
+	taken := time.Now()
+	select {
+	case <-s.p.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the webhook did not exit within a minute of losing its Lease")
+	}
+	if code := s.p.cmd.ProcessState.ExitCode(); code != exitCouldNotRun {
+		t.Errorf("the webhook exited %d after losing its Lease, want %d", code, exitCouldNotRun)
+	}
+	if want := "clusterip: lost the leader election Lease kube-system/clusterip-reservations-webhook"; !strings.Contains(s.p.log(), want) {
+		t.Errorf("the webhook's log does not say %q:\n%s", want, s.p.log())
+	}
+	t.Logf("the webhook exited %v after its Lease was taken", time.Since(taken).Round(time.Millisecond))
+}
