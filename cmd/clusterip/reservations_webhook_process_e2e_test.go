@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,9 +110,13 @@ func setWebhookClientConfig(t *testing.T, s *shippedWebhook, caPEM []byte, addr 
 			cfg.Webhooks[i].ClientConfig.CABundle = caPEM
 		}
 		if addr != "" {
-			old := *cfg.Webhooks[i].ClientConfig.URL
-			u := "https://" + addr + old[strings.Index(old, "/mutate"):]
-			cfg.Webhooks[i].ClientConfig.URL = &u
+			u, err := url.Parse(*cfg.Webhooks[i].ClientConfig.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Host = addr
+			to := u.String()
+			cfg.Webhooks[i].ClientConfig.URL = &to
 		}
 	}
 	if _, err := hooks.Update(t.Context(), cfg, metav1.UpdateOptions{}); err != nil {
