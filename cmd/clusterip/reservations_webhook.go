@@ -19,9 +19,16 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kube-ipam/clusterip/reservation"
 	"github.com/kube-ipam/clusterip/reservation/webhook"
@@ -48,10 +55,21 @@ its --admission-control-config-file; deploy/webhook ships both files), and with
 port is served: use it only where a NetworkPolicy admits the control plane alone (managed
 clusters, deploy/webhook/networkpolicy.yaml).
 
+The serving certificate is read again whenever its files change (cert-manager renews the Secret,
+the kubelet updates the mounted files), and at least every 10 seconds: no restart is needed.
+
+Every replica serves reviews; with --leader-elect (the default) only the one holding the Lease
+--leader-elect-resource-name in --namespace runs the controllers, and a replica that loses it
+exits. On SIGTERM or SIGINT the process answers 503 on /readyz, stops its controllers (the leader
+gives its Lease up), serves --shutdown-delay-duration more, answers the reviews in flight and
+exits 0.
+
 The probes are on their own plain-HTTP port (--health-probe-bind-address), where a kubelet reaches
 them without a client certificate: /healthz answers 200 while the process runs, /readyz once its
-informers have synced and it serves reviews. The metrics (the webhook's, the Go runtime's and
-the process's) are at /metrics on --metrics-bind-address. "0" turns either port off.
+informers have synced and it serves reviews, until it shuts down. The metrics (admission requests
+by result and their latency, the webhook's counters, the workqueues', the leader election's, the
+Go runtime's and the process's) are at /metrics on --metrics-bind-address. "0" turns either port
+off.
 
 Before it hands a reservation out, the webhook records the hand-out in a Lease in --namespace
 (every replica shares them); while the record exists no other Service may ask for the address by
@@ -78,10 +96,22 @@ type reservationsWebhookOptions struct {
 	workers           int
 	namespace         string
 	handoutBound      time.Duration
+	shutdownDelay     time.Duration
+	shutdownTimeout   time.Duration
+
+	// Leader election, as kube's components name it (component-base's LeaderElectionConfiguration).
+	leaderElect   bool
+	leaseDuration time.Duration
+	renewDeadline time.Duration
+	retryPeriod   time.Duration
+	leaseName     string
 }
 
 func newReservationsWebhookCommand(kube *checkOptions) *cobra.Command {
-	o := &reservationsWebhookOptions{listen: ":8443", healthProbeAddr: ":8081", metricsAddr: ":8080", webhookConfig: "clusterip-reservations", workers: 2, handoutBound: webhook.DefaultHandoutBound}
+	o := &reservationsWebhookOptions{listen: ":8443", healthProbeAddr: ":8081", metricsAddr: ":8080", webhookConfig: "clusterip-reservations", workers: 2, handoutBound: webhook.DefaultHandoutBound,
+		shutdownTimeout: 15 * time.Second,
+		leaderElect:     true, leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second,
+		leaseName: "clusterip-reservations-webhook"}
 	cmd := &cobra.Command{
 		Use:   "webhook --tls-cert-file FILE --tls-private-key-file FILE [--client-ca-file FILE]",
 		Short: "Serve the reservations webhook and run its controllers, for a stock kube-apiserver",
@@ -105,7 +135,19 @@ func newReservationsWebhookCommand(kube *checkOptions) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("kubeconfig: %w", err)
 			}
-			return o.run(cmd.Context(), client)
+			logger := klog.FromContext(cmd.Context())
+			// Two pieces of global state, each set once per process here, where the process is
+			// this verb: client-go keeps one workqueue metrics provider per process, the first
+			// it is given (workqueue.SetProvider), used by every queue made after; and
+			// controller-runtime one logger (the certificate watcher's lines).
+			reg := prometheus.NewRegistry()
+			wq, err := newWorkqueueMetrics(reg)
+			if err != nil {
+				return err
+			}
+			workqueue.SetProvider(wq)
+			ctrllog.SetLogger(logger)
+			return o.run(cmd.Context(), client, reg)
 		},
 	}
 	f := cmd.Flags()
@@ -120,19 +162,21 @@ func newReservationsWebhookCommand(kube *checkOptions) *cobra.Command {
 	f.IntVar(&o.workers, "workers", o.workers, "controller workers, each waiting up to 10s for a deleted Service's address")
 	f.StringVar(&o.namespace, "namespace", "", "the namespace of the hand-out records (Leases) every replica shares (default: $POD_NAMESPACE, else the Pod's service account namespace)")
 	f.DurationVar(&o.handoutBound, "handout-bound", o.handoutBound, "how long a Service handed a reservation has to hold its address before the reservation is put back: kube-apiserver's longest request plus the webhook's timeout")
+	f.DurationVar(&o.shutdownDelay, "shutdown-delay-duration", o.shutdownDelay, "after SIGTERM, how long the webhook goes on serving new reviews, with /readyz answering 503, before it drains: the time the webhook Service's endpoints take to drop the Pod")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "after the delay, how long the reviews in flight have to be answered before the process exits anyway (with an error)")
+	f.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "run the controllers only in the replica that holds the Lease --leader-elect-resource-name in --namespace; every replica serves reviews. false: this process runs them (one replica only)")
+	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", o.leaseDuration, "how long the other replicas wait after the leader's last renewal before one takes the Lease")
+	f.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", o.renewDeadline, "how long the leader tries to renew the Lease before it stops leading (and the process exits); below the lease duration")
+	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", o.retryPeriod, "how often a replica tries to take, and the leader to renew, the Lease")
+	f.StringVar(&o.leaseName, "leader-elect-resource-name", o.leaseName, "the Lease of the leader election, in --namespace (the Role in deploy/webhook grants get and update on this name only)")
 	return cmd
 }
 
-// tlsConfig returns the webhook listener's TLS configuration: the serving certificate, and with
-// --client-ca-file a client certificate that CA signed (and, with --client-allowed-names, one of
-// those names), checked at the handshake.
-func (o *reservationsWebhookOptions) tlsConfig() (*tls.Config, error) {
-	// Loaded before anything starts: a wrong path is an error at once, not after "Serving".
-	cert, err := tls.LoadX509KeyPair(o.certFile, o.keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file, --tls-private-key-file: %w", err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+// tlsConfig returns the webhook listener's TLS configuration: the serving certificate of
+// getCertificate, and with --client-ca-file a client certificate that CA signed (and, with
+// --client-allowed-names, one of those names), checked at the handshake.
+func (o *reservationsWebhookOptions) tlsConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) (*tls.Config, error) {
+	cfg := &tls.Config{GetCertificate: getCertificate, MinVersion: tls.VersionTLS12}
 	if o.clientCAFile == "" {
 		return cfg, nil
 	}
@@ -182,12 +226,24 @@ func addrOf(ln net.Listener) string {
 	return ln.Addr().String()
 }
 
-// run serves until ctx is done.
-func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.Interface) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// run serves until ctx is done (SIGTERM or SIGINT), then shuts down as a Pod being stopped must:
+// /readyz answers 503 at once and the controllers stop (the leader gives its Lease up, so that
+// another replica takes over without waiting for it to expire); the webhook goes on serving for
+// --shutdown-delay-duration, until the webhook Service's endpoints no longer send it reviews, then
+// stops listening and answers the reviews in flight (at most --shutdown-timeout), and run returns
+// nil. It returns an error if it could not start, if a server failed, if this replica led and
+// lost its Lease (kube's components exit then too: a new process starts clean), or if the
+// reviews in flight were not all answered in time.
+func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.Interface, reg *prometheus.Registry) error {
 	logger := klog.FromContext(ctx)
-	tlsCfg, err := o.tlsConfig()
+	// Read before anything starts: a wrong path is an error at once, not after "Serving". The
+	// watcher reads the files again when they change (cert-manager renews the Secret, the
+	// kubelet updates the mounted files) and every 10 seconds: each handshake gets the newest.
+	certs, err := certwatcher.New(o.certFile, o.keyFile)
+	if err != nil {
+		return fmt.Errorf("--tls-cert-file, --tls-private-key-file: %w", err)
+	}
+	tlsCfg, err := o.tlsConfig(certs.GetCertificate)
 	if err != nil {
 		return err
 	}
@@ -198,12 +254,16 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if o.handoutBound <= 0 {
 		return fmt.Errorf("--handout-bound %v: must be above zero", o.handoutBound)
 	}
-	reg := prometheus.NewRegistry()
+	if o.shutdownDelay < 0 || o.shutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-delay-duration %v, --shutdown-timeout %v: must not be negative, and above zero", o.shutdownDelay, o.shutdownTimeout)
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := webhook.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
+
+	// What every replica runs: the informers the Handler reads.
 	factory := informers.NewSharedInformerFactory(client, 0)
 	// One Namespace informer, shared by the caps and Sent.
 	limits, err := reservation.NewLimits(factory.Networking().V1().IPAddresses(), factory.Core().V1().Namespaces(), factory.Networking().V1().ServiceCIDRs())
@@ -228,16 +288,82 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if err != nil {
 		return err
 	}
-	ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Handouts: handouts, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs(), Sent: sent, Limits: limits})
-	if err != nil {
-		return err
-	}
-	expiry, err := reservation.NewExpiryController(client, factory.Networking().V1().IPAddresses())
-	if err != nil {
-		return err
-	}
 	if o.clientCAFile == "" {
 		logger.Info("Warning: no --client-ca-file, so any caller that reaches the webhook's port is served and can make it hand out a reservation; admit only the control plane to it (a NetworkPolicy)")
+	}
+
+	// The controllers, built only where they run (the leader): a replica that does not lead
+	// neither watches Services nor queues their deletes. Each Retain Service keeps a finalizer
+	// until the controller has kept its addresses, so deletes while no replica leads wait for
+	// the next leader.
+	runControllers := func(ctx context.Context) error {
+		ctrl, err := webhook.NewController(client, factory.Core().V1().Services(), webhook.ControllerOptions{Metrics: m, Handouts: handouts, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs(), Sent: sent, Limits: limits})
+		if err != nil {
+			return err
+		}
+		expiry, err := reservation.NewExpiryController(client, factory.Networking().V1().IPAddresses())
+		if err != nil {
+			return err
+		}
+		factory.Start(ctx.Done()) // the Service informer, new
+		done := make(chan error, 2)
+		go func() { done <- ctrl.Run(ctx, o.workers) }()
+		go func() { done <- expiry.Run(ctx) }()
+		return errors.Join(<-done, <-done)
+	}
+	var elector *leaderelection.LeaderElector
+	// The controllers' context: the shutdown cancels it before it stops the election, so that
+	// the leader gives its Lease up only once its controllers have returned, and the next
+	// leader's never run beside them.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	ctrlCtx, stopCtrl := context.WithCancel(work)
+	defer stopCtrl()
+	ctrlDone := make(chan error, 1) // the controllers' end, once they have started
+	leading := make(chan struct{})  // closed when this replica starts leading
+	lost := make(chan struct{})     // closed when it stops leading but was not told to
+	if o.leaderElect {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("leader election identity: %w", err)
+		}
+		identity := host + "_" + string(uuid.NewUUID())
+		elector, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: o.leaseName},
+				Client:     client.CoordinationV1(),
+				LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+			},
+			Name:          o.leaseName,
+			LeaseDuration: o.leaseDuration,
+			RenewDeadline: o.renewDeadline,
+			RetryPeriod:   o.retryPeriod,
+			// Given up only after the controllers have returned (see the shutdown below).
+			ReleaseOnCancel: true,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(leadCtx context.Context) {
+					close(leading)
+					ctx, cancel := context.WithCancel(ctrlCtx)
+					defer cancel()
+					defer context.AfterFunc(leadCtx, cancel)()
+					logger.Info("Leading: running the controllers", "lease", namespace+"/"+o.leaseName, "identity", identity)
+					ctrlDone <- runControllers(ctx)
+				},
+				OnStoppedLeading: func() {
+					if ctrlCtx.Err() == nil { // not the shutdown
+						close(lost)
+					}
+				},
+				OnNewLeader: func(id string) {
+					if id != identity {
+						logger.Info("Another replica leads and runs the controllers", "lease", namespace+"/"+o.leaseName, "leader", id)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("--leader-elect: %w", err)
+		}
 	}
 
 	ln, err := net.Listen("tcp", o.listen)
@@ -258,47 +384,64 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 		return err
 	}
 
+	// Everything but the webhook server stops with work, which outlives ctx by the drain: a
+	// review in flight still reads the informers and writes to the API server.
 	mux := http.NewServeMux()
 	mux.Handle("/mutate-services", h)
 	mux.Handle("/guard-ipaddresses", h) // the same Handler: it tells the two by the request's resource
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }, TLSConfig: tlsCfg}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return work }, TLSConfig: tlsCfg}
 	var ready atomic.Bool
 	probes := http.NewServeMux()
 	probes.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	probes.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+			http.Error(w, "not serving: informers not synced, or shutting down", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	metrics := http.NewServeMux()
-	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// With controller-runtime's registry, which its certificate watcher fills
+	// (certwatcher_read_certificate_total and _errors_total), with the leader election's
+	// leader_election_master_status and client-go's rest_client_requests_total.
+	metrics.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, ctrlmetrics.Registry}, promhttp.HandlerOpts{}))
 
 	// Every server's end: the first error stops the process.
-	servers := []*http.Server{srv}
-	serveErr := make(chan error, 3)
-	for _, side := range []struct {
+	var side []*http.Server
+	serveErr := make(chan error, 4)
+	for _, s := range []struct {
 		ln      net.Listener
 		handler http.Handler
 	}{{probeLn, probes}, {metricsLn, metrics}} {
-		if side.ln == nil {
+		if s.ln == nil {
 			continue
 		}
-		s := &http.Server{Handler: side.handler, ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, s)
-		go func() { serveErr <- s.Serve(side.ln) }()
+		hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+		side = append(side, hs)
+		go func() { serveErr <- hs.Serve(s.ln) }()
 	}
+	go func() {
+		if err := certs.Start(work); err != nil {
+			serveErr <- fmt.Errorf("watch --tls-cert-file, --tls-private-key-file: %w", err)
+		}
+	}()
 
-	factory.Start(ctx.Done())
+	factory.Start(work.Done())
 	defer factory.Shutdown()
-	configFactory.Start(ctx.Done())
+	configFactory.Start(work.Done())
 	defer configFactory.Shutdown()
-	leaseFactory.Start(ctx.Done())
+	leaseFactory.Start(work.Done())
 	defer leaseFactory.Shutdown()
-	ctrlDone := make(chan error, 2)
-	go func() { ctrlDone <- ctrl.Run(ctx, o.workers) }()
-	go func() { ctrlDone <- expiry.Run(ctx) }()
+	// The controllers, or the election that decides whether they run here.
+	electCtx, stopElect := context.WithCancel(work)
+	defer stopElect()
+	electionDone := make(chan struct{})
+	if elector != nil {
+		go func() { defer close(electionDone); elector.Run(electCtx) }()
+	} else {
+		close(electionDone)
+		go func() { ctrlDone <- runControllers(ctrlCtx) }()
+	}
 	// Serve only once the informers have synced: before, the handler would find no reservation
 	// and let a Service through without its addresses (a new Pod of a rolling update, say).
 	// Meanwhile requests wait in the listener's backlog, until kube-apiserver gives up after the
@@ -307,10 +450,11 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	factory.WaitForCacheSync(ctx.Done())
 	configFactory.WaitForCacheSync(ctx.Done())
 	leaseFactory.WaitForCacheSync(ctx.Done())
-	if ctx.Err() == nil {
+	served := ctx.Err() == nil
+	if served {
 		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
 		ready.Store(true)
-		logger.Info("Serving the reservations webhook", "listen", ln.Addr().String(), "healthProbes", addrOf(probeLn), "metrics", addrOf(metricsLn), "clientCertificates", o.clientCAFile != "")
+		logger.Info("Serving the reservations webhook", "listen", ln.Addr().String(), "healthProbes", addrOf(probeLn), "metrics", addrOf(metricsLn), "clientCertificates", o.clientCAFile != "", "leaderElection", o.leaderElect)
 	} else {
 		_ = ln.Close()
 	}
@@ -318,18 +462,62 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	select {
 	case err = <-serveErr:
 		err = fmt.Errorf("serve: %w", err)
+	case <-lost:
+		err = fmt.Errorf("lost the leader election Lease %s/%s: exiting, so that a new process starts clean", namespace, o.leaseName)
+	case err = <-ctrlDone:
+		if err == nil {
+			err = errors.New("the controllers stopped")
+		}
+		ctrlDone <- nil // for the wait below
 	case <-ctx.Done():
 	}
-	cancel()
-	shutdownCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
-	defer stop()
-	for _, s := range servers {
-		_ = s.Shutdown(shutdownCtx)
+	// The shutdown. Readiness first: the endpoints controller takes the Pod out of the webhook
+	// Service while the webhook still serves.
+	ready.Store(false)
+	why := err
+	if why == nil {
+		why = context.Cause(ctx) // the signal
 	}
-	for range 2 {
-		if cerr := <-ctrlDone; err == nil {
-			err = cerr
+	logger.Info("Shutting down: not ready; stopping the controllers, then draining the webhook", "delay", o.shutdownDelay, "reason", why.Error())
+	// Each connection closes after its next response, so that kube-apiserver's next review
+	// opens one to another replica.
+	srv.SetKeepAlivesEnabled(false)
+	// The controllers stop before the leader gives its Lease up: the next leader's never run
+	// beside them. (A replica that starts leading just now runs them with ctrlCtx done: they
+	// return at once, having done nothing.)
+	stopCtrl()
+	if !o.leaderElect {
+		err = errors.Join(err, <-ctrlDone)
+	} else {
+		select {
+		case <-leading:
+			err = errors.Join(err, <-ctrlDone)
+		default:
 		}
+	}
+	stopElect()
+	<-electionDone
+	if served {
+		// Reviews sent meanwhile are served.
+		select {
+		case <-time.After(o.shutdownDelay):
+		case serr := <-serveErr:
+			err = errors.Join(err, fmt.Errorf("serve: %w", serr))
+		}
+		drainCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
+		if derr := srv.Shutdown(drainCtx); derr != nil {
+			err = errors.Join(err, fmt.Errorf("drain the reviews in flight (--shutdown-timeout %v): %w", o.shutdownTimeout, derr))
+		}
+		stop()
+	}
+	stopWork()
+	sideCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	for _, s := range side {
+		_ = s.Shutdown(sideCtx)
+	}
+	if err == nil {
+		logger.Info("Shut down: every review in flight was answered")
 	}
 	return err
 }

@@ -354,8 +354,9 @@ const shippedWebhookUser = "clusterip-reservations-webhook.kube-system.svc"
 // files, and returns the admission configuration's path for --admission-control-config-file.
 // Only the files' directory (/etc/kubernetes/clusterip/) is rewritten to dir, and the user's name
 // to webhookAddr, the host:port of the URL the test calls the webhook at in place of the Service
-// (see shippedWebhookConfiguration).
-func writeShippedAdmissionConfiguration(t *testing.T, dir, webhookAddr string, client pemPair) string {
+// (see shippedWebhookConfiguration), with a copy of the user for each of spare, the addresses of
+// further replicas.
+func writeShippedAdmissionConfiguration(t *testing.T, dir, webhookAddr string, spare []string, client pemPair) string {
 	t.Helper()
 	rewrite := func(name string, paths int, user bool) string {
 		b, err := os.ReadFile(filepath.Join(rbacDir, apiserverWebhookFiles, name))
@@ -370,6 +371,11 @@ func writeShippedAdmissionConfiguration(t *testing.T, dir, webhookAddr string, c
 		if user {
 			if n := strings.Count(s, "name: "+shippedWebhookUser+"\n"); n != 1 {
 				t.Fatalf("%s/%s has %d users named %s, want one", apiserverWebhookFiles, name, n, shippedWebhookUser)
+			}
+			// The user is the file's last entry: a copy of it for each spare address.
+			entry := s[strings.LastIndex(s, "  - name: "+shippedWebhookUser+"\n"):]
+			for _, addr := range spare {
+				s += strings.Replace(entry, "name: "+shippedWebhookUser+"\n", "name: "+strconv.Quote(addr)+"\n", 1)
 			}
 			s = strings.Replace(s, "name: "+shippedWebhookUser+"\n", "name: "+strconv.Quote(webhookAddr)+"\n", 1)
 		}
@@ -435,6 +441,9 @@ type shippedOptions struct {
 	// Args are added to the Deployment's container's arguments, such as a shorter
 	// --handout-bound for a test that waits for every hand-out to end.
 	Args []string
+	// Spares is how many more addresses kube-apiserver presents its client certificate to,
+	// for more replicas of the webhook (shippedWebhook.startReplica).
+	Spares int
 }
 
 // shippedWebhook is kube-apiserver with the shipped manifest applied and the webhook command
@@ -446,6 +455,25 @@ type shippedWebhook struct {
 	env   []string        // what is added to its environment
 	caPEM []byte          // the CA of its serving certificate
 	plain *http.Client    // a client for its plain-HTTP ports
+	spare []string        // the addresses further replicas listen on (shippedOptions.Spares)
+}
+
+// startReplica starts another process with the arguments of s.p, listening on the next spare
+// address, which kube-apiserver presents its client certificate to.
+func (s *shippedWebhook) startReplica(t *testing.T) *webhookProcess {
+	t.Helper()
+	if len(s.spare) == 0 {
+		t.Fatal("no spare address for another replica: set shippedOptions.Spares")
+	}
+	addr := s.spare[0]
+	s.spare = s.spare[1:]
+	args := slices.Clone(s.args)
+	for i, a := range args {
+		if strings.HasPrefix(a, "--listen=") {
+			args[i] = "--listen=" + addr
+		}
+	}
+	return startWebhook(t, args, s.env)
 }
 
 // restart stops the webhook process, if it runs, and starts another with the same arguments at
@@ -515,8 +543,12 @@ func leaveOut(t *testing.T, obj *unstructured.Unstructured, namespaces []string)
 func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	t.Helper()
 	webhookAddr := freeLoopbackAddr(t)
+	var spare []string
+	for range o.Spares {
+		spare = append(spare, freeLoopbackAddr(t))
+	}
 	clientCA := newTestCA(t, "kube-apiserver-webhook-client-ca")
-	admissionConfig := writeShippedAdmissionConfiguration(t, t.TempDir(), webhookAddr, clientCA.issue(t, "kube-apiserver", x509.ExtKeyUsageClientAuth))
+	admissionConfig := writeShippedAdmissionConfiguration(t, t.TempDir(), webhookAddr, spare, clientCA.issue(t, "kube-apiserver", x509.ExtKeyUsageClientAuth))
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{
 		Release: "v1.37.2", ServiceClusterIPRange: o.ServiceClusterIPRange, AuthorizationMode: "RBAC",
 		ExtraArgs: []string{"--admission-control-config-file=" + admissionConfig},
@@ -733,7 +765,7 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	}
 	create(hookConfig, webhookManifest)
 	waitForWebhook(t, api.Client)
-	return &shippedWebhook{api: api, p: p, args: args, env: env, caPEM: caPEM, plain: plain}
+	return &shippedWebhook{api: api, p: p, args: args, env: env, caPEM: caPEM, plain: plain, spare: spare}
 }
 
 // TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore runs the shipped webhook (see

@@ -36,8 +36,8 @@ const maxBodyBytes = 7 << 20
 // HandlerOptions adjusts [NewHandler]. The zero HandlerOptions counts into unregistered metrics
 // and remembers no hand-outs.
 type HandlerOptions struct {
-	// Metrics receives clusterip_reservation_webhook_claims_total. Defaults to unregistered
-	// Metrics.
+	// Metrics receives clusterip_reservation_webhook_claims_total and the admission requests'
+	// count and latency. Defaults to unregistered Metrics.
 	Metrics *Metrics
 	// Claims remembers each address handed out, for the [Controller] to find lost windows.
 	// Defaults to none: lost windows are not counted. Not needed with Handouts.
@@ -103,7 +103,13 @@ func NewHandler(client kubernetes.Interface, informer networkingv1informers.IPAd
 // ServeHTTP answers one AdmissionReview. A request that is not a POST of a JSON
 // admission.k8s.io/v1 AdmissionReview with a request gets HTTP 400 (405 for another method);
 // every review gets HTTP 200 with the response of [Handler.Review].
+//
+// Each request is counted in clusterip_reservation_webhook_admission_requests_total and timed in
+// clusterip_reservation_webhook_admission_duration_seconds (see [Metrics]).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	result := resultError
+	defer func() { h.metrics.observeAdmission(result, start) }()
 	if r.Method != http.MethodPost {
 		http.Error(w, "webhook: only POST is served", http.StatusMethodNotAllowed)
 		return
@@ -131,6 +137,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(data)
+	result = resultOf(resp)
+}
+
+// resultOf returns the result a review's response counts as.
+func resultOf(resp *admissionv1.AdmissionResponse) string {
+	switch {
+	case !resp.Allowed:
+		return resultRefused
+	case len(resp.Patch) > 0:
+		return resultPatched
+	default:
+		return resultAllowed
+	}
 }
 
 // servicesResource is what a Service request's Resource is.

@@ -17,6 +17,13 @@ import (
 //	clusterip_reservation_controller_window_lost_total    addresses of a deleted Service that another Service took before the reservation was made
 //	clusterip_reservation_retain_refused_total{cap}       addresses of a deleted Service a cap on reservations kept from being kept (cap "namespace" or "servicecidr")
 //	clusterip_reservation_webhook_handouts_returned_total reservations handed out whose Service did not hold the address within the bound, put back
+//	clusterip_reservation_webhook_admission_requests_total{result}      requests the Handler answered, by result (see below)
+//	clusterip_reservation_webhook_admission_duration_seconds{result}    how long the Handler took to answer one, from its request to its response written
+//
+// An admission request's result is "allowed" (let through unchanged), "patched" (let through with
+// a JSONPatch: reserved addresses, the finalizer, or both), "refused" (denied, such as a malformed
+// release policy or a cap) or "error" (not answered with a review: a request that is not a POST
+// of an AdmissionReview, or a response that could not be encoded).
 //
 // The zero Metrics is not usable; use [NewMetrics]. A Metrics is safe for concurrent use.
 type Metrics struct {
@@ -25,7 +32,17 @@ type Metrics struct {
 	controllerWindowLost prometheus.Counter
 	retainRefused        *prometheus.CounterVec
 	handoutsReturned     prometheus.Counter
+	admissionRequests    *prometheus.CounterVec
+	admissionDuration    *prometheus.HistogramVec
 }
+
+// The results of an admission request in clusterip_reservation_webhook_admission_requests_total.
+const (
+	resultAllowed = "allowed"
+	resultPatched = "patched"
+	resultRefused = "refused"
+	resultError   = "error"
+)
 
 // NewMetrics returns Metrics registered on reg; a nil reg registers them nowhere (they still
 // count). A registration that fails, such as a second NewMetrics on one registry, returns its
@@ -52,15 +69,35 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "clusterip_reservation_webhook_handouts_returned_total",
 			Help: "Reservations the webhook handed to a Service that did not hold the address within the bound (its create failed), put back as they were.",
 		}),
+		admissionRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_reservation_webhook_admission_requests_total",
+			Help: "Admission requests the webhook answered, by result: allowed (unchanged), patched, refused, or error (no review answered).",
+		}, []string{"result"}),
+		// From 1 ms to about 16 s: kube-apiserver gives the webhook 10 s (timeoutSeconds).
+		admissionDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "clusterip_reservation_webhook_admission_duration_seconds",
+			Help:    "How long the webhook took to answer an admission request, by result.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"result"}),
+	}
+	// Every result from the start, at zero: a rate of refusals or errors is then defined.
+	for _, r := range []string{resultAllowed, resultPatched, resultRefused, resultError} {
+		m.admissionRequests.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.retainRefused, m.handoutsReturned} {
+		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.retainRefused, m.handoutsReturned, m.admissionRequests, m.admissionDuration} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("webhook: register metrics: %w", err)
 			}
 		}
 	}
 	return m, nil
+}
+
+// observeAdmission counts one admission request answered with result, begun at start.
+func (m *Metrics) observeAdmission(result string, start time.Time) {
+	m.admissionRequests.WithLabelValues(result).Inc()
+	m.admissionDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
 }
 
 // orNew returns m, or unregistered Metrics when m is nil.
