@@ -2,7 +2,7 @@
 # Releases clusterip at a version: makes the release commit, proves `go install …@version` from
 # it before anything is pushed, and tags it. It never touches the working tree or a branch.
 #
-#   hack/release.sh [-n] [-rev REV] [-worktree] [-proxy DIR] vX.Y.Z
+#   hack/release.sh [-n] [-rev REV] [-proxy DIR] vX.Y.Z
 #
 # The repository publishes three modules at one version, all from one commit:
 #   the library                          github.com/kube-ipam/clusterip                                  tag vX.Y.Z
@@ -25,19 +25,17 @@
 #
 #   -n          check only: no tags (the commit is left dangling). .ci/install-check runs this.
 #   -rev REV    the commit to release (default HEAD).
-#   -worktree   release the working tree's tracked files as they are (git stash create), not REV.
 #   -proxy DIR  publish into DIR and keep it, rather than into a temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-usage() { echo "usage: hack/release.sh [-n] [-rev REV] [-worktree] [-proxy DIR] vX.Y.Z" >&2; exit 2; }
-dry=false rev=HEAD worktree=false proxy=
+usage() { echo "usage: hack/release.sh [-n] [-rev REV] [-proxy DIR] vX.Y.Z" >&2; exit 2; }
+dry=false rev=HEAD proxy=
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n) dry=true ;;
 	-rev) [ $# -ge 2 ] || usage; rev=$2; shift ;;
-	-worktree) worktree=true ;;
 	-proxy) [ $# -ge 2 ] || usage; proxy=$2; shift ;;
 	-*) usage ;;
 	*) break ;;
@@ -75,11 +73,17 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/clusterip-release.XXXXXX")
 modcache=$(go env GOMODCACHE)
 cleanup() {
 	# A check's version is a throwaway: take its modules out of the module cache again
-	# (-modcacherw below makes them removable).
+	# (-modcacherw below makes them removable), and out of the cache's version lists.
 	if $dry; then
 		for m in "$lib" "$etcdserver" "$cmd"; do
 			rm -rf "$modcache/$m@$version" "$modcache/cache/download/$m/@v/$version".*
+			list=$modcache/cache/download/$m/@v/list
+			if [ -f "$list" ]; then
+				grep -vxF "$version" "$list" >"$list.tmp" || true
+				if [ -s "$list.tmp" ]; then mv "$list.tmp" "$list"; else rm -f "$list.tmp" "$list"; fi
+			fi
 		done
+		find "$modcache/github.com/kube-ipam" "$modcache/cache/download/github.com/kube-ipam" -depth -type d -empty -delete 2>/dev/null || true
 	fi
 	rm -rf "$tmp"
 }
@@ -88,11 +92,6 @@ trap cleanup EXIT
 mkdir -p "$proxy"
 proxy=$(cd "$proxy" && pwd)
 
-if $worktree; then
-	# The tracked files as they are in the working tree, as a commit on HEAD (no ref changes).
-	rev=$(git stash create)
-	[ -n "$rev" ] || rev=HEAD
-fi
 base=$(git rev-parse --verify "$rev^{commit}")
 echo "release $version of $base ($(git log -1 --format=%s "$base"))"
 

@@ -2,9 +2,9 @@
 // into a directory laid out as a file-based module proxy (GOPROXY=file://DIR), as the Go module
 // proxy would serve them once the revision is tagged: DIR/<escaped module path>/@v/ holds list,
 // <version>.info, <version>.mod and <version>.zip. The zip is made from the files git has at the
-// revision (golang.org/x/mod/zip.CreateFromVCS: nested modules left out, the repository's LICENSE
-// added to a nested module that has none), so its hash is the one the proxy will compute from the
-// tag. hack/release.sh uses it to fill the command's go.sum before tagging, and to prove
+// revision, as the go command takes them from a tag (git archive; nested modules left out, the
+// repository's LICENSE added to a nested module that has none; golang.org/x/mod/zip.Create), so
+// its hash is the one the proxy will compute from the tag. hack/release.sh uses it to fill the command's go.sum before tagging, and to prove
 // `go install …@version` before anything is pushed.
 //
 // Usage:
@@ -17,11 +17,13 @@
 package main
 
 import (
+	stdzip "archive/zip"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -125,12 +127,12 @@ func publish(o options, subdir string, when time.Time) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	var z bytes.Buffer
-	vcsSubdir := subdir
-	if vcsSubdir == "." {
-		vcsSubdir = ""
+	files, err := filesAt(o.repo, o.rev, subdir)
+	if err != nil {
+		return "", err
 	}
-	if err := zip.CreateFromVCS(&z, m, o.repo, o.rev, vcsSubdir); err != nil {
+	var z bytes.Buffer
+	if err := zip.Create(&z, m, files); err != nil {
 		return "", err
 	}
 	info, err := json.Marshal(struct {
@@ -147,6 +149,76 @@ func publish(o options, subdir string, when time.Time) (string, error) {
 	}
 	return m.Path, addToList(filepath.Join(dir, "list"), o.version)
 }
+
+// filesAt returns the files git has at rev under subdir, as the go command reads a module from a
+// tag: those git archive writes (so export-ignore is honoured), plus the repository's LICENSE
+// for a module in a subdirectory that has none. zip.Create leaves out what a module zip never
+// holds (nested modules, vendor/ but modules.txt, VCS directories). It is
+// golang.org/x/mod/zip.CreateFromVCS's selection, which refuses a git worktree.
+func filesAt(repo, rev, subdir string) ([]zip.File, error) {
+	args := []string{"-c", "core.autocrlf=input", "-c", "core.eol=lf", "archive", "--format=zip", rev}
+	if subdir != "." {
+		args = append(args, subdir)
+	}
+	archive, err := git(repo, args...)
+	if err != nil {
+		return nil, err
+	}
+	zr, err := stdzip.NewReader(bytes.NewReader(archive), int64(len(archive)))
+	if err != nil {
+		return nil, err
+	}
+	prefix := ""
+	if subdir != "." {
+		prefix = subdir + "/"
+	}
+	var files []zip.File
+	haveLICENSE := false
+	for _, f := range zr.File {
+		name, ok := strings.CutPrefix(f.Name, prefix)
+		if !ok || name == "" || strings.HasSuffix(name, "/") {
+			continue
+		}
+		files = append(files, archived{name: name, f: f})
+		haveLICENSE = haveLICENSE || name == "LICENSE"
+	}
+	if !haveLICENSE && subdir != "." {
+		if license, err := git(repo, "cat-file", "blob", rev+":LICENSE"); err == nil {
+			files = append(files, inMemory{name: "LICENSE", data: license})
+		}
+	}
+	return files, nil
+}
+
+// archived is a file of git archive's zip.
+type archived struct {
+	name string
+	f    *stdzip.File
+}
+
+func (a archived) Path() string                 { return a.name }
+func (a archived) Lstat() (os.FileInfo, error)  { return a.f.FileInfo(), nil }
+func (a archived) Open() (io.ReadCloser, error) { return a.f.Open() }
+
+// inMemory is a file held in memory.
+type inMemory struct {
+	name string
+	data []byte
+}
+
+func (m inMemory) Path() string                 { return m.name }
+func (m inMemory) Lstat() (os.FileInfo, error)  { return memInfo(m), nil }
+func (m inMemory) Open() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(m.data)), nil }
+
+// memInfo is the os.FileInfo of an inMemory file: a regular file.
+type memInfo inMemory
+
+func (i memInfo) Name() string       { return path.Base(i.name) }
+func (i memInfo) Size() int64        { return int64(len(i.data)) }
+func (i memInfo) Mode() os.FileMode  { return 0o644 }
+func (i memInfo) ModTime() time.Time { return time.Time{} }
+func (i memInfo) IsDir() bool        { return false }
+func (i memInfo) Sys() any           { return nil }
 
 // addToList adds version to the proxy's list of a module's versions, once.
 func addToList(file, version string) error {
