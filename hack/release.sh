@@ -72,19 +72,18 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/clusterip-release.XXXXXX")
 modcache=$(go env GOMODCACHE)
 cleanup() {
-	# A check's version is a throwaway: take its modules out of the module cache again
-	# (-modcacherw below makes them removable), and out of the cache's version lists.
-	if $dry; then
-		for m in "$lib" "$etcdserver" "$cmd"; do
-			rm -rf "$modcache/$m@$version" "$modcache/cache/download/$m/@v/$version".*
-			list=$modcache/cache/download/$m/@v/list
-			if [ -f "$list" ]; then
-				grep -vxF "$version" "$list" >"$list.tmp" || true
-				if [ -s "$list.tmp" ]; then mv "$list.tmp" "$list"; else rm -f "$list.tmp" "$list"; fi
-			fi
-		done
-		find "$modcache/github.com/kube-ipam" "$modcache/cache/download/github.com/kube-ipam" -depth -type d -empty -delete 2>/dev/null || true
-	fi
+	# Take the modules at $version out of the module cache again (-modcacherw below makes them
+	# removable), and out of its version lists: a check's version is a throwaway, and a release
+	# is fetched from the proxy once pushed (one not pushed and made again must not meet these).
+	for m in "$lib" "$etcdserver" "$cmd"; do
+		rm -rf "$modcache/$m@$version" "$modcache/cache/download/$m/@v/$version".*
+		list=$modcache/cache/download/$m/@v/list
+		if [ -f "$list" ]; then
+			grep -vxF "$version" "$list" >"$list.tmp" || true
+			if [ -s "$list.tmp" ]; then mv "$list.tmp" "$list"; else rm -f "$list.tmp" "$list"; fi
+		fi
+	done
+	find "$modcache/github.com/kube-ipam" "$modcache/cache/download/github.com/kube-ipam" -depth -type d -empty -delete 2>/dev/null || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
