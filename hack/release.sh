@@ -69,13 +69,13 @@ if $dry && [ -z "$(git config user.email || true)" ]; then
 	export GIT_COMMITTER_NAME=$GIT_AUTHOR_NAME GIT_COMMITTER_EMAIL=$GIT_AUTHOR_EMAIL
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/clusterip-release.XXXXXX")
 modcache=$(go env GOMODCACHE)
-cleanup() {
+uncache() {
 	# Take the modules at $version out of the module cache again (-modcacherw below makes them
 	# removable), and out of its version lists: a check's version is a throwaway, and a release
 	# is fetched from the proxy once pushed (one not pushed and made again must not meet these).
 	for m in "$lib" "$etcdserver" "$cmd"; do
+		chmod -R u+w "$modcache/$m@$version" 2>/dev/null || true
 		rm -rf "$modcache/$m@$version" "$modcache/cache/download/$m/@v/$version".*
 		list=$modcache/cache/download/$m/@v/list
 		if [ -f "$list" ]; then
@@ -84,8 +84,18 @@ cleanup() {
 		fi
 	done
 	find "$modcache/github.com/kube-ipam" "$modcache/cache/download/github.com/kube-ipam" -depth -type d -empty -delete 2>/dev/null || true
+}
+cleanup() {
+	uncache
 	rm -rf "$tmp"
 }
+# Runs at one version take turns (a check's version is fixed, so that its builds stay cached),
+# and each starts from a module cache without that version: one left by a run that was killed
+# would be used in place of what this run publishes.
+exec 9>"${TMPDIR:-/tmp}/clusterip-release-$version.lock"
+flock 9
+uncache
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/clusterip-release.XXXXXX")
 trap cleanup EXIT
 [ -n "$proxy" ] || proxy=$tmp/proxy
 mkdir -p "$proxy"
