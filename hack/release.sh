@@ -89,9 +89,10 @@ cleanup() {
 	uncache
 	rm -rf "$tmp"
 }
-# Runs at one version take turns (a check's version is fixed, so that its builds stay cached),
-# and each starts from a module cache without that version: one left by a run that was killed
-# would be used in place of what this run publishes.
+# Runs at one version take turns, and each starts from a module cache without that version: one
+# left by a run that was killed would be used in place of what this run publishes. (A version
+# must never be published with other files: the go command's module index of the module cache
+# is keyed by the directory, module@version, and would list the old files' imports.)
 exec 9>"${TMPDIR:-/tmp}/clusterip-release-$version.lock"
 flock 9
 uncache
