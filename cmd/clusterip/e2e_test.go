@@ -2,18 +2,14 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/kube-ipam/clusterip/internal/testenv"
 )
@@ -63,27 +59,6 @@ func clusterip(t *testing.T, args ...string) result {
 		t.Fatalf("run clusterip %q: %v", args, err)
 	}
 	return r
-}
-
-func TestVersionPrintsModuleGoAndKubeAPIServerVersions(t *testing.T) {
-	r := clusterip(t, "version", "--json")
-	if r.code != 0 {
-		t.Fatalf("clusterip version --json: exit %d, stderr %q", r.code, r.stderr)
-	}
-	var got versionInfo
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
-		t.Fatalf("decode %q: %v", r.stdout, err)
-	}
-	want := versionInfo{Module: "(devel)", Go: runtime.Version(), KubeAPIServer: "v1.33.13"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("clusterip version --json (-want +got):\n%s", diff)
-	}
-	r = clusterip(t, "version")
-	for _, line := range []string{"clusterip (devel)", "go " + runtime.Version(), "kube-apiserver v1.33.13"} {
-		if !strings.Contains(r.stdout, line) {
-			t.Errorf("clusterip version printed %q, want a line %q", r.stdout, line)
-		}
-	}
 }
 
 func TestHelpShowsExamplesForEveryCommand(t *testing.T) {

@@ -7,12 +7,15 @@
 //	clusterip bench [flags]       measure the allocators over range sizes and fill levels
 //	clusterip check [flags]       audit a live cluster's Service IPs; only reads
 //	clusterip repair [flags]      repair what check finds, then audit again (--dry-run: change nothing)
-//	clusterip version             print the module, Go and kube-apiserver versions
+//	clusterip version             print the module and Go versions and the kube-apiserver releases it speaks
 //	clusterip completion SHELL    print a shell completion script
 //
 // As kubectl's, the verbs that read never write: check reads, repair writes. The etcd flags are
 // kube-apiserver's (--etcd-servers, --etcd-cafile, --etcd-certfile, --etcd-keyfile, --etcd-prefix).
 // A spelling this release replaced works until the next, with a warning on stderr.
+//
+// Installed as kubectl-clusterip on PATH, it is a kubectl plugin: kubectl clusterip check, and its
+// help says so.
 //
 // Exit codes: 0 the command did its job, 1 it ran and found a problem, 2 it could not run (bad
 // flags included), with one line on stderr saying why (after any deprecation warning).
@@ -26,6 +29,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -36,7 +41,7 @@ import (
 func main() {
 	// SIGTERM too, which a kubelet sends a Pod's containers: "reservations webhook" then drains.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runAs(ctx, commandName(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -64,10 +69,16 @@ func (e *exitError) Error() string {
 
 func (e *exitError) Unwrap() error { return e.err }
 
-// run runs the command line args and returns the process's exit code. Every failure is
-// reported as one line on stderr.
+// run runs the command line args of the command named clusterip and returns the process's exit
+// code. Every failure is reported as one line on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCommand(stdout, stderr)
+	return runAs(ctx, "clusterip", args, stdout, stderr)
+}
+
+// runAs is run for the command invoked as name: "clusterip", or "kubectl clusterip" for the
+// kubectl plugin (see commandName).
+func runAs(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(name, stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -126,9 +137,42 @@ func unknownCommand(cmd *cobra.Command, args []string) error {
 	return fmt.Errorf("%s (see '%s --help')", msg, cmd.CommandPath())
 }
 
-// newRootCommand builds the command tree writing to stdout and stderr. It keeps no global
-// state: klog's flags are bound to a flag set of this command.
-func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+// pluginPrefix is the start of the name of a kubectl plugin's executable: kubectl runs
+// kubectl-clusterip, found on PATH, for "kubectl clusterip".
+const pluginPrefix = "kubectl-"
+
+// commandName returns the name the command is invoked as, from argv0: "kubectl clusterip" when
+// the executable is a kubectl plugin named kubectl-clusterip (kubectl's plugin naming: a dash
+// separates words, an underscore stands for a dash), "clusterip" under any other name.
+func commandName(argv0 string) string {
+	base := filepath.Base(argv0)
+	if ext := filepath.Ext(base); strings.EqualFold(ext, ".exe") {
+		base = strings.TrimSuffix(base, ext)
+	}
+	words, ok := strings.CutPrefix(base, pluginPrefix)
+	if !ok || words == "" {
+		return "clusterip"
+	}
+	return "kubectl " + strings.ReplaceAll(strings.ReplaceAll(words, "-", " "), "_", "-")
+}
+
+// examplePrompt finds the command's name where an example runs it: at the start of a line or
+// after a space or "(" (as in "source <(clusterip completion bash)"), followed by a space or the
+// end of the line.
+var examplePrompt = regexp.MustCompile(`(?m)(^|[\s(])clusterip( |$)`)
+
+// renameExamples makes the examples of c and its subcommands run the command as name.
+func renameExamples(c *cobra.Command, name string) {
+	c.Example = examplePrompt.ReplaceAllString(c.Example, "${1}"+name+"${2}")
+	for _, sub := range c.Commands() {
+		renameExamples(sub, name)
+	}
+}
+
+// newRootCommand builds the command tree for the command invoked as name (see commandName),
+// writing to stdout and stderr. Its usage lines, examples and error messages name the command
+// as invoked. It keeps no global state: klog's flags are bound to a flag set of this command.
+func newRootCommand(name string, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "clusterip",
 		Short:         "Allocate Kubernetes Service ClusterIPs as kube-apiserver does",
@@ -139,9 +183,13 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 		// cobra's default, which SuggestionsFor applies only if it is set
 		SuggestionsMinimumDistance: 2,
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("no command given; see 'clusterip --help'")
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("no command given; see '%s --help'", cmd.CommandPath())
 		},
+	}
+	if name != "clusterip" {
+		// cobra names the command so in usage lines, help and messages (CommandPath).
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -167,5 +215,8 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newReservationsCommand(),
 		newVersionCommand(),
 	)
+	if name != "clusterip" {
+		renameExamples(root, name)
+	}
 	return root
 }

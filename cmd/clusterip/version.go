@@ -3,52 +3,141 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
+	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
 )
 
-// versionInfo is what "clusterip version" prints.
+// versionInfo is what "clusterip version" prints; -o json and -o yaml print it as it marshals.
 type versionInfo struct {
-	// Module is the clusterip module's version, "(devel)" when built from a work tree.
-	Module string `json:"module"`
-	// Go is the Go release the binary was built with.
-	Go string `json:"go"`
-	// KubeAPIServer is the kube-apiserver version the tests, the demo and bench run against.
-	KubeAPIServer string `json:"kubeAPIServer"`
+	// ClusteripVersion is the version of the module the command was built from: the release's
+	// (v0.1.0) when installed with go install …@v0.1.0, "(devel)" when built from a work tree
+	// without version control information, a pseudo-version when built from a clone with it.
+	ClusteripVersion string `json:"clusteripVersion"`
+	// GoVersion is the Go release the binary was built with.
+	GoVersion string `json:"goVersion"`
+	// Platform is the operating system and architecture the binary was built for, such as
+	// "linux/amd64".
+	Platform string `json:"platform"`
+	// KubeAPIServer says which kube-apiserver releases the command speaks.
+	KubeAPIServer kubeAPIServerVersions `json:"kubeAPIServer"`
 }
 
-func currentVersion() versionInfo {
-	v := versionInfo{Module: "(unknown)", Go: runtime.Version(), KubeAPIServer: localcluster.KubeAPIServerVersion}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v.Module = bi.Main.Version
+// kubeAPIServerVersions are the kube-apiserver releases the command speaks, from package
+// featuregate, and the one its demo starts.
+type kubeAPIServerVersions struct {
+	// Releases are the minor releases whose behaviour the library has, oldest first
+	// (featuregate.SupportedReleases).
+	Releases []string `json:"releases"`
+	// Default is the release the library behaves as when it is not told otherwise
+	// (featuregate.DefaultKubeVersion).
+	Default string `json:"default"`
+	// Newest is the newest build whose behaviour the library has, a pre-release until it ships
+	// (featuregate.NewestKubeVersion).
+	Newest string `json:"newest"`
+	// Demo is the release "clusterip demo" and "clusterip bench" start.
+	Demo string `json:"demo"`
+}
+
+// currentVersion returns the versions of this binary; build is its build information, if any.
+func currentVersion(build *debug.BuildInfo) versionInfo {
+	v := versionInfo{
+		ClusteripVersion: "(unknown)",
+		GoVersion:        runtime.Version(),
+		Platform:         runtime.GOOS + "/" + runtime.GOARCH,
+		KubeAPIServer: kubeAPIServerVersions{
+			Releases: featuregate.SupportedReleases(),
+			Default:  featuregate.DefaultKubeVersion,
+			Newest:   featuregate.NewestKubeVersion,
+			Demo:     localcluster.KubeAPIServerVersion,
+		},
+	}
+	if build != nil && build.Main.Version != "" {
+		v.ClusteripVersion = build.Main.Version
 	}
 	return v
 }
 
+// versionOutputs are the values of "clusterip version -o" besides the default, kubectl
+// version's.
+var versionOutputs = []string{"json", "yaml"}
+
+// versionOptions are the flags of "clusterip version".
+type versionOptions struct {
+	output string // "", json or yaml
+	json   bool   // deprecated: -o json
+}
+
+// validate checks the flags before anything is printed, and turns the deprecated --json into
+// -o json with a warning on stderr.
+func (o *versionOptions) validate(cmd *cobra.Command) error {
+	if o.json {
+		if cmd.Flags().Changed("output") {
+			return fmt.Errorf("--json is the deprecated spelling of -o json: give one of them")
+		}
+		deprecated(cmd.ErrOrStderr(), "--json", "-o json")
+		o.output = "json"
+	}
+	switch o.output {
+	case "", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(versionOutputs, ", "))
+}
+
+// print writes v to out as o.output asks: three lines of text by default.
+func (o *versionOptions) print(out io.Writer, v versionInfo) error {
+	if o.output == "" {
+		k := v.KubeAPIServer
+		_, err := fmt.Fprintf(out, "clusterip %s\ngo %s %s\nkube-apiserver %s (default %s, newest %s; the demo runs %s)\n",
+			v.ClusteripVersion, v.GoVersion, v.Platform, strings.Join(k.Releases, ", "), k.Default, k.Newest, k.Demo)
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if o.output == "yaml" {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return err
+		}
+	} else {
+		b = append(b, '\n')
+	}
+	_, err = out.Write(b)
+	return err
+}
+
 func newVersionCommand() *cobra.Command {
-	var asJSON bool
+	var o versionOptions
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the clusterip module version, the Go version and the kube-apiserver version tested against",
+		Short: "Print the clusterip version, the Go version and the kube-apiserver releases it speaks",
+		Long: `Print the version of the clusterip module the command was built from, the Go release and
+platform it was built with, and the kube-apiserver releases it speaks: the minor releases whose
+behaviour it has, the one it behaves as by default, the newest build it knows and the one
+"clusterip demo" starts.`,
 		Example: `  clusterip version
-  clusterip version --json`,
+  clusterip version -o json
+  clusterip version -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := currentVersion()
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(v)
+			if err := o.validate(cmd); err != nil {
+				return err
 			}
-			_, err := fmt.Fprintf(out, "clusterip %s\ngo %s\nkube-apiserver %s (tested against)\n", v.Module, v.Go, v.KubeAPIServer)
-			return err
+			build, _ := debug.ReadBuildInfo()
+			return o.print(cmd.OutOrStdout(), currentVersion(build))
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the versions as one JSON object")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: one of "+strings.Join(versionOutputs, ", ")+" (default: text)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "deprecated: use -o json")
+	_ = cmd.Flags().MarkHidden("json")
 	return cmd
 }
