@@ -230,7 +230,6 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		if errors.As(err, &perm) || ctx.Err() != nil {
 			klog.FromContext(ctx).Error(err, "Not retaining an address", "ip", item.Addr, "service", item.For)
 			c.queue.Forget(item)
-			c.endRetain(ctx, item)
 			return true
 		}
 		klog.FromContext(ctx).Error(err, "Retaining an address failed; retrying", "ip", item.Addr, "service", item.For)
@@ -238,18 +237,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return true
 	}
 	c.queue.Forget(item)
-	c.endRetain(ctx, item)
 	return true
-}
-
-// endRetain deletes the record of item's address being retained, once it is kept or will not be.
-func (c *Controller) endRetain(ctx context.Context, item retainItem) {
-	if c.handouts == nil {
-		return
-	}
-	if err := c.handouts.records.endRetain(ctx, item.Addr, item.For); err != nil {
-		klog.FromContext(ctx).Error(err, "Could not end the record of an address being retained; the hand-out controller will after its bound", "ip", item.Addr, "service", item.For)
-	}
 }
 
 // permanentError is an error after which an address is not tried again.

@@ -196,11 +196,6 @@ func (c *Controller) syncFinalizer(ctx context.Context, key types.NamespacedName
 		case finalizerRemove:
 			list = others
 		case finalizerRelease:
-			// Recorded before the finalizer goes, so that no other Service's allocation takes an
-			// address between its free and its reservation (see Handouts.guard).
-			if err := c.recordRetain(ctx, svc); err != nil {
-				return err
-			}
 			c.queueRetain(svc) // in memory before the finalizer goes; see the package doc
 			c.released.add(svc.UID)
 			list = others
@@ -271,24 +266,4 @@ func (s *uidSet) take(uid types.UID) bool {
 	_, ok := s.set[uid]
 	delete(s.set, uid)
 	return ok
-}
-
-// recordRetain writes the record of each ClusterIP of svc, a Retain Service being deleted, as an
-// address being retained for it, and waits for the informer to hold it; a nil error without
-// hand-out records.
-func (c *Controller) recordRetain(ctx context.Context, svc *corev1.Service) error {
-	if c.handouts == nil {
-		return nil
-	}
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	for _, ip := range clusterIPs(svc) {
-		l, err := c.handouts.records.recordRetain(ctx, reservation.Reservation{Addr: ip, For: key, Reason: "retained"}, c.now())
-		if err != nil {
-			return err
-		}
-		if !c.handouts.records.waitSeen(ctx, l) {
-			klog.FromContext(ctx).Info("The record of an address being retained is not in the informer yet; going on", "record", l.Name)
-		}
-	}
-	return nil
 }

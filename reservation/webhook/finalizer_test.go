@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -269,50 +267,4 @@ func TestControllerAddsAndRemovesTheFinalizer(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestControllerRecordsAnAddressBeingRetainedUntilItIsKept(t *testing.T) {
-	svc := testenv.ClusterIPService("web", "10.96.0.20")
-	svc.Spec.ClusterIPs = []string{"10.96.0.20"}
-	svc.Annotations = map[string]string{reservation.AnnotationReleasePolicy: "Retain/1h"}
-	svc.Finalizers = []string{webhook.Finalizer}
-	svc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	record := webhook.HandoutName(netip.MustParseAddr("10.96.0.20"))
-	fake := fakeclient.New(fakeclient.Options{Objects: []runtime.Object{svc, optedIn("default", "100")}})
-	// What the finalizer's removal found: the record of the address being retained, for web.
-	var atRemoval atomic.Value
-	fake.PrependReactor("patch", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		l, err := fake.Tracker().Get(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, handoutNS, record)
-		if err != nil {
-			atRemoval.Store("no record: " + err.Error())
-		} else {
-			lease := l.(*coordinationv1.Lease)
-			atRemoval.Store(lease.Labels[webhook.LabelHandout] + " " + *lease.Spec.HolderIdentity)
-		}
-		return false, nil, nil
-	})
-	factory := informers.NewSharedInformerFactory(fake, 0)
-	leases := informers.NewSharedInformerFactoryWithOptions(fake, 0, webhook.HandoutInformerOptions(handoutNS)...)
-	handouts, err := webhook.NewHandouts(fake, leases.Coordination().V1().Leases(), handoutNS, webhook.HandoutsOptions{Bound: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := webhook.NewController(fake, factory.Core().V1().Services(), webhook.ControllerOptions{Handouts: handouts, Limits: limitsOf(t, factory, false),
-		ReleaseTimeout: 2 * time.Second, PollInterval: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leases.Start(t.Context().Done())
-	ctx := runController(t, factory, c)
-	r := waitForReservation(t, ctx, fake, "10.96.0.20")
-	if r.For.String() != "default/web" {
-		t.Errorf("the reservation is kept for %s, want default/web", r.For)
-	}
-	if got, _ := atRemoval.Load().(string); got != "retain default/web" {
-		t.Errorf("at the finalizer's removal the record of 10.96.0.20 was %q, want a retain record for default/web", got)
-	}
-	testenv.WaitFor(t, "the record to be deleted once the address is kept", func() bool {
-		_, err := fake.CoordinationV1().Leases(handoutNS).Get(ctx, record, metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
 }

@@ -156,8 +156,8 @@ func resultOf(resp *admissionv1.AdmissionResponse) string {
 var servicesResource = metav1.GroupVersionResource{Version: "v1", Resource: "services"}
 
 // Review decides on one admission request, as the package doc says: an IPAddress CREATE of an
-// address handed out or being retained is refused unless it is for the Service the address is
-// kept for (see [Handouts]); a Service CREATE or UPDATE
+// address handed out is refused unless it is for the Service it is handed to (see [Handouts]); a
+// Service CREATE or UPDATE
 // with a malformed release-policy annotation is denied with code 422; a Service CREATE that asks
 // for no ClusterIP and has reservations gets them, after their objects are deleted (not for a
 // dry run); a Service CREATE or UPDATE with release policy Retain gets [Finalizer] unless it has

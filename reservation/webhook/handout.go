@@ -31,9 +31,8 @@ import (
 
 // The facts of a hand-out record: a coordination.k8s.io/v1 Lease in the webhook's namespace.
 const (
-	// LabelHandout labels every hand-out record, with the value "true", and every record of an
-	// address being retained, with the value "retain"; the informer of [Handouts] lists by it
-	// ([HandoutInformerOptions]).
+	// LabelHandout labels every hand-out record, with the value "true"; the informer of
+	// [Handouts] lists by it ([HandoutInformerOptions]).
 	LabelHandout = "clusterip.kube-ipam.io/handout"
 	// AnnotationHandoutReservation holds the reservation a hand-out replaced: the IPAddress
 	// object [reservation.ObjectFor] makes of it, as JSON, with the UID and resourceVersion of the
@@ -135,16 +134,7 @@ type handout struct {
 	At          time.Time
 	Reservation reservation.Reservation
 	UID         types.UID
-	// Retain marks the record of an address being retained for For, a Service being deleted
-	// (see [Handouts.recordRetain]), rather than of a hand-out.
-	Retain bool
 }
-
-// The values of [LabelHandout].
-const (
-	handoutKind = "true"
-	retainKind  = "retain"
-)
 
 // leaseFor returns the record of a hand-out to svc, at now, of the reservation obj.
 func (h *Handouts) leaseFor(svc types.NamespacedName, obj *networkingv1.IPAddress, now time.Time) (*coordinationv1.Lease, error) {
@@ -177,8 +167,7 @@ func (h *Handouts) leaseFor(svc types.NamespacedName, obj *networkingv1.IPAddres
 
 // handoutOf reads a record, reporting false for one that is not well formed.
 func handoutOf(l *coordinationv1.Lease) (handout, *networkingv1.IPAddress, bool) {
-	kind := l.Labels[LabelHandout]
-	if (kind != handoutKind && kind != retainKind) || l.Spec.HolderIdentity == nil || l.Spec.AcquireTime == nil {
+	if l.Labels[LabelHandout] != "true" || l.Spec.HolderIdentity == nil || l.Spec.AcquireTime == nil {
 		return handout{}, nil, false
 	}
 	ns, name, ok := strings.Cut(*l.Spec.HolderIdentity, "/")
@@ -193,7 +182,7 @@ func handoutOf(l *coordinationv1.Lease) (handout, *networkingv1.IPAddress, bool)
 	if !ok || l.Name != HandoutName(r.Addr) {
 		return handout{}, nil, false
 	}
-	return handout{Addr: r.Addr, For: types.NamespacedName{Namespace: ns, Name: name}, At: l.Spec.AcquireTime.Time, Reservation: r, UID: obj.UID, Retain: kind == retainKind}, &obj, true
+	return handout{Addr: r.Addr, For: types.NamespacedName{Namespace: ns, Name: name}, At: l.Spec.AcquireTime.Time, Reservation: r, UID: obj.UID}, &obj, true
 }
 
 // lookup returns the record of addr as the informer holds it.
@@ -226,7 +215,7 @@ func (h *Handouts) record(ctx context.Context, svc types.NamespacedName, obj *ne
 		if getErr != nil {
 			return nil, fmt.Errorf("webhook: the hand-out record %s is not in the informer yet: %w", want.Name, getErr)
 		}
-		if rec, prev, ok := handoutOf(old); ok && !rec.Retain && prev.UID == obj.UID && prev.ResourceVersion == obj.ResourceVersion {
+		if _, prev, ok := handoutOf(old); ok && prev.UID == obj.UID && prev.ResourceVersion == obj.ResourceVersion {
 			return nil, fmt.Errorf("webhook: reservation %s is being handed out already (record %s)", obj.Name, want.Name)
 		}
 		// The address was reserved again since that hand-out, so it has ended; the controller
@@ -312,85 +301,16 @@ func alreadyAllocated(name string, svc *corev1.Service, ip netip.Addr) *metav1.S
 	}
 }
 
-// recordRetain writes the record of an address being retained: r, the reservation of r.Addr for
-// r.For, a Service being deleted, is to be made once kube-apiserver frees the address. While it
-// exists, [Handouts.guard] refuses kube-apiserver's IPAddress create of the address for any other
-// Service, so that no dynamic pick takes it between the free and the reservation. A record of the
-// address already there (a hand-out to the Service, not ended yet, or an earlier record) is
-// replaced. It returns the record written, which [Handouts.endRetain] deletes.
-func (h *Handouts) recordRetain(ctx context.Context, r reservation.Reservation, now time.Time) (*coordinationv1.Lease, error) {
-	obj, err := reservation.ObjectFor(r)
-	if err != nil {
-		return nil, err
-	}
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("webhook: encode the reservation of %s: %w", r.Addr, err)
-	}
-	holder := r.For.String()
-	at := metav1.NewMicroTime(now)
-	secs := int32(h.bound.Round(time.Second) / time.Second)
-	want := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        HandoutName(r.Addr),
-			Namespace:   h.namespace,
-			Labels:      map[string]string{LabelHandout: retainKind},
-			Annotations: map[string]string{AnnotationHandoutReservation: string(data)},
-		},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &at, LeaseDurationSeconds: &secs},
-	}
-	got, err := h.client.Create(ctx, want, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		// Read from the informer (RBAC grants no get): a copy older than the record fails the
-		// delete's preconditions, and the caller tries again.
-		old, getErr := h.leases.Get(want.Name)
-		if getErr != nil {
-			return nil, fmt.Errorf("webhook: the record %s is not in the informer yet: %w", want.Name, getErr)
-		}
-		if rec, _, ok := handoutOf(old); ok && rec.Retain && rec.For == r.For {
-			return old, nil // written by an earlier try
-		}
-		uid, rv := old.UID, old.ResourceVersion
-		if err := h.client.Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}); err != nil && !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("webhook: replace the record %s: %w", old.Name, err)
-		}
-		got, err = h.client.Create(ctx, want, metav1.CreateOptions{})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("webhook: write the record %s of an address being retained: %w", want.Name, err)
-	}
-	return got, nil
-}
-
-// endRetain deletes the record of an address being retained for svc, if the informer holds one
-// for it, once the reservation is made or will not be.
-func (h *Handouts) endRetain(ctx context.Context, addr netip.Addr, svc types.NamespacedName) error {
-	if h == nil {
-		return nil
-	}
-	rec, l, ok := h.lookup(addr)
-	if !ok || !rec.Retain || rec.For != svc {
-		return nil
-	}
-	uid, rv := l.UID, l.ResourceVersion
-	err := h.client.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("webhook: delete the record %s: %w", l.Name, err)
-	}
-	return nil
-}
-
 // ipAddressesResource is what an IPAddress request's Resource is.
 var ipAddressesResource = metav1.GroupVersionResource{Group: networkingv1.GroupName, Version: "v1", Resource: "ipaddresses"}
 
-// guard decides on the CREATE of an IPAddress object of an address with a record (a hand-out, or
-// an address being retained): only a reservation, or the allocation of the address to the Service
-// the record names, is allowed; any other is refused as kube-apiserver refuses an object that
-// exists, 409 AlreadyExists, on which kube-apiserver's dynamic pick goes on to the next address
-// (from v1.35) and a pick by address answers "provided IP is already allocated". So no other
-// Service takes the address in the window between the reservation's delete and its Service's
-// allocation, nor between a retained address's free and its reservation. An address without a
-// record, or an object that does not decode, is allowed.
+// guard decides on the CREATE of an IPAddress object of an address with a hand-out record: only a
+// reservation, or the allocation of the address to the Service the record names, is allowed; any
+// other is refused as kube-apiserver refuses an object that exists, 409 AlreadyExists, on which
+// kube-apiserver's dynamic pick goes on to the next address and a pick by address answers
+// "provided IP is already allocated". So no other Service takes the address in the window
+// between the reservation's delete and its Service's allocation. An address without a record, or
+// an object that does not decode, is allowed.
 func (h *Handouts) guard(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	if h == nil {
@@ -426,8 +346,8 @@ func (h *Handouts) guard(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 const seenTimeout = 2 * time.Second
 
 // waitSeen waits, up to seenTimeout, until the informer holds l as written (its UID), so that
-// [Handouts.guard] knows of it before the address can be freed or created for another; it
-// reports whether it does.
+// [Handouts.guard] knows of it before the reservation's delete frees the address; it reports
+// whether it does.
 func (h *Handouts) waitSeen(ctx context.Context, l *coordinationv1.Lease) bool {
 	ctx, cancel := context.WithTimeout(ctx, seenTimeout)
 	defer cancel()

@@ -73,7 +73,7 @@ func newHandoutController(records *Handouts, ipas networkingv1client.IPAddressIn
 
 // enqueueLease queues a record by name.
 func (hc *handoutController) enqueueLease(obj any) {
-	if l, ok := obj.(*coordinationv1.Lease); ok && l.Labels[LabelHandout] != "" && l.Namespace == hc.records.namespace {
+	if l, ok := obj.(*coordinationv1.Lease); ok && l.Labels[LabelHandout] == "true" && l.Namespace == hc.records.namespace {
 		hc.queue.Add(l.Name)
 	}
 }
@@ -166,19 +166,6 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 	logger = logger.WithValues("ip", rec.Addr, "service", rec.For)
 	now := hc.now()
 	bound := rec.At.Add(hc.records.bound)
-	if rec.Retain {
-		// The Controller ends it once the reservation is made or will not be; one left after
-		// the bound, its Service gone, is of a Controller that stopped meanwhile.
-		if now.Before(bound) {
-			return bound.Sub(now), nil
-		}
-		if svc, err := hc.services.Services(rec.For.Namespace).Get(rec.For.Name); err == nil && svc.DeletionTimestamp != nil {
-			return hc.records.bound, nil // still being deleted (another finalizer): look again later
-		}
-		logger.Info("Dropping the record of an address being retained that outlived its bound")
-		_, err := hc.finish(ctx, lease)
-		return 0, err
-	}
 	obj, err := hc.ipas.Get(ctx, rec.Addr.String(), metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("webhook: read IPAddress %s: %w", rec.Addr, err)

@@ -403,7 +403,7 @@ func ipAddressReview(t *testing.T, obj *networkingv1.IPAddress) []byte {
 	return body
 }
 
-func TestHandlerGuardsAnAddressHandedOutOrBeingRetained(t *testing.T) {
+func TestHandlerGuardsAnAddressHandedOut(t *testing.T) {
 	ip := netip.MustParseAddr("10.96.0.10")
 	web := types.NamespacedName{Namespace: "prod", Name: "web"}
 	allocation := func(addr, ns, name string) *networkingv1.IPAddress {
@@ -415,12 +415,10 @@ func TestHandlerGuardsAnAddressHandedOutOrBeingRetained(t *testing.T) {
 		t.Fatal(err)
 	}
 	handedOut := handoutLease(t, reservation.Reservation{Addr: ip, For: web}, "uid-gone", web.String(), time.Now())
-	retaining := handedOut.DeepCopy()
-	retaining.Labels[webhook.LabelHandout] = "retain"
 	for _, rec := range []struct {
 		name  string
 		lease *coordinationv1.Lease
-	}{{"handed out", handedOut}, {"being retained", retaining}} {
+	}{{"handed out", handedOut}} {
 		tests := []struct {
 			name    string
 			obj     *networkingv1.IPAddress
