@@ -21,19 +21,7 @@ func (o *checkOptions) print(stdout, stderr io.Writer, rep *repair.Report, mode 
 		if note != "" {
 			fmt.Fprintf(stderr, "clusterip: note: %s\n", note)
 		}
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if o.output == "yaml" {
-			if b, err = yaml.JSONToYAML(b); err != nil {
-				return err
-			}
-		} else {
-			b = append(b, '\n')
-		}
-		_, err = stdout.Write(b)
-		return err
+		return writeJSONOrYAML(stdout, rep, o.output)
 	}
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
@@ -60,4 +48,22 @@ func (o *checkOptions) writePlan(w io.Writer, rep *repair.Report, mode featurega
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.IP, f.Class, f.Class.Plan(mode))
 	}
 	return tw.Flush()
+}
+
+// writeJSONOrYAML writes v to w as indented JSON, or as YAML when format is "yaml", as kubectl's
+// -o json and -o yaml do.
+func writeJSONOrYAML(w io.Writer, v any, format string) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if format == "yaml" {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return err
+		}
+	} else {
+		b = append(b, '\n')
+	}
+	_, err = w.Write(b)
+	return err
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -9,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kube-ipam/clusterip/featuregate"
 	"github.com/kube-ipam/clusterip/internal/localcluster"
@@ -100,19 +98,7 @@ func (o *versionOptions) print(out io.Writer, v versionInfo) error {
 			v.ClusteripVersion, v.GoVersion, v.Platform, strings.Join(k.Releases, ", "), k.Default, k.Newest, k.Demo)
 		return err
 	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	if o.output == "yaml" {
-		if b, err = yaml.JSONToYAML(b); err != nil {
-			return err
-		}
-	} else {
-		b = append(b, '\n')
-	}
-	_, err = out.Write(b)
-	return err
+	return writeJSONOrYAML(out, v, o.output)
 }
 
 func newVersionCommand() *cobra.Command {

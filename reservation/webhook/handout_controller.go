@@ -184,13 +184,7 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 	case err == nil && hc.heldByAnother(obj, rec):
 		// Another Service's create succeeded with the address: the window is lost, whatever the
 		// bound (waiting for it could see a later object, or a new hand-out of the address).
-		deleted, err := hc.finish(ctx, lease)
-		if deleted {
-			hc.metrics.webhookWindowLost.Inc()
-			logger.Info("A reserved address the webhook handed out was taken by another Service in the window; the reservation is lost",
-				"takenBy", describeParent(obj.Spec.ParentRef))
-		}
-		return 0, err
+		return 0, hc.lost(ctx, lease, obj)
 	case now.Before(bound):
 		// A Service's allocation is rolled back when its create fails after the webhook (a
 		// later admission check): only the Service's object, or the bound, decides.
@@ -203,13 +197,7 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 			_, err := hc.finish(ctx, lease) // taken after the window, not in it
 			return 0, err
 		}
-		deleted, err := hc.finish(ctx, lease)
-		if deleted {
-			hc.metrics.webhookWindowLost.Inc()
-			logger.Info("A reserved address the webhook handed out was taken by another Service in the window; the reservation is lost",
-				"takenBy", describeParent(obj.Spec.ParentRef))
-		}
-		return 0, err
+		return 0, hc.lost(ctx, lease, obj)
 	case rec.Reservation.Expired(now):
 		logger.Info("Dropping a hand-out whose Service never held the address: its reservation has ended", "expired", rec.Reservation.Expires)
 		_, err := hc.finish(ctx, lease)
@@ -244,6 +232,18 @@ func (hc *handoutController) sync(ctx context.Context, name string) (time.Durati
 func (hc *handoutController) holds(svc types.NamespacedName, rec handout) bool {
 	s, err := hc.services.Services(svc.Namespace).Get(svc.Name)
 	return err == nil && containsAddr(clusterIPs(s), rec.Addr)
+}
+
+// lost ends the record lease of a hand-out whose address obj, another Service's allocation, took
+// in the window, and counts the window lost if this call ended it.
+func (hc *handoutController) lost(ctx context.Context, lease *coordinationv1.Lease, obj *networkingv1.IPAddress) error {
+	deleted, err := hc.finish(ctx, lease)
+	if deleted {
+		hc.metrics.webhookWindowLost.Inc()
+		klog.FromContext(ctx).Info("A reserved address the webhook handed out was taken by another Service in the window; the reservation is lost",
+			"record", lease.Name, "ip", obj.Name, "takenBy", describeParent(obj.Spec.ParentRef))
+	}
+	return err
 }
 
 // heldByAnother reports whether obj, the IPAddress object of rec's address, is the allocation of
