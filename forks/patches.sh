@@ -4,11 +4,16 @@
 #	forks/patches.sh make v1.37.2    # (re)writes forks/v1.37.2/v1.37.2-clusterip.patch
 #	forks/patches.sh check           # every forks/v*/, or the releases named
 #	forks/patches.sh module v1.37.2  # writes forks/v1.37.2/go.mod and go.sum for a new release
+#	TOOLCHAIN=go1.27.3 forks/patches.sh module v1.38.0-beta.0  # a pre-release that needs a newer Go
 #
 # "module" writes the build module of a new release's fork: it requires k8s.io/kubernetes at the
 # release and the library (replaced by this checkout), replaces each staging module the release
 # names by its published v0.<minor>.<patch>, copies the release's go and godebug lines, and lets
 # "go mod tidy" pin everything else at what the release's go.mod says, plus what files/ imports.
+# A pre-release's staging modules are v0.<minor>.<patch>-<pre> (v0.38.0-beta.0). With $TOOLCHAIN
+# (a release whose go line is newer than the Go at hand) it runs go with that toolchain and writes
+# it as the module's toolchain line, which every later go command in the module (this script's,
+# and the build's, see internal/localcluster) runs.
 #
 # "make" builds the whole change from what the build applies, forks/<release>/patches/*.patch (the
 # upstream files changed), forks/common/files/ (the files every release adds, at their path in the
@@ -25,9 +30,16 @@ set -euo pipefail
 forks=$(cd "$(dirname "$0")" && pwd)
 export GOWORK=off GOFLAGS=
 
+# toolchain prints the toolchain line of forks/$1/go.mod, if it has one.
+toolchain() {
+	sed -n 's/^toolchain \(go[0-9.a-z]*\)$/\1/p' "$forks/$1/go.mod"
+}
+
 # pristine prints the module cache directory of k8s.io/kubernetes@$1, downloading it if needed.
 pristine() {
-	(cd "$forks/$1" && go mod download -json "k8s.io/kubernetes@$1") | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+	local tc
+	tc=$(toolchain "$1")
+	(cd "$forks/$1" && GOTOOLCHAIN=${tc:-${GOTOOLCHAIN:-}} go mod download -json "k8s.io/kubernetes@$1") | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
 }
 
 # whole prints the whole-change patch of release $1 built from its patches and files.
@@ -69,8 +81,13 @@ whole() {
 # module writes forks/$1/go.mod and go.sum.
 module() {
 	local rel=$1 gomod
-	[[ $rel =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { echo "patches.sh: $rel is not a release like v1.37.2" >&2; return 2; }
-	local staging=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}
+	[[ $rel =~ ^v1\.([0-9]+)\.([0-9]+)(-(alpha|beta|rc)\.[0-9]+)?$ ]] ||
+		{ echo "patches.sh: $rel is not a release like v1.37.2 or v1.38.0-beta.0" >&2; return 2; }
+	local staging=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}${BASH_REMATCH[3]}
+	if [ -n "${TOOLCHAIN:-}" ]; then
+		local GOTOOLCHAIN=$TOOLCHAIN
+		export GOTOOLCHAIN
+	fi
 	gomod=$(cd "$forks" && go mod download -json "k8s.io/kubernetes@$rel" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
 	[ -n "$gomod" ] || { echo "patches.sh: cannot download k8s.io/kubernetes@$rel" >&2; return 1; }
 	mkdir -p "$forks/$rel"
@@ -82,6 +99,10 @@ module() {
 		echo "module github.com/kube-ipam/clusterip/forks/$rel"
 		echo
 		grep -E '^go [0-9]' "$gomod"
+		if [ -n "${TOOLCHAIN:-}" ]; then
+			echo
+			echo "toolchain $TOOLCHAIN"
+		fi
 		echo
 		grep -E '^godebug ' "$gomod" || true
 		echo

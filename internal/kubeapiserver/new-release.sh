@@ -6,12 +6,24 @@
 # the release's own go.mod says. Run it once per new release, then commit go.mod and go.sum:
 #
 #	internal/kubeapiserver/new-release.sh v1.37.2
+#
+# A pre-release works the same way: v1.38.0-beta.0's staging modules are v0.38.0-beta.0. A release
+# whose go line is newer than the Go at hand needs a toolchain that the module proxy serves (as
+# golang.org/toolchain), named by $TOOLCHAIN: the script runs go with it and writes it as the
+# module's toolchain line, which the build (internal/localcluster) then runs the module's go
+# commands with; the library's own module keeps building with the Go at hand:
+#
+#	TOOLCHAIN=go1.27.3 internal/kubeapiserver/new-release.sh v1.38.0-beta.0
 set -euo pipefail
-rel=${1:?usage: new-release.sh v1.N.P}
-[[ $rel =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { echo "new-release.sh: $rel is not a release like v1.37.2" >&2; exit 2; }
-staging=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}
+rel=${1:?usage: new-release.sh v1.N.P[-beta.K]}
+[[ $rel =~ ^v1\.([0-9]+)\.([0-9]+)(-(alpha|beta|rc)\.[0-9]+)?$ ]] ||
+	{ echo "new-release.sh: $rel is not a release like v1.37.2 or v1.38.0-beta.0" >&2; exit 2; }
+staging=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}${BASH_REMATCH[3]}
 cd "$(dirname "$0")"
 export GOWORK=off GOFLAGS=
+if [ -n "${TOOLCHAIN:-}" ]; then
+	export GOTOOLCHAIN=$TOOLCHAIN
+fi
 src=$(go mod download -json "k8s.io/kubernetes@$rel" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
 [ -n "$src" ] || { echo "new-release.sh: cannot download k8s.io/kubernetes@$rel" >&2; exit 1; }
 mkdir -p "$rel"
@@ -21,6 +33,11 @@ mkdir -p "$rel"
 	echo "module github.com/kube-ipam/clusterip/internal/kubeapiserver/$rel"
 	echo
 	grep -E '^go [0-9]' "$src"
+	echo
+	if [ -n "${TOOLCHAIN:-}" ]; then
+		echo
+		echo "toolchain $TOOLCHAIN"
+	fi
 	echo
 	grep -E '^godebug ' "$src" || true
 	echo

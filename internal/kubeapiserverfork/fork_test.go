@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -56,7 +57,9 @@ func (mg modeGate) options(bin, cidr string) testenv.KubeAPIServerOptions {
 // emulates down to its own minor minus 3: v1.35 and v1.36 reach Legacy only at
 // --emulated-version=1.33 (where networking.k8s.io/v1 is served, which the tests read) and dual
 // write at 1.33 or 1.34; a v1.37 binary emulates 1.34 at the lowest, where
-// MultiCIDRServiceAllocator is locked on: it has no Legacy mode, and dual write only at 1.34.
+// MultiCIDRServiceAllocator is locked on: it has no Legacy mode, and dual write only at 1.34. A
+// v1.38 binary has neither gate nor bitmap allocator: IPAddressOnly only, at its own version and
+// at each it emulates (1.35 to 1.37), where the library answers as those releases.
 var releaseModes = map[string][]modeGate{
 	"v1.33.13": {
 		{featuregate.DualWrite, "", nil},
@@ -69,6 +72,12 @@ var releaseModes = map[string][]modeGate{
 	"v1.37.2": {
 		{featuregate.IPAddressOnly, "", nil},
 		{featuregate.DualWrite, "DisableAllocatorDualWrite=false", []string{"--emulated-version=1.34"}},
+	},
+	localcluster.KubeAPIServerV138: {
+		{featuregate.IPAddressOnly, "", nil},
+		{featuregate.IPAddressOnly, "", []string{"--emulated-version=1.37"}},
+		{featuregate.IPAddressOnly, "", []string{"--emulated-version=1.36"}},
+		{featuregate.IPAddressOnly, "", []string{"--emulated-version=1.35"}},
 	},
 }
 
@@ -103,6 +112,23 @@ func modeOf(t *testing.T, mode featuregate.Mode) (modeGate, bool) {
 		}
 	}
 	return modeGate{}, false
+}
+
+// modeOrSkip returns the first gate combination of mode in the release under test. It skips t
+// when the release has no such mode by design (from v1.38, kube-apiserver has no bitmap
+// allocator: neither Legacy nor DualWrite), and fails t when the tests merely lack its flags.
+func modeOrSkip(t *testing.T, mode featuregate.Mode) modeGate {
+	t.Helper()
+	mg, ok := modeOf(t, mode)
+	switch {
+	case ok:
+		return mg
+	case mode != featuregate.IPAddressOnly && version.MustParseSemantic(release()).Minor() >= 38:
+		t.Skipf("kube-apiserver %s has no %s mode: its bitmap allocator is gone", release(), mode)
+	default:
+		t.Fatalf("kube-apiserver %s has no %s mode", release(), mode)
+	}
+	return modeGate{}
 }
 
 // releaseEnv names the environment variable that selects the release whose fork the tests run,
@@ -382,7 +408,7 @@ func TestForkFullRangeMatchesStock(t *testing.T) {
 // TestForkBesideStockNoDuplicates runs the fork beside a stock kube-apiserver of its release on
 // one etcd (forkPeers: v1.33.13's fork in DualWrite beside stock in Legacy mode and then in its
 // default dual write; v1.37.2's, both in DualWrite at --emulated-version=1.34, then both in
-// IPAddressOnly; v1.35.4's and v1.36.3's, the three), creating and deleting Services from both
+// IPAddressOnly; v1.35.4's and v1.36.3's, the three; v1.38's in IPAddressOnly), creating and deleting Services from both
 // as besideStock does: no two Services may ever get the same ClusterIP.
 func TestForkBesideStockNoDuplicates(t *testing.T) {
 	fork := forkBinary(t)
@@ -401,8 +427,9 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 // TestForkBesidePreviousReleaseNoDuplicates runs the fork beside stock kube-apiserver of the
 // previous minor release on one etcd, the skew of the rolling upgrade a user does next (skewPeers:
 // v1.37.2's fork beside stock v1.36.3, both in their default IPAddressOnly, then both in dual
-// write at --emulated-version=1.34), as TestForkBesideStockNoDuplicates does beside its own
-// release, and then one repair pass of the fork's mode must leave an audit with no finding.
+// write at --emulated-version=1.34; v1.38's beside stock v1.37.2, both in IPAddressOnly, the
+// skew of the upgrade to v1.38), as TestForkBesideStockNoDuplicates does beside its own release,
+// and then one repair pass of the fork's mode must leave an audit with no finding.
 func TestForkBesidePreviousReleaseNoDuplicates(t *testing.T) {
 	skew, ok := skewPeers[release()]
 	if !ok {
@@ -446,6 +473,10 @@ var skewPeers = map[string]struct {
 	"v1.37.2": {"v1.36.3", []forkPeer{
 		{releaseModes["v1.37.2"][0], releaseModes["v1.36.3"][0], true}, // IPAddressOnly, both defaults
 		{releaseModes["v1.37.2"][1], releaseModes["v1.36.3"][1], true}, // DualWrite at emulated 1.34
+	}},
+	// The upgrade to v1.38: every server has left dual write before a v1.38 one joins.
+	localcluster.KubeAPIServerV138: {"v1.37.2", []forkPeer{
+		{releaseModes[localcluster.KubeAPIServerV138][0], releaseModes["v1.37.2"][0], true}, // IPAddressOnly, both defaults
 	}},
 }
 
@@ -555,6 +586,9 @@ var forkPeers = map[string][]forkPeer{
 		{releaseModes["v1.37.2"][1], releaseModes["v1.37.2"][1], true}, // DualWrite at emulated 1.34
 		{releaseModes["v1.37.2"][0], releaseModes["v1.37.2"][0], true}, // IPAddressOnly
 	},
+	localcluster.KubeAPIServerV138: {
+		{releaseModes[localcluster.KubeAPIServerV138][0], releaseModes[localcluster.KubeAPIServerV138][0], true}, // IPAddressOnly
+	},
 }
 
 // laterPeers are the pairs of v1.35 and v1.36: the fork in dual write at emulated 1.33 beside
@@ -663,11 +697,8 @@ func TestForkIPAddressObjectsMatchStock(t *testing.T) {
 	sides := forkSides(t)
 	const ip = "10.96.0.9"
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
-		mg, ok := modeOf(t, mode)
-		if !ok {
-			t.Fatalf("kube-apiserver %s has no %s mode", release(), mode)
-		}
-		t.Run(mg.mode.String(), func(t *testing.T) {
+		t.Run(mode.String(), func(t *testing.T) {
+			mg := modeOrSkip(t, mode)
 			objs := map[string]*networkingv1.IPAddress{}
 			for _, side := range sides {
 				etcd := testenv.NewEtcd(t)

@@ -401,25 +401,21 @@ func optInFork(ctx context.Context, t *testing.T, client kubernetes.Interface, n
 }
 
 // TestForkRefusesReservationsOutsideIPAddressOnly starts the fork with CLUSTERIP_RESERVATIONS=on
-// in its release's DualWrite mode, where a bitmap knows nothing of reservations, and with a value
-// it does not know: the server stops at start-up, saying why.
+// in its release's DualWrite mode, where a bitmap knows nothing of reservations (a release
+// without one skips that case), and with a value it does not know: the server stops at start-up,
+// saying why.
 func TestForkRefusesReservationsOutsideIPAddressOnly(t *testing.T) {
 	fork := forkBinary(t)
-	mg, ok := modeOf(t, featuregate.DualWrite)
-	if !ok {
-		t.Skipf("kube-apiserver %s has no DualWrite mode", release())
-	}
-	ipOnly, _ := modeOf(t, featuregate.IPAddressOnly)
 	cases := []struct {
 		name, env, want string
-		mg              modeGate
+		mode            featuregate.Mode
 	}{
-		{"on in DualWrite mode", reservationsOn, "cannot create cluster IP allocator: CLUSTERIP_RESERVATIONS=on: reservations need the IPAddressOnly mode, and the feature gates select DualWrite", mg},
-		{"a value it does not know", "CLUSTERIP_RESERVATIONS=yes", `cannot create cluster IP allocator: CLUSTERIP_RESERVATIONS=\"yes\": want \"on\" or \"off\" (the default)`, ipOnly},
+		{"on in DualWrite mode", reservationsOn, "cannot create cluster IP allocator: CLUSTERIP_RESERVATIONS=on: reservations need the IPAddressOnly mode, and the feature gates select DualWrite", featuregate.DualWrite},
+		{"a value it does not know", "CLUSTERIP_RESERVATIONS=yes", `cannot create cluster IP allocator: CLUSTERIP_RESERVATIONS=\"yes\": want \"on\" or \"off\" (the default)`, featuregate.IPAddressOnly},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			opts := c.mg.options(fork, v4Range)
+			opts := modeOrSkip(t, c.mode).options(fork, v4Range)
 			opts.Env = []string{c.env}
 			assertStartFails(t, opts, c.want)
 		})

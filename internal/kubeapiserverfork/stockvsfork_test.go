@@ -38,6 +38,11 @@ const benchOutEnv = "CLUSTERIP_FORK_BENCH_OUT"
 // `clusterip bench stock-vs-fork` to chart.
 const benchRowsEnv = "CLUSTERIP_FORK_BENCH_ROWS"
 
+// benchRangesEnv optionally names the --service-cluster-ip-range of the servers, or several
+// separated by spaces, each measured in turn in the same run ("10.96.0.0/16 10.0.0.0/8"; a range
+// wider than a /12 only where the release takes it, from v1.38). benchRange by default.
+const benchRangesEnv = "CLUSTERIP_FORK_BENCH_RANGES"
+
 const (
 	benchRange   = "10.96.0.0/16"
 	benchWorkers = 16
@@ -59,11 +64,11 @@ func benchModes(t *testing.T) []modeGate {
 
 // churnResult is one churn row: benchWorkers workers each create and delete churnPairs Services.
 type churnResult struct {
-	side, mode    string
-	pairs, errors int
-	elapsed       time.Duration
-	p50, p99      time.Duration
-	stale         int // Leaked and BitmapOnly findings of repair.Audit afterwards
+	side, mode, rng string // rng: the --service-cluster-ip-range
+	pairs, errors   int
+	elapsed         time.Duration
+	p50, p99        time.Duration
+	stale           int // Leaked and BitmapOnly findings of repair.Audit afterwards
 	// CPU time used during the churn by the kube-apiserver process, the etcd process and the
 	// test process (its clients); zero if it could not be read (see cpuNote).
 	serverCPU, etcdCPU, selfCPU time.Duration
@@ -74,7 +79,7 @@ type churnResult struct {
 
 // scaleResult is one scale row: n Services created by benchWorkers workers, none deleted.
 type scaleResult struct {
-	side, mode       string
+	side, mode, rng  string // rng: the --service-cluster-ip-range
 	n, errors        int
 	elapsed          time.Duration
 	first50, first99 time.Duration // of the first 1000 creates, in the order they were handed out
@@ -84,7 +89,8 @@ type scaleResult struct {
 
 // TestStockVsFork measures stock kube-apiserver of its release and the fork side by side, each in
 // Legacy, DualWrite and IPAddressOnly (those of them the release has, see benchModes), each row on a fresh etcd and server with
-// --service-cluster-ip-range=10.96.0.0/16: churn (16 workers × 60 create+delete pairs, then
+// --service-cluster-ip-range=10.96.0.0/16 (or each range of $CLUSTERIP_FORK_BENCH_RANGES in turn, a
+// row per range; the JSON names a row of another range by its run and the range): churn (16 workers × 60 create+delete pairs, then
 // repair.Audit in the row's mode for stale bits and objects; and the CPU time each pair cost the
 // kube-apiserver, the etcd and the test process (its clients), which depends far less than the
 // rate on what else the machine runs) and scale (15 000 creates by 16
@@ -107,10 +113,19 @@ func TestStockVsFork(t *testing.T) {
 		}
 		scaleN = n
 	}
+	ranges := benchRanges(t)
 	bins := []benchBinary{{"stock", stockBinary(t)}, {"fork", forkBinary(t)}}
 	var out strings.Builder
 	start := time.Now().UTC()
 	run := start.Format(time.RFC3339)
+	// runOf names the rows of rng in the JSON, whose rows are keyed by run, mode and side: the
+	// run alone for the default range, as before ranges were measured.
+	runOf := func(rng string) string {
+		if rng == benchRange {
+			return run
+		}
+		return run + " " + rng
+	}
 	// The fork's write path is the one CLUSTERIP_IPADDRESS_WRITES in this environment chooses,
 	// which the servers inherit (stock ignores it).
 	writes := os.Getenv("CLUSTERIP_IPADDRESS_WRITES")
@@ -122,20 +137,20 @@ func TestStockVsFork(t *testing.T) {
 	machine := []string{"TestStockVsFork " + run + ", " + phases + ", the fork's IPAddress writes: " + writes + "; load before: " + loadAvg()}
 	if strings.Contains(phases, "churn") {
 		var rows []churnResult
-		eachModeAndSide(t, "churn", bins, func(t *testing.T, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer) {
+		eachModeAndSide(t, "churn", ranges, bins, func(t *testing.T, rng string, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer) {
 			r := churn(t, s.Client, s.Dir, etcd.Dir())
-			r.side, r.mode = side, mode.String()
-			r.audit, r.stale = benchAudit(t, etcd, s.Client, mode)
+			r.side, r.mode, r.rng = side, mode.String(), rng
+			r.audit, r.stale = benchAudit(t, etcd, s.Client, mode, rng)
 			t.Logf("%+v", r)
 			rows = append(rows, r)
 		})
-		fmt.Fprintf(&out, "churn: %d workers × %d create+delete pairs, %s\n\n", benchWorkers, churnPairs, benchRange)
-		out.WriteString("| mode | side | pairs/s | p50 | p99 | CPU/pair: kube-apiserver | etcd | test process (clients) | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(&out, "churn: %d workers × %d create+delete pairs\n\n", benchWorkers, churnPairs)
+		out.WriteString("| range | mode | side | pairs/s | p50 | p99 | CPU/pair: kube-apiserver | etcd | test process (clients) | errors | stale (leaked + bitmap-only) | audit counts |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rows {
-			fmt.Fprintf(&out, "| %s | %s | %.1f | %v | %v | %s | %s | %s | %d | %d | %v |\n", r.mode, r.side,
+			fmt.Fprintf(&out, "| %s | %s | %s | %.1f | %v | %v | %s | %s | %s | %d | %d | %v |\n", r.rng, r.mode, r.side,
 				float64(r.pairs)/r.elapsed.Seconds(), ms(r.p50), ms(r.p99), perPair(r.serverCPU, r.pairs), perPair(r.etcdCPU, r.pairs), perPair(r.selfCPU, r.pairs),
 				r.errors, r.stale, r.audit)
-			measured.Churn = append(measured.Churn, forkbench.Churn{Run: run, Mode: r.mode, Side: r.side,
+			measured.Churn = append(measured.Churn, forkbench.Churn{Run: runOf(r.rng), Mode: r.mode, Side: r.side,
 				PairsPerS: float64(r.pairs) / r.elapsed.Seconds(), P50Ms: msOf(r.p50), P99Ms: msOf(r.p99), Errors: r.errors, Stale: r.stale})
 		}
 		for _, r := range rows {
@@ -148,19 +163,19 @@ func TestStockVsFork(t *testing.T) {
 	}
 	if strings.Contains(phases, "scale") {
 		var rows []scaleResult
-		eachModeAndSide(t, "scale", bins, func(t *testing.T, mode featuregate.Mode, side string, _ *testenv.Etcd, s *testenv.KubeAPIServer) {
+		eachModeAndSide(t, "scale", ranges, bins, func(t *testing.T, rng string, mode featuregate.Mode, side string, _ *testenv.Etcd, s *testenv.KubeAPIServer) {
 			r := scale(t, s.Client, scaleN)
-			r.side, r.mode = side, mode.String()
+			r.side, r.mode, r.rng = side, mode.String(), rng
 			t.Logf("%+v", r)
 			rows = append(rows, r)
 		})
-		fmt.Fprintf(&out, "scale: %d creates by %d workers, %s\n\n", scaleN, benchWorkers, benchRange)
-		out.WriteString("| mode | side | total | creates/s | first 1000 p50 | p99 | last 1000 p50 | p99 | last/first p99 | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&out, "scale: %d creates by %d workers\n\n", scaleN, benchWorkers)
+		out.WriteString("| range | mode | side | total | creates/s | first 1000 p50 | p99 | last 1000 p50 | p99 | last/first p99 | errors |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rows {
-			fmt.Fprintf(&out, "| %s | %s | %v | %.1f | %v | %v | %v | %v | %.2f | %d |\n", r.mode, r.side,
+			fmt.Fprintf(&out, "| %s | %s | %s | %v | %.1f | %v | %v | %v | %v | %.2f | %d |\n", r.rng, r.mode, r.side,
 				r.elapsed.Round(100*time.Millisecond), float64(r.n-r.errors)/r.elapsed.Seconds(),
 				ms(r.first50), ms(r.first99), ms(r.last50), ms(r.last99), float64(r.last99)/float64(r.first99), r.errors)
-			measured.Scale = append(measured.Scale, forkbench.Scale{Run: run, Mode: r.mode, Side: r.side, Services: r.n,
+			measured.Scale = append(measured.Scale, forkbench.Scale{Run: runOf(r.rng), Mode: r.mode, Side: r.side, Services: r.n,
 				TotalS: r.elapsed.Seconds(), CreatesPerS: float64(r.n-r.errors) / r.elapsed.Seconds(),
 				FirstP50Ms: msOf(r.first50), FirstP99Ms: msOf(r.first99), LastP50Ms: msOf(r.last50), LastP99Ms: msOf(r.last99), Errors: r.errors})
 		}
@@ -184,19 +199,47 @@ func TestStockVsFork(t *testing.T) {
 // benchBinary is one side of the comparison: "stock" or "fork", and its kube-apiserver binary.
 type benchBinary struct{ side, bin string }
 
-// eachModeAndSide runs measure as the subtest phase/mode/side for every mode of benchModes and
-// every binary of bins, in that order, each on a new etcd and a kube-apiserver of its own serving
-// benchRange with the mode's gates.
-func eachModeAndSide(t *testing.T, phase string, bins []benchBinary, measure func(t *testing.T, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer)) {
-	for _, mg := range benchModes(t) {
-		for _, b := range bins {
-			t.Run(phase+"/"+mg.mode.String()+"/"+b.side, func(t *testing.T) {
-				etcd := testenv.NewEtcd(t)
-				s := testenv.NewKubeAPIServer(t, etcd, mg.options(b.bin, benchRange))
-				measure(t, mg.mode, b.side, etcd, s)
-			})
+// eachModeAndSide runs measure as the subtest phase/mode/side (phase/range/mode/side with more
+// than one range) for every range of ranges, every mode of benchModes and every binary of bins,
+// in that order, each on a new etcd and a kube-apiserver of its own serving the range with the
+// mode's gates.
+func eachModeAndSide(t *testing.T, phase string, ranges []string, bins []benchBinary, measure func(t *testing.T, rng string, mode featuregate.Mode, side string, etcd *testenv.Etcd, s *testenv.KubeAPIServer)) {
+	for _, rng := range ranges {
+		for _, mg := range benchModes(t) {
+			for _, b := range bins {
+				name := phase + "/" + mg.mode.String() + "/" + b.side
+				if len(ranges) > 1 {
+					name = phase + "/" + rng + "/" + mg.mode.String() + "/" + b.side
+				}
+				t.Run(name, func(t *testing.T) {
+					etcd := testenv.NewEtcd(t)
+					s := testenv.NewKubeAPIServer(t, etcd, mg.options(b.bin, rng))
+					measure(t, rng, mg.mode, b.side, etcd, s)
+				})
+			}
 		}
 	}
+}
+
+// benchRanges returns the ranges benchRangesEnv names, benchRange if it is unset, failing t if
+// one does not parse or is named twice.
+func benchRanges(t *testing.T) []string {
+	t.Helper()
+	env := os.Getenv(benchRangesEnv)
+	if strings.TrimSpace(env) == "" {
+		return []string{benchRange}
+	}
+	var ranges []string
+	for _, r := range strings.Fields(env) {
+		if _, err := clusterip.ParseRanges(r); err != nil {
+			t.Fatalf("%s=%q: %v", benchRangesEnv, env, err)
+		}
+		if slices.Contains(ranges, r) {
+			t.Fatalf("%s=%q names %s twice", benchRangesEnv, env, r)
+		}
+		ranges = append(ranges, r)
+	}
+	return ranges
 }
 
 // writeRows writes rows to the file named p as package forkbench's JSON.
@@ -349,11 +392,11 @@ func scale(t *testing.T, c kubernetes.Interface, n int) scaleResult {
 
 // benchAudit audits the cluster in mode as "clusterip check" does and returns the counts and
 // the stale findings: IPAddress objects and bitmap bits no Service holds.
-func benchAudit(t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface, mode featuregate.Mode) (map[string]int, int) {
+func benchAudit(t *testing.T, etcd *testenv.Etcd, c kubernetes.Interface, mode featuregate.Mode, flag string) (map[string]int, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rng, _ := clusterip.ParseRanges(benchRange)
+	rng, _ := clusterip.ParseRanges(flag)
 	rep, err := repair.Audit(ctx, clusterip.Config{Mode: mode, Ranges: rng, Bitmaps: etcdstore.Stores{Client: etcd.TestClient(t)}, Client: c})
 	if err != nil {
 		t.Fatalf("audit: %v", err)

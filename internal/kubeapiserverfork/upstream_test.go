@@ -198,8 +198,12 @@ func runUpstream(t *testing.T, dir string, flags []string, pkg, side, etcdURL, m
 	args = append(args, "k8s.io/kubernetes/test/integration/"+pkg)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "KUBE_INTEGRATION_ETCD_URL="+etcdURL,
-		"TEST_SRCDIR="+modCache, "TEST_WORKSPACE=.")
+	// The fork module's go: GOWORK=off, no GOFLAGS, and its toolchain (v1.38's Go 1.27).
+	env, err := localcluster.NestedGoEnv(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(env, "KUBE_INTEGRATION_ETCD_URL="+etcdURL, "TEST_SRCDIR="+modCache, "TEST_WORKSPACE=.")
 	log, err := os.CreateTemp("", "kubeapiserverfork-upstream-"+pkg+"-"+side+"-*.log")
 	if err != nil {
 		t.Fatal(err)

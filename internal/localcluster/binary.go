@@ -23,10 +23,15 @@ import (
 // peer that still runs the legacy bitmap allocator.
 const KubeAPIServerVersion = "v1.33.13"
 
+// KubeAPIServerV138 is the v1.38 release that [KubeAPIServerReleaseBinary] builds: its
+// pre-release until v1.38.0 ships, when moving this one name (and renaming its nested module
+// and fork folders, see docs/fork.md) makes the release a version bump.
+const KubeAPIServerV138 = "v1.38.0-beta.0"
+
 // kubeAPIServerReleases are the releases [KubeAPIServerReleaseBinary] builds,
 // oldest first: one per supported minor, each from its nested module
 // internal/kubeapiserver/<release>.
-var kubeAPIServerReleases = []string{"v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2"}
+var kubeAPIServerReleases = []string{"v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2", KubeAPIServerV138}
 
 // KubeAPIServerReleases returns the kube-apiserver releases that
 // [KubeAPIServerReleaseBinary] builds, oldest first; [KubeAPIServerVersion] is
@@ -41,9 +46,10 @@ const KubeAPIServerEnv = "CLUSTERIP_KUBE_APISERVER"
 // KubeAPIServerReleaseEnv returns the name of the environment variable that,
 // when set, gives the path of a kube-apiserver binary to use instead of the
 // cached build of release: CLUSTERIP_KUBE_APISERVER_V1_37 for "v1.37.2", one per
-// minor. For [KubeAPIServerVersion], [KubeAPIServerEnv] comes first.
+// minor, pre-releases included (CLUSTERIP_KUBE_APISERVER_V1_38 for "v1.38.0-beta.0"). For
+// [KubeAPIServerVersion], [KubeAPIServerEnv] comes first.
 func KubeAPIServerReleaseEnv(release string) string {
-	minor := strings.TrimPrefix(release, "v")
+	minor, _, _ := strings.Cut(strings.TrimPrefix(release, "v"), "-")
 	if i := strings.LastIndexByte(minor, '.'); i > 0 && strings.Count(minor, ".") == 2 {
 		minor = minor[:i]
 	}
@@ -283,7 +289,11 @@ func goBuild(ctx context.Context, modDir, out, release, what string, flags ...st
 func runGo(ctx context.Context, modDir, what string, args ...string) error {
 	cmd := niceCommand(ctx, "go", args...)
 	cmd.Dir = modDir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	env, err := nestedGoEnv(modDir)
+	if err != nil {
+		return err
+	}
+	cmd.Env = env
 	cmd.SysProcAttr = childProcAttr()
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -291,6 +301,44 @@ func runGo(ctx context.Context, modDir, what string, args ...string) error {
 		return fmt.Errorf("localcluster: build %s in %s: %w\n%s", what, modDir, err, log.Bytes())
 	}
 	return nil
+}
+
+// NestedGoEnv returns the environment of a go command run in the nested build module modDir
+// (a stock release's or a fork's): the process's own, with GOWORK=off and GOFLAGS cleared, and,
+// when the module's go.mod names a toolchain (a release that needs a newer Go than the library,
+// such as v1.38's go 1.27), GOTOOLCHAIN set to it, so that the go command runs that toolchain
+// (downloaded from the module proxy once) whatever GOTOOLCHAIN the machine sets, while the
+// library's own module keeps building with the Go at hand.
+func NestedGoEnv(modDir string) ([]string, error) {
+	return nestedGoEnv(modDir)
+}
+
+// nestedGoEnv is [NestedGoEnv].
+func nestedGoEnv(modDir string) ([]string, error) {
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	tc, err := moduleToolchain(filepath.Join(modDir, "go.mod"))
+	if err != nil {
+		return nil, err
+	}
+	if tc != "" {
+		env = append(env, "GOTOOLCHAIN="+tc)
+	}
+	return env, nil
+}
+
+// moduleToolchain returns the toolchain line of the go.mod file at path ("go1.27.3"), or "" if
+// it has none.
+func moduleToolchain(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("localcluster: %w", err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "toolchain "); ok {
+			return strings.TrimSpace(rest), nil
+		}
+	}
+	return "", nil
 }
 
 // niceCommand returns a command that runs name with args at a lower CPU

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/version"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +75,8 @@ func TestKubeAPIServerReleaseEnvIsPerMinor(t *testing.T) {
 	for _, tt := range []struct{ release, want string }{
 		{"v1.33.13", "CLUSTERIP_KUBE_APISERVER_V1_33"},
 		{"v1.37.2", "CLUSTERIP_KUBE_APISERVER_V1_37"},
+		{"v1.38.0-beta.0", "CLUSTERIP_KUBE_APISERVER_V1_38"},
+		{"v1.38.0", "CLUSTERIP_KUBE_APISERVER_V1_38"},
 	} {
 		if got := KubeAPIServerReleaseEnv(tt.release); got != tt.want {
 			t.Errorf("KubeAPIServerReleaseEnv(%q) = %q, want %q", tt.release, got, tt.want)
@@ -116,10 +121,79 @@ func TestEachReleaseHasItsPinnedModule(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, "go.sum")); err != nil {
 				t.Error(err)
 			}
+			checkToolchain(t, filepath.Join(dir, "go.mod"), string(mod))
 			if isModuleRoot(dir) {
 				t.Errorf("isModuleRoot(%s) = true, want false", dir)
 			}
 		})
+	}
+}
+
+// checkToolchain fails t if the go.mod file at path, whose text is mod, has a go line newer than
+// the Go running the tests and no toolchain line that the build could run instead (see
+// nestedGoEnv), or a toolchain line older than its go line.
+func checkToolchain(t *testing.T, path, mod string) {
+	t.Helper()
+	var goLine string
+	for line := range strings.Lines(mod) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "go "); ok {
+			goLine = "go" + strings.TrimSpace(rest)
+		}
+	}
+	tc, err := moduleToolchain(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case tc == "" && version.Compare(goLine, runtime.Version()) > 0:
+		t.Errorf("%s says %s, newer than %s, and has no toolchain line for the build to run", path, goLine, runtime.Version())
+	case tc != "" && version.Compare(tc, goLine) < 0:
+		t.Errorf("%s: toolchain %s is older than its %s", path, tc, goLine)
+	}
+}
+
+// TestNestedGoEnvRunsTheModuleToolchain checks that a go command run in a nested module whose
+// go.mod names a toolchain runs that toolchain, whatever GOTOOLCHAIN the process has, and that
+// one without a toolchain line keeps the process's own.
+func TestNestedGoEnvRunsTheModuleToolchain(t *testing.T) {
+	for _, tt := range []struct {
+		name, mod, want string // want: the last GOTOOLCHAIN of the environment, "" for none added
+	}{
+		{"no toolchain line", "module m\n\ngo 1.26.0\n", ""},
+		{"a toolchain line", "module m\n\ngo 1.27.0\n\ntoolchain go1.27.3\n\ngodebug default=go1.27\n", "go1.27.3"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("GOTOOLCHAIN", "local")
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(tt.mod), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env, err := NestedGoEnv(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"GOWORK=off", "GOFLAGS="} {
+				if !slices.Contains(env, want) {
+					t.Errorf("NestedGoEnv has no %s", want)
+				}
+			}
+			want := "GOTOOLCHAIN=local"
+			if tt.want != "" {
+				want = "GOTOOLCHAIN=" + tt.want
+			}
+			var got string
+			for _, kv := range env {
+				if strings.HasPrefix(kv, "GOTOOLCHAIN=") {
+					got = kv // the last one wins
+				}
+			}
+			if got != want {
+				t.Errorf("NestedGoEnv's last GOTOOLCHAIN = %q, want %q", got, want)
+			}
+		})
+	}
+	if _, err := NestedGoEnv(t.TempDir()); err == nil {
+		t.Error("NestedGoEnv of a directory without go.mod = nil error, want one")
 	}
 }
 

@@ -295,7 +295,11 @@ func CheckKubeAPIServerFork(ctx context.Context, release string) ([]string, erro
 func kubernetesModuleDir(ctx context.Context, modDir string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "k8s.io/kubernetes")
 	cmd.Dir = modDir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	env, err := nestedGoEnv(modDir)
+	if err != nil {
+		return "", err
+	}
+	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	data, err := cmd.Output()

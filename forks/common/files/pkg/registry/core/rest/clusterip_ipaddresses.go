@@ -64,13 +64,15 @@ func clusterIPWrites(value string) (string, error) {
 
 // useClusterIPRESTOptions gives the allocators, if they write IPAddress objects through a registry
 // in this process, that registry, built with getter: the server's REST options, whose storage
-// configs carry the resource transformers of --encryption-provider-config.
+// configs carry the resource transformers of --encryption-provider-config. Every family's
+// allocator shares them; the registry no longer keeps a primary one from v1.38.
 func (p *legacyProvider) useClusterIPRESTOptions(getter generic.RESTOptionsGetter) error {
-	al, ok := p.primaryServiceClusterIPAllocator.(*clusterIPAllocator)
-	if !ok {
-		return nil
+	for _, a := range p.serviceClusterIPAllocators {
+		if al, ok := a.(*clusterIPAllocator); ok {
+			return al.all.useRESTOptions(getter)
+		}
 	}
-	return al.all.useRESTOptions(getter)
+	return nil
 }
 
 // useRESTOptions builds the IPAddress registry the allocators write to, if they write through
