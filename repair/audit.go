@@ -75,7 +75,9 @@ func audit(ctx context.Context, cfg *clusterip.Config) (*world, result, error) {
 		res.counts["bitmapsOfOtherRange"] = w.otherRanges
 	}
 	res.stale = w.stale
-	res.reservations = reservationFindings(w, time.Now())
+	now := time.Now()
+	res.reservations = reservationFindings(w, now)
+	res.caps = capsOf(w, now)
 	return w, res, nil
 }
 

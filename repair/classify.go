@@ -83,6 +83,7 @@ type result struct {
 	counts       map[string]int
 	stale        []StaleBitmap
 	reservations []ReservationFinding
+	caps         *Caps
 }
 
 // classify judges w: each IP with a problem gets one finding, of the first Class that applies
@@ -447,7 +448,7 @@ func rangesString(bms []*bitmap.Allocator) string {
 
 // report builds the public Report of r.
 func (r result) report(mode featuregate.Mode) *Report {
-	rep := &Report{Mode: mode.String(), Counts: r.counts, Findings: make([]Finding, len(r.findings)), StaleBitmaps: r.stale, Reservations: r.reservations}
+	rep := &Report{Mode: mode.String(), Counts: r.counts, Findings: make([]Finding, len(r.findings)), StaleBitmaps: r.stale, Reservations: r.reservations, Caps: r.caps}
 	for i, f := range r.findings {
 		rep.Findings[i] = f.Finding
 	}

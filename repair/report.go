@@ -111,6 +111,11 @@ type Report struct {
 	// ServiceCIDR, or are kept for a Service that holds another address, sorted by address. Not
 	// findings: they leave Consistent as it is. Read outside Legacy mode.
 	Reservations []ReservationFinding `json:"reservations,omitempty"`
+	// Caps are the caps on reservations (package reservation's Limits) and where each namespace
+	// and capped ServiceCIDR prefix stands against its cap. Not findings: they leave Consistent
+	// as it is. Nil in Legacy mode, and when no namespace keeps a reservation or has a cap and no
+	// ServiceCIDR has one.
+	Caps *Caps `json:"caps,omitempty"`
 	// Upgrade is the pre-flight of an upgrade to kube-apiserver 1.38 (CheckUpgrade), which Audit
 	// does not make: "clusterip check" fills it in. Not a finding: it leaves Consistent as it is,
 	// though check exits 1 on its Hazard. Nil when it was not made.

@@ -5,11 +5,13 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/kube-ipam/clusterip/reservation"
 )
 
 // WriteTable writes r for a person: a summary line, the counts, then one row per finding (IP,
 // class, Service, detail) in the report's order, and the sections that follow: stale bitmaps,
-// reservations, and the upgrade pre-flight (Upgrade), when there are any. It returns the first write error.
+// reservations, the caps on reservations, and the upgrade pre-flight (Upgrade), when there are any. It returns the first write error.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	state := "consistent"
@@ -48,6 +50,33 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw, "IP\tFOR\tNAME\tPROBLEM")
 		for _, f := range r.Reservations {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.IP, orDash(f.For), orDash(f.Name), f.Problem)
+		}
+	}
+	if c := r.Caps; c != nil {
+		fmt.Fprintf(tw, "\nReservation caps (%s on Namespaces, %s on ServiceCIDRs):\n", reservation.AnnotationMaxRetained, reservation.AnnotationMaxReserved)
+		if len(c.Namespaces) > 0 {
+			fmt.Fprintln(tw, "NAMESPACE\tRESERVED\tMAX-RETAINED\tSTATE")
+			for _, u := range c.Namespaces {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", u.Namespace, u.Reserved, u.Cap, u.State)
+			}
+		}
+		if len(c.ServiceCIDRs) > 0 {
+			if len(c.Namespaces) > 0 {
+				fmt.Fprintln(tw)
+			}
+			fmt.Fprintln(tw, "SERVICECIDR\tPREFIX\tRESERVED\tMAX-RESERVED\tSTATE")
+			for _, u := range c.ServiceCIDRs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", u.ServiceCIDR, u.Prefix, u.Reserved, u.Cap, u.State)
+			}
+		}
+		var over []string
+		for _, u := range c.Namespaces {
+			if u.State == CapOver {
+				over = append(over, u.Namespace)
+			}
+		}
+		if len(over) > 0 {
+			fmt.Fprintf(tw, "Namespaces over their cap: %v (deletes in flight can overshoot it; no Retain Service of theirs is created, and no address kept, until they are back within it).\n", over)
 		}
 	}
 	if u := r.Upgrade; u != nil {

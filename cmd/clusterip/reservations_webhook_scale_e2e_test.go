@@ -357,8 +357,8 @@ func TestShippedWebhookAtScale(t *testing.T) {
 // startShippedWebhook) beside stock kube-apiserver v1.37.2 serving a /24 at 90% fill: 16 workers
 // create and delete Services asking for no address, while 4 workers delete and create again 100
 // Retain Services, 1 000 times in all. It reports what the webhook's counters say and what the
-// test saw, and fails if the counters missed a loss the test saw, or if a Retain Service came back
-// with an address reserved for another.
+// test saw, and fails if the counters missed a loss the test saw, if a Retain Service came back
+// with an address reserved for another, or if any round lost its address.
 func TestShippedWebhookWindowsUnderChurn(t *testing.T) {
 	skipUnlessScale(t)
 	const (
@@ -492,10 +492,16 @@ func TestShippedWebhookWindowsUnderChurn(t *testing.T) {
 	webhookLost := delta("clusterip_reservation_webhook_window_lost_total")
 	controllerLost := delta("clusterip_reservation_controller_window_lost_total")
 	returned := delta("clusterip_reservation_webhook_handouts_returned_total")
+	inPlace := delta("clusterip_reservation_controller_kept_in_place_total")
 	t.Logf("%d deletes and creates again of %d Retain Services by 4 workers in %v, beside 16 churn workers (%d creates, %d refused, %.0f pairs/s), 10.96.0.0/24 at 90%% fill: "+
-		"%d rounds came back with another address (seen by the test); counted: %d windows lost in the webhook, %d in the controller, %d hand-outs returned",
-		rounds, retained, took.Round(time.Millisecond), res.Created, res.Failed, float64(res.Created)/res.Took.Seconds(), seenLost.Load(), webhookLost, controllerLost, returned)
+		"%d rounds came back with another address (seen by the test); counted: %d windows lost in the webhook, %d in the controller, %d hand-outs returned, %d addresses kept in place",
+		rounds, retained, took.Round(time.Millisecond), res.Created, res.Failed, float64(res.Created)/res.Took.Seconds(), seenLost.Load(), webhookLost, controllerLost, returned, inPlace)
 	if int64(webhookLost+controllerLost) < seenLost.Load() {
 		t.Errorf("the counters say %d windows lost, the test saw %d", webhookLost+controllerLost, seenLost.Load())
+	}
+	// With the shipped configuration, the hand-out guard closes the claim's window and the
+	// addresses are kept in place at the delete: no round loses its address.
+	if seenLost.Load() != 0 || inPlace != rounds {
+		t.Errorf("%d rounds lost their address and %d addresses were kept in place; want 0 and %d", seenLost.Load(), inPlace, rounds)
 	}
 }

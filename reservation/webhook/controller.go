@@ -286,11 +286,8 @@ func (c *Controller) deleted(obj any) {
 	if err != nil {
 		return
 	}
-	now := deletedAt(svc, c.now) // a Service a finalizer held: its deletionTimestamp
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	lbls := labels.Set(svc.Labels).String()
 	for _, ip := range clusterIPs(svc) {
-		c.queue.Add(retainItem{For: key, Labels: lbls, Addr: ip, Policy: policy, Deleted: now})
+		c.queue.Add(retainItemOf(svc, ip, policy, c.now)) // a Service a finalizer held: from its deletionTimestamp
 	}
 }
 

@@ -100,6 +100,28 @@
 // Service is gone and its address free, and the controller, started again, has no Service to
 // keep it for. A delete event of a Service without the finalizer keeps its addresses as before.
 //
+// # Kept in place: no window for a Retain Service
+//
+// When the webhook's configuration also sends kube-apiserver's deletes of reservations to the
+// Handler with failurePolicy Fail ([Sent.GuardsReleases]; the shipped manifest does), the
+// Controller does better than the window above for a Retain Service with the finalizer: before
+// it removes the finalizer, while the Service still holds its addresses, it turns each
+// IPAddress object into the reservation kept for the Service, in one update guarded by its
+// resourceVersion, as a registry does, so the address is never free. kube-apiserver, deleting the
+// Service, then deletes those objects to release them; the Handler (given
+// HandlerOptions.Services) refuses that delete, as it refuses any delete by kube-apiserver
+// ([KubeAPIServerUser]) of a reservation kept for a Service when no Service that is not being
+// deleted holds the address; and kube-apiserver ignores a failed release (it logs it). Its
+// repair, which would replace the reservation of a Terminating Service with an allocation, is
+// refused the same way. A Service that is not being deleted and holds such an address still gets
+// its own object from kube-apiserver's repair (the Service wins). With the webhook down, the
+// release fails (failurePolicy Fail) and the reservation stays. The shipped entry sends only
+// kube-apiserver's own deletes (a matchCondition on the user), so no one else's delete of a
+// reservation waits for the webhook or fails while it is down. Counted in
+// clusterip_reservation_controller_kept_in_place_total. Addresses of a Service deleted without
+// the finalizer, and those only a ServiceCIDR's release cooldown keeps, still take the path with
+// the window.
+//
 // An operator who uninstalls the webhook deletes its MutatingWebhookConfiguration and Deployment
 // and then removes the finalizer from every Service, as README says; otherwise each Retain
 // Service waits for a controller that never comes at its delete.

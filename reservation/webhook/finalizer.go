@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -196,7 +198,13 @@ func (c *Controller) syncFinalizer(ctx context.Context, key types.NamespacedName
 		case finalizerRemove:
 			list = others
 		case finalizerRelease:
-			c.queueRetain(svc) // in memory before the finalizer goes; see the package doc
+			rest := clusterIPs(svc)
+			if c.sent != nil && c.sent.GuardsReleases() {
+				if rest, err = c.keepInPlace(ctx, svc); err != nil {
+					return err
+				}
+			}
+			c.queueRetain(svc, rest) // in memory before the finalizer goes; see the package doc
 			c.released.add(svc.UID)
 			list = others
 		}
@@ -222,21 +230,110 @@ func (c *Controller) syncFinalizer(ctx context.Context, key types.NamespacedName
 	})
 }
 
-// queueRetain queues each ClusterIP of svc, which is being deleted, to be kept as its release
-// policy says, counted from its deletionTimestamp. The caller marks svc's UID released, so that
-// [Controller.deleted] queues nothing more at the Service's delete event: an address handled
-// twice would count one lost window twice.
-func (c *Controller) queueRetain(svc *corev1.Service) {
+// queueRetain queues ips, ClusterIPs of svc, which is being deleted, to be kept as its release
+// policy says, counted from its deletionTimestamp, once kube-apiserver has released them. The
+// caller marks svc's UID released, so that [Controller.deleted] queues nothing more at the
+// Service's delete event: an address handled twice would count one lost window twice.
+func (c *Controller) queueRetain(svc *corev1.Service, ips []netip.Addr) {
 	policy, err := reservation.ReleasePolicyOf(svc.Annotations)
 	if err != nil {
 		return
 	}
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	lbls := labels.Set(svc.Labels).String()
-	when := deletedAt(svc, c.now)
-	for _, ip := range clusterIPs(svc) {
-		c.queue.Add(retainItem{For: key, Labels: lbls, Addr: ip, Policy: policy, Deleted: when})
+	for _, ip := range ips {
+		c.queue.Add(retainItemOf(svc, ip, policy, c.now))
 	}
+}
+
+// retainItemOf is the item of ip, a ClusterIP of svc, which is being deleted, under policy.
+func retainItemOf(svc *corev1.Service, ip netip.Addr, policy reservation.ReleasePolicy, now func() time.Time) retainItem {
+	return retainItem{
+		For:     types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name},
+		Labels:  labels.Set(svc.Labels).String(),
+		Addr:    ip,
+		Policy:  policy,
+		Deleted: deletedAt(svc, now),
+	}
+}
+
+// keepInPlace turns each allocation of svc, which is being deleted and still holds its
+// addresses, that its release policy keeps (within the caps, [Controller.keptOnDelete]) into the
+// reservation kept for it, in one update of the IPAddress object guarded by its resourceVersion,
+// as a registry's Retain does: the address is never free. It is called only while the webhook's
+// configuration makes kube-apiserver's release of such a reservation, at the Service's delete, go
+// through the [Handler], which refuses it ([Sent.GuardsReleases]). It returns the addresses it
+// could not keep so, for the usual path after the release: those whose object is gone or is not
+// svc's allocation. Addresses the policy does not keep are in neither: they are released. A
+// Service the webhook is not sent keeps nothing.
+func (c *Controller) keepInPlace(ctx context.Context, svc *corev1.Service) ([]netip.Addr, error) {
+	policy, err := reservation.ReleasePolicyOf(svc.Annotations)
+	if err != nil {
+		return nil, nil
+	}
+	if sent, err := c.sent.Selects(svc); err != nil || !sent {
+		return nil, err
+	}
+	var rest []netip.Addr
+	for _, ip := range clusterIPs(svc) {
+		item := retainItemOf(svc, ip, policy, c.now)
+		r, ok := c.keptOnDelete(item)
+		if !ok {
+			continue
+		}
+		want, err := reservation.ObjectFor(r)
+		if err != nil {
+			continue
+		}
+		kept, err := c.keepObject(ctx, item.For, want)
+		if err != nil {
+			return nil, err
+		}
+		if !kept {
+			rest = append(rest, ip)
+			continue
+		}
+		c.metrics.keptInPlace.Inc()
+		klog.FromContext(ctx).V(2).Info("Kept the address of a Service being deleted as its reservation", "ip", ip, "service", item.For, "expires", r.Expires)
+	}
+	return rest, nil
+}
+
+// keepObject updates the IPAddress object of want, the allocation of the Service svc, into want,
+// the reservation kept for svc (its labels and annotations; the parentRef is the same), guarded
+// by the resourceVersion read, and reports whether the object is that reservation now: true too
+// when it was already. False, with no error, when the object is gone or another's.
+func (c *Controller) keepObject(ctx context.Context, svc types.NamespacedName, want *networkingv1.IPAddress) (bool, error) {
+	kept := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := c.client.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if r, ok := reservation.FromObject(obj); ok && r.For == svc {
+			kept = true
+			return nil
+		}
+		if reservation.IsReservation(obj) || !isServiceAllocation(obj, svc) {
+			return nil
+		}
+		obj = obj.DeepCopy()
+		obj.Labels, obj.Annotations = want.Labels, want.Annotations
+		_, err = c.client.Update(ctx, obj, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		kept = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("webhook: keep %s for %s: %w", want.Name, svc, err)
+	}
+	return kept, nil
 }
 
 // uidSet is a set of Service UIDs. The zero uidSet is empty and ready; it is safe for concurrent

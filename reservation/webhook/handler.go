@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	corev1informers "k8s.io/client-go/informers/core/v1"
 	networkingv1informers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	networkingv1client "k8s.io/client-go/kubernetes/typed/networking/v1"
@@ -58,6 +59,12 @@ type HandlerOptions struct {
 	// address handed out; give the same Handouts to the [Controller], which ends them. Defaults
 	// to none: a reservation handed to a create that then fails is lost.
 	Handouts *Handouts
+	// Services, if not nil, is the Service informer (the caller starts it, after NewHandler,
+	// which indexes it by ClusterIP) by which kube-apiserver's own delete of a reservation kept
+	// for a Service is refused when no live Service holds the address: the release, at the
+	// Service's delete, of an allocation the [Controller] kept in place (see the package doc).
+	// Defaults to none: every delete is allowed.
+	Services corev1informers.ServiceInformer
 }
 
 // Handler is the mutating admission webhook of the package doc, an http.Handler for
@@ -73,7 +80,8 @@ type Handler struct {
 	claims  *Claims
 	now     func() time.Time
 	limits  *reservation.Limits
-	records *Handouts // nil: no hand-out records
+	records *Handouts     // nil: no hand-out records
+	release *releaseGuard // nil: every delete is allowed
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -92,6 +100,13 @@ func NewHandler(client kubernetes.Interface, informer networkingv1informers.IPAd
 	h := &Handler{client: client.NetworkingV1().IPAddresses(), index: index, metrics: opts.Metrics.orNew(), claims: opts.Claims, now: opts.Now, limits: opts.Limits, records: opts.Handouts}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if opts.Services != nil {
+		services, err := indexServicesByClusterIP(opts.Services)
+		if err != nil {
+			return nil, err
+		}
+		h.release = &releaseGuard{services: services}
 	}
 	if opts.ServiceCIDRs != nil {
 		opts.ServiceCIDRs.Informer() // registers the informer with its factory, so that the caller's Start starts it
@@ -156,7 +171,9 @@ func resultOf(resp *admissionv1.AdmissionResponse) string {
 var servicesResource = metav1.GroupVersionResource{Version: "v1", Resource: "services"}
 
 // Review decides on one admission request, as the package doc says: an IPAddress CREATE of an
-// address handed out is refused unless it is for the Service it is handed to (see [Handouts]); a
+// address handed out is refused unless it is for the Service it is handed to (see [Handouts]);
+// kube-apiserver's IPAddress DELETE of a reservation kept for a Service no live Service holds
+// is refused (see HandlerOptions.Services); a
 // Service CREATE or UPDATE
 // with a malformed release-policy annotation is denied with code 422; a Service CREATE that asks
 // for no ClusterIP and has reservations gets them, after their objects are deleted (not for a
@@ -165,8 +182,14 @@ var servicesResource = metav1.GroupVersionResource{Version: "v1", Resource: "ser
 // not decode, is allowed unchanged. The response always carries the request's UID.
 func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	if req.Resource == ipAddressesResource && req.SubResource == "" && req.Operation == admissionv1.Create {
-		return h.records.guard(req)
+	if req.Resource == ipAddressesResource && req.SubResource == "" {
+		switch req.Operation {
+		case admissionv1.Create:
+			return h.records.guard(req)
+		case admissionv1.Delete:
+			return h.release.review(req)
+		}
+		return allow
 	}
 	if req.Resource != servicesResource || req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return allow

@@ -215,13 +215,14 @@ func (h *Handouts) record(ctx context.Context, svc types.NamespacedName, obj *ne
 		if getErr != nil {
 			return nil, fmt.Errorf("webhook: the hand-out record %s is not in the informer yet: %w", want.Name, getErr)
 		}
-		if _, prev, ok := handoutOf(old); ok && prev.UID == obj.UID && prev.ResourceVersion == obj.ResourceVersion {
-			return nil, fmt.Errorf("webhook: reservation %s is being handed out already (record %s)", obj.Name, want.Name)
-		}
-		// The address was reserved again since that hand-out, so it has ended; the controller
-		// counts a window lost as soon as another Service is seen holding the address, which
-		// comes before such a new reservation, but an informer that lags can leave it uncounted.
-		if prev, _, ok := handoutOf(old); ok {
+		if prev, prevObj, ok := handoutOf(old); ok {
+			if prevObj.UID == obj.UID && prevObj.ResourceVersion == obj.ResourceVersion {
+				return nil, fmt.Errorf("webhook: reservation %s is being handed out already (record %s)", obj.Name, want.Name)
+			}
+			// The address was reserved again since that hand-out, so it has ended; the
+			// controller counts a window lost as soon as another Service is seen holding the
+			// address, which comes before such a new reservation, but an informer that lags can
+			// leave it uncounted.
 			klog.FromContext(ctx).Info("Replacing the record of an earlier hand-out of the address", "record", old.Name, "earlierService", prev.For, "service", svc)
 		}
 		uid, rv := old.UID, old.ResourceVersion
@@ -332,7 +333,7 @@ func (h *Handouts) guard(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	if !ok || reservation.IsReservation(&obj) {
 		return allow
 	}
-	if p := obj.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" && p.Namespace == rec.For.Namespace && p.Name == rec.For.Name {
+	if isServiceAllocation(&obj, rec.For) {
 		return allow
 	}
 	return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{

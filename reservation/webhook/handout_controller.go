@@ -250,11 +250,11 @@ func (hc *handoutController) lost(ctx context.Context, lease *coordinationv1.Lea
 // a Service other than rec's that the Service informer shows holding the address: one whose
 // create succeeded.
 func (hc *handoutController) heldByAnother(obj *networkingv1.IPAddress, rec handout) bool {
-	p := obj.Spec.ParentRef
-	if p == nil || p.Group != "" || p.Resource != "services" || (p.Namespace == rec.For.Namespace && p.Name == rec.For.Name) {
+	owner, ok := serviceParent(obj)
+	if !ok || owner == rec.For {
 		return false
 	}
-	s, err := hc.services.Services(p.Namespace).Get(p.Name)
+	s, err := hc.services.Services(owner.Namespace).Get(owner.Name)
 	return err == nil && containsAddr(clusterIPs(s), rec.Addr)
 }
 
@@ -270,8 +270,18 @@ func (hc *handoutController) holdsAnother(svc types.NamespacedName, addr netip.A
 
 // isServiceAllocation reports whether obj is an allocation of the address to the Service svc.
 func isServiceAllocation(obj *networkingv1.IPAddress, svc types.NamespacedName) bool {
+	owner, ok := serviceParent(obj)
+	return ok && owner == svc
+}
+
+// serviceParent returns the Service whose allocation obj is, from its parentRef, and reports
+// whether obj is a Service's allocation at all.
+func serviceParent(obj *networkingv1.IPAddress) (types.NamespacedName, bool) {
 	p := obj.Spec.ParentRef
-	return p != nil && p.Group == "" && p.Resource == "services" && p.Namespace == svc.Namespace && p.Name == svc.Name
+	if p == nil || p.Group != "" || p.Resource != "services" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, true
 }
 
 // finish deletes the record lease, with its UID and resourceVersion as preconditions, and reports

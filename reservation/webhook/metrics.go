@@ -15,6 +15,7 @@ import (
 //	clusterip_reservation_webhook_claims_total            Services patched with their reserved addresses
 //	clusterip_reservation_webhook_window_lost_total       addresses so handed out that another Service took
 //	clusterip_reservation_controller_window_lost_total    addresses of a deleted Service that another Service took before the reservation was made
+//	clusterip_reservation_controller_kept_in_place_total  addresses of a Retain Service being deleted turned into its reservations before their release
 //	clusterip_reservation_retain_refused_total{cap}       addresses of a deleted Service a cap on reservations kept from being kept (cap "namespace" or "servicecidr")
 //	clusterip_reservation_webhook_handouts_returned_total reservations handed out whose Service did not hold the address within the bound, put back
 //	clusterip_reservation_webhook_admission_requests_total{result}      requests the Handler answered, by result (see below)
@@ -30,6 +31,7 @@ type Metrics struct {
 	claims               prometheus.Counter
 	webhookWindowLost    prometheus.Counter
 	controllerWindowLost prometheus.Counter
+	keptInPlace          prometheus.Counter
 	retainRefused        *prometheus.CounterVec
 	handoutsReturned     prometheus.Counter
 	admissionRequests    *prometheus.CounterVec
@@ -61,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "clusterip_reservation_controller_window_lost_total",
 			Help: "Addresses of a deleted Service with a Retain policy or a release cooldown that another Service took before the reservation was made.",
 		}),
+		keptInPlace: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clusterip_reservation_controller_kept_in_place_total",
+			Help: "Addresses of a Retain Service being deleted that the controller turned into its reservations before kube-apiserver released them (no window).",
+		}),
 		retainRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_reservation_retain_refused_total",
 			Help: "Addresses of a deleted Service that a cap on reservations (cap: namespace, a Namespace's max-retained; servicecidr, a ServiceCIDR's max-reserved) kept from being kept.",
@@ -85,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.admissionRequests.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.retainRefused, m.handoutsReturned, m.admissionRequests, m.admissionDuration} {
+		for _, c := range []prometheus.Collector{m.claims, m.webhookWindowLost, m.controllerWindowLost, m.keptInPlace, m.retainRefused, m.handoutsReturned, m.admissionRequests, m.admissionDuration} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("webhook: register metrics: %w", err)
 			}

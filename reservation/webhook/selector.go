@@ -5,6 +5,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/reservation"
 )
 
 // Sent decides which Services kube-apiserver sends to the [Handler]: those a webhook of the
@@ -103,6 +105,11 @@ func matches(sel *metav1.LabelSelector, set labels.Set) (bool, error) {
 
 // coversServiceCreates reports whether rules send the create of a core v1 Service.
 func coversServiceCreates(rules []admissionregistrationv1.RuleWithOperations) bool {
+	return covers(rules, admissionregistrationv1.Create, "", "services")
+}
+
+// covers reports whether rules send an op of a v1 resource of group.
+func covers(rules []admissionregistrationv1.RuleWithOperations, op admissionregistrationv1.OperationType, group, resource string) bool {
 	has := func(list []string, v string) bool {
 		for _, x := range list {
 			if x == v || x == "*" {
@@ -113,14 +120,45 @@ func coversServiceCreates(rules []admissionregistrationv1.RuleWithOperations) bo
 	}
 	for _, r := range rules {
 		ops := false
-		for _, op := range r.Operations {
-			if op == admissionregistrationv1.Create || op == admissionregistrationv1.OperationAll {
+		for _, o := range r.Operations {
+			if o == op || o == admissionregistrationv1.OperationAll {
 				ops = true
 			}
 		}
-		if ops && has(r.APIGroups, "") && has(r.APIVersions, "v1") && (has(r.Resources, "services") || has(r.Resources, "*/*")) {
+		if ops && has(r.APIGroups, group) && has(r.APIVersions, "v1") && (has(r.Resources, resource) || has(r.Resources, "*/*")) {
 			return true
 		}
 	}
 	return false
+}
+
+// GuardsReleases reports whether the configuration, as the informer holds it now, sends
+// kube-apiserver's deletes of reservations of both families to the webhook and fails them when
+// the webhook does not answer (failurePolicy Fail), so that the [Handler] refuses kube-apiserver's
+// release of an allocation kept in place (HandlerOptions.Services), and a webhook that is down
+// makes the release fail rather than free the address. The [Controller] keeps a Retain Service's
+// addresses in place only then; otherwise it makes the reservations after kube-apiserver's
+// release, with a window.
+func (s *Sent) GuardsReleases() bool {
+	cfg, err := s.configs.Get(s.config)
+	if err != nil {
+		return false
+	}
+	for _, fam := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
+		set := labels.Set{networkingv1.LabelManagedBy: reservation.ManagedBy, networkingv1.LabelIPAddressFamily: string(fam)}
+		guarded := false
+		for _, h := range cfg.Webhooks {
+			if h.FailurePolicy == nil || *h.FailurePolicy != admissionregistrationv1.Fail || !covers(h.Rules, admissionregistrationv1.Delete, networkingv1.GroupName, "ipaddresses") {
+				continue
+			}
+			if ok, err := matches(h.ObjectSelector, set); err == nil && ok {
+				guarded = true
+				break
+			}
+		}
+		if !guarded {
+			return false
+		}
+	}
+	return true
 }

@@ -1,8 +1,7 @@
-package main
+package repair
 
 import (
 	"bytes"
-	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -11,16 +10,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kube-ipam/clusterip/reservation"
 )
 
-// check reports each namespace's reservations against its max-retained (and those over it), and
-// each capped ServiceCIDR prefix's against its max-reserved; ended reservations are not counted.
-func TestCheckReportsReservationsAgainstTheirCaps(t *testing.T) {
+// An audit reports each namespace's reservations against its max-retained (and those over it),
+// and each capped ServiceCIDR prefix's against its max-reserved; ended reservations are not
+// counted, and the table lists them after the findings.
+func TestAuditReportsReservationsAgainstTheirCaps(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	ns := func(name, value string) *corev1.Namespace {
 		o := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -29,13 +27,13 @@ func TestCheckReportsReservationsAgainstTheirCaps(t *testing.T) {
 		}
 		return o
 	}
-	objs := []runtime.Object{
-		ns("team-a", "3"), ns("team-b", "1"), ns("team-c", "5"), ns("closed", ""), ns("quiet", ""), ns("typo", "x"),
-		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Annotations: map[string]string{reservation.AnnotationMaxReserved: "10%"}},
+	w := &world{namespaces: []*corev1.Namespace{ns("team-a", "3"), ns("team-b", "1"), ns("team-c", "5"), ns("closed", ""), ns("quiet", ""), ns("typo", "x")}}
+	w.cidrs = []*networkingv1.ServiceCIDR{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Annotations: map[string]string{reservation.AnnotationMaxReserved: "10%"}},
 			Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/24"}}},
-		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "small", Annotations: map[string]string{reservation.AnnotationMaxReserved: "2"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "small", Annotations: map[string]string{reservation.AnnotationMaxReserved: "2"}},
 			Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/28"}}},
-		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "uncapped"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.98.0.0/24"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "uncapped"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.98.0.0/24"}}},
 	}
 	keep := func(ip, ns, name string, expires time.Time) {
 		r := reservation.Reservation{Addr: netip.MustParseAddr(ip), Expires: expires}
@@ -48,7 +46,7 @@ func TestCheckReportsReservationsAgainstTheirCaps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs = append(objs, obj)
+		w.ipAddresses = append(w.ipAddresses, obj)
 	}
 	keep("10.96.0.10", "team-a", "a", time.Time{})
 	keep("10.96.0.11", "team-a", "b", time.Time{})
@@ -63,16 +61,14 @@ func TestCheckReportsReservationsAgainstTheirCaps(t *testing.T) {
 	keep("10.97.0.4", "", "block-c", time.Time{})
 	keep("10.98.0.2", "", "block-d", time.Time{})
 
-	client := fake.NewClientset(objs...)
-	rep, err := readCaps(context.Background(), client, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := &Report{Mode: "IPAddressOnly", Consistent: true, Counts: map[string]int{}, Caps: capsOf(w, now)}
 	var out bytes.Buffer
-	if err := rep.write(&out); err != nil {
+	if err := rep.WriteTable(&out); err != nil {
 		t.Fatal(err)
 	}
-	want := `
+	want := `Mode IPAddressOnly: consistent
+Read 0 Services, 0 IPAddress objects, 0 bitmap bits.
+
 Reservation caps (clusterip.kube-ipam.io/max-retained on Namespaces, clusterip.kube-ipam.io/max-reserved on ServiceCIDRs):
 NAMESPACE  RESERVED  MAX-RETAINED  STATE
 closed     1         none          may not retain
