@@ -193,6 +193,18 @@ func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	v138at137, err := featuregate.KubeVersion(featuregate.NewestKubeVersion, "1.37")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v137, err := featuregate.KubeVersion("1.37.2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v137at134, err := featuregate.KubeVersion("1.37.2", "1.34")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		mode    featuregate.Mode
@@ -226,6 +238,15 @@ func TestNewRefusesRangesKubeAPIServerRefuses(t *testing.T) {
 			reason: "the service cluster IP range must be at least 8 IP addresses"},
 		{name: "v1.38 IPv6 primary of 4 addresses", mode: featuregate.IPAddressOnly, version: v138, ranges: ranges("fd00::/126", "10.0.0.0/8"), field: "Ranges[0]",
 			reason: "the service cluster IP range must be at least 8 IP addresses"},
+		// v1.37.2 keeps the 20-bit check, which holds only while a bitmap is kept: its DualWrite
+		// (emulating 1.34) refuses a /8 and a /11, its default IPAddressOnly takes them. A v1.38
+		// binary emulating 1.37 has no such check at all.
+		{name: "v1.37 DualWrite IPv4 /8", mode: featuregate.DualWrite, version: v137at134, ranges: ranges("10.0.0.0/8"), field: "Ranges[0]",
+			reason: "specified --service-cluster-ip-range is too large; for 32-bit addresses, the mask must be >= 12"},
+		{name: "v1.37 DualWrite IPv4 /11 secondary", mode: featuregate.DualWrite, version: v137at134, ranges: ranges("fd00::/108", "10.96.0.0/11"), field: "Ranges[1]",
+			reason: "specified --service-cluster-ip-range[1] is too large; for 32-bit addresses, the mask must be >= 12"},
+		{name: "v1.37 IPAddressOnly IPv4 /8", mode: featuregate.IPAddressOnly, version: v137, ranges: ranges("10.0.0.0/8")},
+		{name: "v1.38 emulating 1.37 IPv4 /8", mode: featuregate.IPAddressOnly, version: v138at137, ranges: ranges("10.0.0.0/8")},
 		// Asking v1.38 for a bitmap mode is refused for the mode, before any range is looked at.
 		{name: "v1.38 Legacy IPv4 /8", mode: featuregate.Legacy, version: v138, ranges: ranges("10.0.0.0/8"), field: "Mode",
 			reason: "does not run mode Legacy"},

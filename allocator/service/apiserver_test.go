@@ -32,7 +32,8 @@ type stockRun struct {
 // stockRuns returns the runs of release: its default mode; Legacy mode where the release reaches
 // it (MultiCIDRServiceAllocator is locked on from 1.34, so v1.35 and v1.36 reach it only emulating
 // 1.33, and v1.37 not at all); and for v1.37, DualWrite emulating 1.34, which must answer
-// exactly as the default mode. Where the emulated version would turn StrictIPCIDRValidation off,
+// exactly as the default mode. v1.38 runs IPAddressOnly only (no bitmap, no dual write at any
+// version it emulates), so its default mode is its one run. Where the emulated version would turn StrictIPCIDRValidation off,
 // the run turns it on, as the release has it by default.
 func stockRuns(release string) []stockRun {
 	runs := []stockRun{{name: "default"}}
@@ -78,10 +79,11 @@ func TestServiceMatrixKubeAPIServer(t *testing.T) {
 
 // stockMatrixEnv selects the releases whose recorded matrix TestServiceMatrixKubeAPIServer checks
 // against a stock kube-apiserver: "all", or releases separated by commas. Unset, the newest
-// release's alone: the others' are recordings of pinned stock binaries, which answer the same
-// until the inputs change, and then every release is recorded again (-update-matrix, which
-// checks every release named by -run). Each release costs 8 kube-apiservers and about 2 000
-// case runs, minutes with the race detector.
+// release that has shipped (whose stock build the tests make when missing) and the pre-releases
+// after it (v1.38's beta, checked where its build is at hand): the others' are recordings of
+// pinned stock binaries, which answer the same until the inputs change, and then every release is
+// recorded again (-update-matrix, which checks every release named by -run). Each release costs
+// up to 8 kube-apiservers and about 2 000 case runs, minutes with the race detector.
 const stockMatrixEnv = "CLUSTERIP_STOCK_MATRIX"
 
 // stockMatrixSelected reports whether $CLUSTERIP_STOCK_MATRIX (or -update-matrix) selects release.
@@ -91,9 +93,56 @@ func stockMatrixSelected(release string) bool {
 	case *updateMatrix || v == "all":
 		return true
 	case v == "":
-		return release == matrixReleases[len(matrixReleases)-1]
+		return slices.Index(matrixReleases, release) >= slices.Index(matrixReleases, newestShipped(matrixReleases))
 	}
 	return slices.Contains(strings.Split(v, ","), release)
+}
+
+// newestShipped returns the last of releases (oldest first) that is not a pre-release, such as
+// "v1.37.2" before "v1.38.0-beta.0", or "" if all are.
+func newestShipped(releases []string) string {
+	for _, r := range slices.Backward(releases) {
+		if !strings.Contains(r, "-") {
+			return r
+		}
+	}
+	return ""
+}
+
+// TestStockMatrixSelectedByDefault checks which releases' matrices TestServiceMatrixKubeAPIServer
+// checks against stock when $CLUSTERIP_STOCK_MATRIX is unset: the newest release that has
+// shipped and the pre-releases after it, so that a beta's matrix is checked beside the newest
+// release's rather than in its place (CI builds no beta).
+func TestStockMatrixSelectedByDefault(t *testing.T) {
+	t.Setenv(stockMatrixEnv, "")
+	shipped := newestShipped(matrixReleases)
+	if shipped == "" {
+		t.Fatalf("newestShipped(%v) = \"\", want a release", matrixReleases)
+	}
+	after := false
+	for _, r := range matrixReleases {
+		after = after || r == shipped
+		if got := stockMatrixSelected(r); got != after {
+			t.Errorf("stockMatrixSelected(%q) = %v, want %v (newest shipped %s)", r, got, after, shipped)
+		}
+	}
+	tests := []struct {
+		name     string
+		releases []string
+		want     string
+	}{
+		{"a beta after the newest", []string{"v1.36.3", "v1.37.2", "v1.38.0-beta.0"}, "v1.37.2"},
+		{"the newest has shipped", []string{"v1.37.2", "v1.38.0"}, "v1.38.0"},
+		{"only pre-releases", []string{"v1.38.0-beta.0"}, ""},
+		{"none", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := newestShipped(tt.releases); got != tt.want {
+				t.Errorf("newestShipped(%v) = %q, want %q", tt.releases, got, tt.want)
+			}
+		})
+	}
 }
 
 func testStockMatrix(t *testing.T, release, binary string) {

@@ -23,11 +23,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-ipam/clusterip/allocator"
+	"github.com/kube-ipam/clusterip/featuregate"
 )
 
 // Releases are the kube-apiserver releases a matrix is recorded for, oldest first: each has the
-// file PathFor names.
-var Releases = []string{"v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2"}
+// file PathFor names. The last is v1.38's build (featuregate.NewestKubeVersion, its beta for now),
+// so that v1.38.0's matrix is a version bump: move that name, record the file again.
+var Releases = []string{"v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2", "v" + featuregate.NewestKubeVersion}
 
 // PathFor returns the matrix file of release (such as "v1.37.2") in testdata, the module's
 // testdata folder.

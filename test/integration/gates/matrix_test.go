@@ -94,12 +94,16 @@ type releaseRun struct {
 // v1.33.13 (the four gate combinations select three), and for the later releases their default
 // IPAddressOnly and the older mode each still reaches: Legacy for v1.35 and v1.36 emulating 1.33,
 // DualWrite for v1.37 emulating 1.34 (with StrictIPCIDRValidation on where the release has it
-// on by default, as the matrix recorded it).
+// on by default, as the matrix recorded it). v1.38 (featuregate.NewestKubeVersion, its beta for
+// now) runs IPAddressOnly only: it has no bitmap, and the versions it emulates (1.35 to 1.37)
+// have no dual write it could reach.
 var releaseRuns = map[string][]releaseRun{
 	"v1.33.13": {{mode: featuregate.Legacy}, {mode: featuregate.DualWrite}, {mode: featuregate.IPAddressOnly}},
 	"v1.35.4":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.Legacy, emulated: "1.33"}},
 	"v1.36.3":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.Legacy, emulated: "1.33", gates: map[string]bool{"StrictIPCIDRValidation": true}}},
 	"v1.37.2":  {{mode: featuregate.IPAddressOnly}, {mode: featuregate.DualWrite, emulated: "1.34", gates: map[string]bool{"StrictIPCIDRValidation": true}}},
+
+	"v" + featuregate.NewestKubeVersion: {{mode: featuregate.IPAddressOnly}},
 }
 
 // TestGateServiceMatrix runs every case of each release's Service matrix
@@ -125,6 +129,9 @@ func TestGateServiceMatrix(t *testing.T) {
 	}
 	files := map[string]*servicematrix.File{}
 	for _, release := range servicematrix.Releases {
+		if len(releaseRuns[release]) == 0 {
+			t.Fatalf("%s has a matrix but no runs in releaseRuns", release)
+		}
 		m, err := servicematrix.Load(servicematrix.PathFor(testdata, release))
 		if err != nil {
 			t.Fatal(err)
