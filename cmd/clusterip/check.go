@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	// Named cip: the tests of this package have a helper named clusterip.
 	cip "github.com/kube-ipam/clusterip"
@@ -60,8 +59,10 @@ gets a note on stderr, not a failure. -o json and -o yaml carry it as the report
 -o json and -o yaml print the report alone; -o table adds the repair plan: what "clusterip repair"
 does about each finding, with the hold-off of --leak-grace.
 
-Every call to the API server and to etcd is bounded by --request-timeout (10s): an API server or
-etcd that accepts the connection and stops answering makes check exit 2, never wait forever.
+The connection flags are kubectl's (--kubeconfig, --context, --server, --token, --as and the
+rest; see docs/cli.md). Every call to the API server and to etcd is bounded by --request-timeout
+(10s; 0 means none, as in kubectl): an API server or etcd that accepts the connection and stops
+answering makes check exit 2, never wait forever.
 
 Permissions: check reads Services, ServiceCIDRs and IPAddress objects (get, list), which the
 ClusterRole clusterip-check in deploy/rbac of the clusterip repository grants. Before it reads
@@ -96,12 +97,13 @@ const checkExample = `  # Audit the cluster of the current kubeconfig context; t
 // checkOptions are the flags of "clusterip check" and "clusterip repair", and which of the two
 // runs.
 type checkOptions struct {
-	kubeconfig, context                   string
+	kube                                  *kubeFlags // kubectl's connection flags
 	etcdServers                           []string
 	etcdCAFile, etcdCertFile, etcdKeyFile string
 	etcdPrefix, mode, output              string
 	leakGrace                             time.Duration
-	requestTimeout, repairTimeout         time.Duration
+	requestTimeout                        time.Duration // --request-timeout, read by validate; 0 means none
+	repairTimeout                         time.Duration
 
 	repair bool // repair, then audit again ("clusterip repair", or the deprecated "check --repair")
 	dryRun bool // with repair, audit and print the plan but change nothing
@@ -117,7 +119,7 @@ var (
 
 // newCheckOptions returns the flags' defaults.
 func newCheckOptions() *checkOptions {
-	return &checkOptions{etcdPrefix: etcdstore.DefaultPrefix, mode: "auto", output: "table", leakGrace: time.Minute,
+	return &checkOptions{kube: newKubeFlags(), etcdPrefix: etcdstore.DefaultPrefix, mode: "auto", output: "table", leakGrace: time.Minute,
 		requestTimeout: defaultRequestTimeout, repairTimeout: defaultRepairTimeout}
 }
 
@@ -148,8 +150,7 @@ func newCheckCommand() *cobra.Command {
 // addFlags registers the flags check and repair share on cmd.
 func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: kubectl's loading rules, $KUBECONFIG then ~/.kube/config)")
-	f.StringVar(&o.context, "context", "", "the kubeconfig context to use (default: its current context)")
+	addKubeFlags(cmd, f, o.kube)
 	f.StringSliceVar(&o.etcdServers, "etcd-servers", nil, "etcd servers (scheme://ip:port, comma-separated) holding the legacy bitmaps, as kube-apiserver's --etcd-servers; without them the bitmaps are not read")
 	f.StringVar(&o.etcdCAFile, "etcd-cafile", "", "CA bundle to verify etcd's serving certificate with, as kube-apiserver's --etcd-cafile")
 	f.StringVar(&o.etcdCertFile, "etcd-certfile", "", "client certificate for etcd (with --etcd-keyfile), as kube-apiserver's --etcd-certfile")
@@ -158,13 +159,12 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.mode, "mode", o.mode, "allocation mode, in any case: auto (kube-apiserver's default for its version), "+strings.Join(checkModes[1:], ", "))
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: "+strings.Join(checkOutputs, ", "))
 	f.DurationVar(&o.leakGrace, "leak-grace", o.leakGrace, "how long a leaked IP must stay leaked before repair frees it; 0 frees at once, which can free the record of an allocation still in flight")
-	f.DurationVar(&o.requestTimeout, "request-timeout", o.requestTimeout, "how long each call to the API server or etcd may take before the command gives up (exit 2)")
 	f.DurationVar(&o.repairTimeout, "repair-timeout", o.repairTimeout, "how long repair's passes and their waits may take in all before it gives up (exit 2)")
 	for _, r := range renamedEtcdFlags {
 		addOldSpelling(cmd, r.old, r.current)
 	}
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions(checkModes, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(checkOutputs, cobra.ShellCompDirectiveNoFileComp))
+	completeOutputs(cmd, checkOutputs)
 }
 
 // renamedEtcdFlags are the etcd flags of check and repair before they took kube-apiserver's
@@ -180,15 +180,16 @@ var renamedEtcdFlags = []struct{ old, current string }{
 // canonical spelling.
 func (o *checkOptions) validate() error {
 	mode, modeOK := modeFlag(o.mode)
+	timeout, timeoutErr := requestTimeout(o.kube)
 	switch {
+	case !slices.Contains(checkOutputs, o.output):
+		return outputError(o.output, checkOutputs)
 	case !modeOK:
 		return fmt.Errorf("--mode %q: want one of %s, in any case", o.mode, strings.Join(checkModes, ", "))
-	case !slices.Contains(checkOutputs, o.output):
-		return fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(checkOutputs, ", "))
 	case o.leakGrace < 0:
 		return fmt.Errorf("--leak-grace %v: want 0 or more", o.leakGrace)
-	case o.requestTimeout <= 0:
-		return fmt.Errorf("--request-timeout %v: want more than 0", o.requestTimeout)
+	case timeoutErr != nil:
+		return timeoutErr
 	case o.repairTimeout <= 0:
 		return fmt.Errorf("--repair-timeout %v: want more than 0", o.repairTimeout)
 	case (o.etcdCertFile == "") != (o.etcdKeyFile == ""):
@@ -206,6 +207,7 @@ func (o *checkOptions) validate() error {
 		return err
 	}
 	o.mode = mode
+	o.requestTimeout = timeout
 	return nil
 }
 
@@ -340,7 +342,6 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if err := o.print(stdout, stderr, rep, cfg.Mode, note); err != nil {
 		return fmt.Errorf("print the report: %w", err)
 	}
-	o.printCaps(ctx, client, stdout, stderr, cfg.Mode)
 	if o.dryRun {
 		fmt.Fprintf(stderr, "clusterip: dry run: nothing was changed; %s\n", o.dryRunSummary(rep))
 		if o.removeStaleBitmaps {
@@ -358,28 +359,9 @@ func (o *checkOptions) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// kubeClient builds a client from the kubeconfig by kubectl's loading rules: --kubeconfig, else
-// $KUBECONFIG, else ~/.kube/config, with --context. It returns the client's config too, whose
-// Host is the API server's address.
+// kubeClient builds a client from the connection flags (see kubeClient, the function).
 func (o *checkOptions) kubeClient() (kubernetes.Interface, *rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	kubeConfig := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
-	restConfig, err := kubeConfig.ClientConfig()
-	if clientcmd.IsEmptyConfig(err) {
-		return nil, nil, errors.New("kubeconfig: none found ($KUBECONFIG is unset and ~/.kube/config is absent or empty): give --kubeconfig")
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	moveURLCredentials(restConfig)
-	restConfig.Timeout = o.requestTimeout
-	restConfig.QPS, restConfig.Burst = 50, 100 // kubectl's QPS; repair makes a few calls per finding
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	return client, restConfig, nil
+	return kubeClient(o.kube)
 }
 
 // moveURLCredentials moves a user name and password written into the server URL

@@ -40,7 +40,11 @@ func etcdTLSProblem(endpoints []string, config *tls.Config, timeout time.Duratio
 		// With TLS 1.3 the server judges the client certificate after the client's handshake
 		// is done, and says so in an alert that the first read returns. A server that accepted
 		// it waits for the client to speak: the read times out.
-		_ = conn.SetReadDeadline(time.Now().Add(min(timeout, time.Second)))
+		wait := time.Second
+		if timeout > 0 { // --request-timeout 0 is no timeout
+			wait = min(timeout, time.Second)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(wait))
 		_, err = conn.Read(make([]byte, 1))
 		conn.Close()
 		if err != nil && strings.Contains(err.Error(), "remote error: tls:") {

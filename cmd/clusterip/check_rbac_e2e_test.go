@@ -409,8 +409,9 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 //   - with clusterip-reservations, clusterip reservations create, list and delete work; with no
 //     role, list is refused;
 //   - with the ClusterRole of deploy/webhook/webhook.yaml, clusterip reservations webhook, run
-//     as a process, keeps a deleted Service's address as a reservation and hands it back to the
-//     Service created again; a Service it does not read is refused.
+//     as a process, keeps a deleted Retain Service's address as a reservation (in place) and
+//     hands it back to the Service created again, and reserves the address of a Service deleted
+//     from a ServiceCIDR with a release cooldown; a Service it does not read is refused.
 //
 // As in the v1.33 test, no request of a bound user is refused, and the verbs each used are those
 // its roles grant (for bitmap removal: the Role's, and no others than granted).
@@ -542,6 +543,27 @@ func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds
 		if !slices.Equal(first, second) {
 			t.Errorf("ClusterIPs after the restore = %q, want %q", second, first)
 		}
+		// A Service without a Retain policy, in a ServiceCIDR with a release cooldown: the
+		// controller reserves its address after kube-apiserver releases it (a create).
+		cidrs := api.Client.NetworkingV1().ServiceCIDRs()
+		if _, err := cidrs.Patch(ctx, "kubernetes", types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+reservation.AnnotationReleaseCooldown+`":"1m"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cool, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, testenv.ClusterIPService("cool", ""), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, "cool", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the cooldown's reservation of "+cool.Spec.ClusterIP, func() bool {
+			obj, err := api.Client.NetworkingV1().IPAddresses().Get(ctx, cool.Spec.ClusterIP, metav1.GetOptions{})
+			r, ok := reservation.FromObject(obj)
+			return err == nil && ok && r.For.Name == "cool"
+		})
+		if _, err := cidrs.Patch(ctx, "kubernetes", types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+reservation.AnnotationReleaseCooldown+`":null}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		// The hand-out of the restore is done once its Service holds the address: the controller
 		// deletes its record, the last call its roles grant.
 		testenv.WaitFor(t, "the webhook to delete its hand-out record", func() bool {
@@ -590,7 +612,7 @@ func (g roleGrants) of(user string) map[string]bool {
 	return out
 }
 
-// applyRoles creates every role of rbacDir and the ClusterRole of each other file of rbacUsers
+// applyRoles creates every role of rbacDir (each of its files but kustomization.yaml) and the ClusterRole of each other file of rbacUsers
 // (and its Role, if it has one, known as the file's name and roleSuffix), binds those of rbacUsers to each user (a ClusterRole with a ClusterRoleBinding, a Role with a
 // RoleBinding in its namespace), and returns what each file grants. It fails t if rbacDir holds a
 // file that is not one ClusterRole or Role, or another file of rbacUsers not exactly one
@@ -607,6 +629,9 @@ func applyRoles(t *testing.T, admin kubernetes.Interface) roleGrants {
 	}
 	roles := map[string]role{}
 	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" { // lists the roles' files; TestShippedKustomizations renders it
+			continue
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// boundedKV bounds every call of an etcd KV by d, so that an etcd that accepts the connection and
+// boundedKV bounds every call of an etcd KV by d (0: no bound), so that an etcd that accepts the connection and
 // then stops answering fails the call (and check exits 2) instead of blocking check forever: the
 // audit's reads, repair's compare-and-swaps and every read between them go through it. A call
 // that runs out of time returns an error saying so, wrapping ctx's.
@@ -21,6 +21,9 @@ type boundedKV struct {
 // bound returns ctx bounded by k.d, and how to finish with it: finish(err) releases it and says,
 // if err came from running out of time, which bound it was.
 func (k boundedKV) bound(ctx context.Context) (context.Context, func(error) error) {
+	if k.d == 0 { // --request-timeout 0: no bound
+		return ctx, func(err error) error { return err }
+	}
 	tctx, cancel := context.WithTimeout(ctx, k.d)
 	return tctx, func(err error) error {
 		defer cancel()

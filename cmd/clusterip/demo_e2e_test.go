@@ -1,3 +1,5 @@
+//go:build !clusterip_slim
+
 package main
 
 import (

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,5 +66,46 @@ func TestCommandUsesPublicAPIOnly(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("found no import of the library to check")
+	}
+}
+
+// TestSlimBuildLinksNoEtcdServerNorPlotting keeps the slim build (-tags clusterip_slim, the
+// container image's binary) free of what only demo and bench need: the etcd server they run in
+// process and gonum's plotting. The full build must link both, so that the test sees the paths
+// it looks for where they are; and both must link the webhook the image runs.
+func TestSlimBuildLinksNoEtcdServerNorPlotting(t *testing.T) {
+	forbidden := []string{
+		"go.etcd.io/etcd/server/",
+		"go.etcd.io/etcd/raft/",
+		"go.etcd.io/bbolt",
+		modulePath + "/internal/localcluster/etcdserver",
+		"gonum.org/",
+	}
+	tests := []struct {
+		name      string
+		tags      string
+		wantLinks bool // whether the build links each of forbidden
+	}{
+		{"full", "", true},
+		{"slim", "clusterip_slim", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := goList(t, "-tags", tt.tags, "-deps", "-f", "{{.ImportPath}}", ".")
+			if !slices.Contains(deps, modulePath+"/reservation/webhook") {
+				t.Fatalf("the %s build does not link %s/reservation/webhook; go list -deps listed %d packages", tt.name, modulePath, len(deps))
+			}
+			for _, f := range forbidden {
+				var linked []string
+				for _, p := range deps {
+					if strings.HasPrefix(p, f) || p == strings.TrimSuffix(f, "/") {
+						linked = append(linked, p)
+					}
+				}
+				if got := len(linked) > 0; got != tt.wantLinks {
+					t.Errorf("the %s build links %s: %v, want %v (packages: %v)", tt.name, f, got, tt.wantLinks, linked)
+				}
+			}
+		})
 	}
 }

@@ -46,7 +46,13 @@ type result struct {
 // clusterip runs the built command with args.
 func clusterip(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), binary, args...)
+	return runBinary(t, binary, args...)
+}
+
+// runBinary runs the command built at path with args.
+func runBinary(t *testing.T, path string, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), path, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -168,9 +174,10 @@ func TestCheckAndRepairCouldNotRunExitTwoWithOneLine(t *testing.T) {
 		want string
 	}{
 		{"bad mode", []string{"--mode", "Hybrid"}, `--mode "Hybrid": want one of auto, Legacy, DualWrite, IPAddressOnly, in any case`},
-		{"bad output", []string{"-o", "xml"}, `-o "xml": want one of table, json, yaml`},
+		{"bad output", []string{"-o", "xml"}, `unable to match a printer suitable for the output format "xml", allowed formats are: json,table,yaml`},
 		{"negative leak grace", []string{"--leak-grace", "-1s"}, "--leak-grace -1s: want 0 or more"},
-		{"no request timeout", []string{"--request-timeout", "0"}, "--request-timeout 0s: want more than 0"},
+		{"bad request timeout", []string{"--request-timeout", "soon"}, `--request-timeout "soon": want a duration with a unit (10s, 2m), whole seconds, or 0 for none`},
+		{"negative request timeout", []string{"--request-timeout", "-1s"}, `--request-timeout "-1s"`},
 		{"no repair timeout", []string{"--repair-timeout", "0"}, "--repair-timeout 0s: want more than 0"},
 		{"cert without key", []string{"--etcd-servers", "http://127.0.0.1:1", "--etcd-certfile", "c.crt"}, "--etcd-certfile and --etcd-keyfile go together"},
 		{"TLS without servers", []string{"--etcd-cafile", "ca.crt"}, "need --etcd-servers"},

@@ -14,6 +14,10 @@
 // kube-apiserver's (--etcd-servers, --etcd-cafile, --etcd-certfile, --etcd-keyfile, --etcd-prefix).
 // A spelling this release replaced works until the next, with a warning on stderr.
 //
+// Built with -tags clusterip_slim (the container image's binary, see Dockerfile and hack/image),
+// it has neither demo nor bench: it links no etcd server and no plotting code, and its help lists
+// only the verbs it has.
+//
 // Installed as kubectl-clusterip on PATH, it is a kubectl plugin: kubectl clusterip check, and its
 // help says so.
 //
@@ -101,25 +105,22 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
+// rootLong is the root command's help; buildLong says what this build of the command is for.
 const rootLong = `clusterip allocates Kubernetes Service ClusterIPs with kube-apiserver's exact semantics and
-storage formats. This command shows the library at work on real components it starts itself.
+storage formats. ` + buildLong + `
 
 check only reads; repair writes, and with --dry-run only says what it would change.
 
 Exit codes: 0 the command did its job; 1 it ran and found a problem; 2 it could not run (bad flags
 included), with one line on stderr saying why.`
 
-const rootExample = `  # Walk a cluster through the allocator upgrade (Legacy, DualWrite, IPAddressOnly)
-  clusterip demo
-
-  # Audit the cluster of the current kubeconfig context, then see what repair would change
+// rootExample is the root command's examples: those of the verbs every build has, and the demo's
+// and bench's where the build has them (rootDemoExample and rootBenchExample, empty otherwise).
+const rootExample = rootDemoExample + `  # Audit the cluster of the current kubeconfig context, then see what repair would change
   clusterip check
   clusterip repair --dry-run
 
-  # Measure the in-memory bitmap at three fill levels and draw the chart
-  clusterip bench --ranges 10.0.0.0/24,10.0.0.0/12 --fills 0,50,99.9 --svg bench.svg
-
-  # Enable bash completion in the current shell
+` + rootBenchExample + `  # Enable bash completion in the current shell
   source <(clusterip completion bash)`
 
 // unknownCommand refuses any argument of a command that takes none (the root command: args[0]
@@ -207,14 +208,16 @@ func newRootCommand(name string, stdout, stderr io.Writer) *cobra.Command {
 		}
 	})
 
+	// The slim build has no demo and no bench (buildVerbs returns none), so its help and its
+	// completion do not offer them and "clusterip demo" is an unknown command there.
+	root.AddCommand(buildVerbs()...)
 	root.AddCommand(
-		newDemoCommand(),
-		newBenchCommand(),
 		newCheckCommand(),
 		newRepairCommand(),
 		newReservationsCommand(),
 		newVersionCommand(),
 	)
+	setUpCompletion(root)
 	if name != "clusterip" {
 		renameExamples(root, name)
 	}

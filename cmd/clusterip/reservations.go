@@ -1,19 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kube-ipam/clusterip/reservation"
 )
@@ -24,7 +20,7 @@ IPAddress object managed by ` + reservation.ManagedBy + `, which stock kube-apis
 (IPAddressOnly mode) skips when it picks an address, refuses to a Service that asks for it (422
 "provided IP is already allocated") and leaves out of its repair.
 
-  list     every reservation (-o table, json or yaml)
+  list     every reservation (-o table, wide, name, json or yaml: an IPAddressList)
   create   reserve an address; refused, with nothing written, for an address outside every
            ServiceCIDR, a network or broadcast address, or an address something holds
   delete   release a reservation; an address a Service holds is never released
@@ -46,7 +42,8 @@ const reservationsExample = `  # Keep 10.96.0.20 for the Service default/web, wh
   clusterip reservations list -o yaml
   clusterip reservations delete 10.96.0.21`
 
-// reservationsOptions are the flags of the reservations verbs; the kubeconfig ones are check's.
+// reservationsOptions are the flags of the reservations verbs; the connection ones (kube.kube)
+// are check's.
 type reservationsOptions struct {
 	kube        checkOptions
 	output      string
@@ -58,7 +55,7 @@ type reservationsOptions struct {
 }
 
 func newReservationsCommand() *cobra.Command {
-	o := &reservationsOptions{kube: checkOptions{requestTimeout: defaultRequestTimeout}, output: "table"}
+	o := &reservationsOptions{kube: checkOptions{kube: newKubeFlags()}, output: "table"}
 	cmd := &cobra.Command{
 		Use:     "reservations",
 		Aliases: []string{"reservation"},
@@ -70,28 +67,30 @@ func newReservationsCommand() *cobra.Command {
 			return errors.New("no reservations verb given: list, create or delete (see --help)")
 		},
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.kube.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: kubectl's loading rules, $KUBECONFIG then ~/.kube/config)")
-	pf.StringVar(&o.kube.context, "context", "", "the kubeconfig context to use (default: its current context)")
-	pf.DurationVar(&o.kube.requestTimeout, "request-timeout", o.kube.requestTimeout, "how long each call to the API server may take")
+	addKubeFlags(cmd, cmd.PersistentFlags(), o.kube.kube)
 
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List every reservation",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.client()
+			printList, err := reservationsPrinter(o.output, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			rs, err := c.List(cmd.Context())
+			client, _, err := o.kube.kubeClient()
+			if err != nil {
+				return err
+			}
+			l, err := listReservations(cmd.Context(), client)
 			if err != nil {
 				return withRoleHint(err)
 			}
-			return writeReservations(cmd.OutOrStdout(), o.output, rs, time.Now())
+			return printList(cmd.OutOrStdout(), l, time.Now())
 		},
 	}
-	list.Flags().StringVarP(&o.output, "output", "o", o.output, "output format: table, json or yaml")
+	list.Flags().StringVarP(&o.output, "output", "o", o.output, "output format: table, wide, name, json or yaml (an IPAddressList, as kubectl get prints it)")
+	completeOutputs(list, reservationsOutputs)
 
 	create := &cobra.Command{
 		Use:   "create ADDRESS (--for NAMESPACE/NAME | --name NAME)",
@@ -155,9 +154,6 @@ func withRoleHint(err error) error {
 
 // client returns a reservation.Client of the kubeconfig's cluster.
 func (o *reservationsOptions) client() (*reservation.Client, error) {
-	if o.kube.requestTimeout <= 0 {
-		return nil, fmt.Errorf("--request-timeout %v: want more than 0", o.kube.requestTimeout)
-	}
 	client, _, err := o.kube.kubeClient()
 	if err != nil {
 		return nil, err
@@ -197,71 +193,4 @@ func (o *reservationsOptions) reservation(addr string, now time.Time) (reservati
 		return reservation.Reservation{}, err
 	}
 	return r, nil
-}
-
-// reservationJSON is one reservation as list prints it in JSON and YAML.
-type reservationJSON struct {
-	Address string     `json:"address"`
-	For     string     `json:"for,omitempty"`
-	Name    string     `json:"name,omitempty"`
-	Expires *time.Time `json:"expires,omitempty"`
-	Expired bool       `json:"expired,omitempty"`
-	Reason  string     `json:"reason,omitempty"`
-}
-
-// writeReservations prints rs in format (table, json or yaml), saying which have ended at now.
-func writeReservations(w io.Writer, format string, rs []reservation.Reservation, now time.Time) error {
-	items := make([]reservationJSON, 0, len(rs))
-	for _, r := range rs {
-		j := reservationJSON{Address: r.Addr.String(), Name: r.Name, Reason: r.Reason, Expired: r.Expired(now)}
-		if r.For.Name != "" {
-			j.For = r.For.String()
-		}
-		if !r.Expires.IsZero() {
-			e := r.Expires
-			j.Expires = &e
-		}
-		items = append(items, j)
-	}
-	list := struct {
-		Items []reservationJSON `json:"items"`
-	}{items}
-	switch strings.ToLower(format) {
-	case "json":
-		b, err := json.MarshalIndent(list, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(list)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	case "table":
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ADDRESS\tFOR\tNAME\tEXPIRES\tREASON")
-		for _, j := range items {
-			expires := "never"
-			if j.Expires != nil {
-				expires = j.Expires.Format(time.RFC3339)
-				if j.Expired {
-					expires += " (ended)"
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Address, dash(j.For), dash(j.Name), expires, dash(j.Reason))
-		}
-		return tw.Flush()
-	}
-	return fmt.Errorf("-o %q: want table, json or yaml", format)
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

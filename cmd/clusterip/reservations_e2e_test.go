@@ -5,14 +5,16 @@ import (
 	"strings"
 	"testing"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-ipam/clusterip/internal/testenv"
+	"github.com/kube-ipam/clusterip/reservation"
 )
 
 // TestReservationsVerbsOnARealCluster runs "clusterip reservations" against a real stock
 // kube-apiserver v1.37.2 as a user would: create one kept for a Service and one anonymous with a
-// cooldown, list them as a table, JSON and YAML, see bad input refused with exit 2 and nothing
+// cooldown, list them as a table (and wide), their names, and an IPAddressList in JSON and YAML, see bad input refused with exit 2 and nothing
 // written, and delete one.
 func TestReservationsVerbsOnARealCluster(t *testing.T) {
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
@@ -52,24 +54,47 @@ func TestReservationsVerbsOnARealCluster(t *testing.T) {
 		}
 	}
 
-	type item struct {
-		Address, For, Name, Reason string
-		Expires                    *string
+	// -o json and -o yaml print the IPAddress objects as kubectl get does: an IPAddressList.
+	listed := func(format string, unmarshal func([]byte, any) error) []reservation.Reservation {
+		t.Helper()
+		var list networkingv1.IPAddressList
+		if err := unmarshal([]byte(run(0, "list", "-o", format).stdout), &list); err != nil {
+			t.Fatalf("list -o %s: %v", format, err)
+		}
+		if list.Kind != "IPAddressList" || list.APIVersion != "networking.k8s.io/v1" {
+			t.Errorf("list -o %s: kind %q, apiVersion %q; want IPAddressList, networking.k8s.io/v1", format, list.Kind, list.APIVersion)
+		}
+		var rs []reservation.Reservation
+		for i := range list.Items {
+			if list.Items[i].Kind != "IPAddress" || list.Items[i].UID == "" {
+				t.Errorf("list -o %s: item %d has kind %q and UID %q, want the IPAddress object as stored", format, i, list.Items[i].Kind, list.Items[i].UID)
+			}
+			r, ok := reservation.FromObject(&list.Items[i])
+			if !ok {
+				t.Errorf("list -o %s: item %d is no reservation: %+v", format, i, list.Items[i])
+			}
+			rs = append(rs, r)
+		}
+		return rs
 	}
-	var list struct{ Items []item }
-	if err := json.Unmarshal([]byte(run(0, "list", "-o", "json").stdout), &list); err != nil {
-		t.Fatal(err)
+	for _, format := range []struct {
+		name      string
+		unmarshal func([]byte, any) error
+	}{{"json", json.Unmarshal}, {"yaml", func(b []byte, v any) error { return yaml.UnmarshalStrict(b, v) }}} {
+		rs := listed(format.name, format.unmarshal)
+		if len(rs) != 2 || rs[0].Addr.String() != "10.96.0.20" || rs[0].For.String() != "default/web" || rs[0].Reason != "clients pin it" ||
+			rs[1].Addr.String() != "10.96.0.21" || rs[1].Name != "cooldown-a" || rs[1].Expires.IsZero() {
+			t.Errorf("list -o %s = %+v, want the two reservations made", format.name, rs)
+		}
 	}
-	if len(list.Items) != 2 || list.Items[0].Address != "10.96.0.20" || list.Items[0].For != "default/web" || list.Items[0].Reason != "clients pin it" ||
-		list.Items[1].Address != "10.96.0.21" || list.Items[1].Name != "cooldown-a" || list.Items[1].Expires == nil {
-		t.Errorf("list -o json = %+v, want the two reservations made", list.Items)
+	if table := run(0, "list").stdout; !strings.Contains(table, "ADDRESS") || !strings.Contains(table, "default/web") || !strings.Contains(table, "cooldown-a") || strings.Contains(table, "PARENTREF") {
+		t.Errorf("list:\n%s\nwant a table of both, without the wide columns", table)
 	}
-	var fromYAML struct{ Items []item }
-	if err := yaml.Unmarshal([]byte(run(0, "list", "-o", "yaml").stdout), &fromYAML); err != nil || len(fromYAML.Items) != 2 {
-		t.Errorf("list -o yaml = %+v, %v; want the two reservations", fromYAML.Items, err)
+	if wide := run(0, "list", "-o", "wide").stdout; !strings.Contains(wide, "PARENTREF") || !strings.Contains(wide, "services/default/web") {
+		t.Errorf("list -o wide:\n%s\nwant the parentRef column", wide)
 	}
-	if table := run(0, "list").stdout; !strings.Contains(table, "ADDRESS") || !strings.Contains(table, "default/web") || !strings.Contains(table, "cooldown-a") {
-		t.Errorf("list:\n%s\nwant a table of both", table)
+	if names, want := run(0, "list", "-o", "name").stdout, "ipaddress.networking.k8s.io/10.96.0.20\nipaddress.networking.k8s.io/10.96.0.21\n"; names != want {
+		t.Errorf("list -o name = %q, want %q", names, want)
 	}
 	// clusterip check names a reservation that ended and is still held.
 	run(0, "create", "10.96.0.22", "--name", "old", "--expires", "2020-01-01T00:00:00Z")
@@ -79,7 +104,7 @@ func TestReservationsVerbsOnARealCluster(t *testing.T) {
 	}
 	run(0, "delete", "10.96.0.22")
 	run(0, "delete", "10.96.0.21")
-	if err := json.Unmarshal([]byte(run(0, "list", "-o", "json").stdout), &list); err != nil || len(list.Items) != 1 {
-		t.Errorf("after delete, list -o json = %+v, %v; want one", list.Items, err)
+	if rs := listed("json", json.Unmarshal); len(rs) != 1 {
+		t.Errorf("after delete, list -o json = %+v; want one", rs)
 	}
 }

@@ -53,7 +53,7 @@ every caller without a client certificate signed by that CA (kube-apiserver pres
 its --admission-control-config-file; deploy/webhook ships both files), and with
 --client-allowed-names only those names. Without --client-ca-file any caller that reaches the
 port is served: use it only where a NetworkPolicy admits the control plane alone (managed
-clusters, deploy/webhook/networkpolicy.yaml).
+clusters: deploy/examples/managed-cluster).
 
 The serving certificate is read again whenever its files change (cert-manager renews the Secret,
 the kubelet updates the mounted files), and at least every 10 seconds: no restart is needed.
@@ -276,7 +276,10 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	if err != nil {
 		return err
 	}
-	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Handouts: handouts, Limits: limits, ServiceCIDRs: factory.Networking().V1().ServiceCIDRs()})
+	// The Service informer: every replica refuses kube-apiserver's release of a reservation the
+	// controller kept in place (HandlerOptions.Services), by the Services that hold the address.
+	h, err := webhook.NewHandler(client, factory.Networking().V1().IPAddresses(), webhook.HandlerOptions{Metrics: m, Handouts: handouts, Limits: limits,
+		ServiceCIDRs: factory.Networking().V1().ServiceCIDRs(), Services: factory.Core().V1().Services()})
 	if err != nil {
 		return err
 	}
@@ -293,7 +296,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 	}
 
 	// The controllers, built only where they run (the leader): a replica that does not lead
-	// neither watches Services nor queues their deletes. Each Retain Service keeps a finalizer
+	// queues no Service's delete. Each Retain Service keeps a finalizer
 	// until the controller has kept its addresses, so deletes while no replica leads wait for
 	// the next leader.
 	runControllers := func(ctx context.Context) error {
@@ -305,7 +308,7 @@ func (o *reservationsWebhookOptions) run(ctx context.Context, client kubernetes.
 		if err != nil {
 			return err
 		}
-		factory.Start(ctx.Done()) // the Service informer, new
+		factory.Start(ctx.Done()) // started already: the Handler's informers include the Service informer
 		done := make(chan error, 2)
 		go func() { done <- ctrl.Run(ctx, o.workers) }()
 		go func() { done <- expiry.Run(ctx) }()

@@ -47,8 +47,17 @@ import (
 	"github.com/kube-ipam/clusterip/reservation/webhook"
 )
 
-// webhookManifest is the manifest of the reservations webhook, relative to rbacDir.
+// webhookManifest is the manifest of the reservations webhook, relative to rbacDir: the file of
+// its ClusterRole and Role.
 const webhookManifest = "../webhook/webhook.yaml"
+
+// webhookKustomization is the kustomize base of the reservations webhook, relative to the
+// repository root, which the tests render (testenv.Kustomize) and apply as shipped.
+const webhookKustomization = "deploy/webhook"
+
+// managedClusterExample is the example overlay, relative to the repository root, of a cluster
+// whose kube-apiserver presents no client certificate: the base with the NetworkPolicy component.
+const managedClusterExample = "deploy/examples/managed-cluster"
 
 // manifestObjects returns the objects of the multi-document YAML file path, in order.
 func manifestObjects(t *testing.T, path string) []*unstructured.Unstructured {
@@ -177,26 +186,26 @@ func writeServingCertificate(t *testing.T, dir string) []byte {
 	return ca.certPEM
 }
 
-// shippedWebhookConfiguration returns the MutatingWebhookConfiguration of webhookManifest with
+// shippedWebhookConfiguration returns the MutatingWebhookConfiguration of webhookKustomization with
 // each webhook's clientConfig rewritten from the Service reference to
 // https://<addr><the manifest's path>, with caPEM as its CA bundle: kube-apiserver here runs
 // without a cluster network, so it cannot route to the webhook Service's ClusterIP, and with no
 // kube-proxy and no Pod no Service would reach the process anyway. Nothing else is changed.
 func shippedWebhookConfiguration(t *testing.T, addr string, caPEM []byte) *unstructured.Unstructured {
 	t.Helper()
-	for _, obj := range manifestObjects(t, filepath.Join(rbacDir, webhookManifest)) {
+	for _, obj := range testenv.Kustomize(t, webhookKustomization) {
 		if obj.GetKind() != "MutatingWebhookConfiguration" {
 			continue
 		}
 		hooks, _, err := unstructured.NestedSlice(obj.Object, "webhooks")
 		if err != nil || len(hooks) == 0 {
-			t.Fatalf("%s: the MutatingWebhookConfiguration has no webhooks: %v", webhookManifest, err)
+			t.Fatalf("%s: the MutatingWebhookConfiguration has no webhooks: %v", webhookKustomization, err)
 		}
 		for i, h := range hooks {
 			hook := h.(map[string]any)
 			path, _, _ := unstructured.NestedString(hook, "clientConfig", "service", "path")
 			if path == "" {
-				t.Fatalf("%s: webhook %d calls no Service path", webhookManifest, i)
+				t.Fatalf("%s: webhook %d calls no Service path", webhookKustomization, i)
 			}
 			hook["clientConfig"] = map[string]any{"url": "https://" + addr + path, "caBundle": base64.StdEncoding.EncodeToString(caPEM)}
 		}
@@ -205,7 +214,7 @@ func shippedWebhookConfiguration(t *testing.T, addr string, caPEM []byte) *unstr
 		}
 		return obj
 	}
-	t.Fatalf("%s has no MutatingWebhookConfiguration", webhookManifest)
+	t.Fatalf("%s has no MutatingWebhookConfiguration", webhookKustomization)
 	return nil
 }
 
@@ -444,6 +453,9 @@ type shippedOptions struct {
 	// Spares is how many more addresses kube-apiserver presents its client certificate to,
 	// for more replicas of the webhook (shippedWebhook.startReplica).
 	Spares int
+	// Drop names webhooks of the MutatingWebhookConfiguration the test leaves out, to show what
+	// each is there for.
+	Drop []string
 }
 
 // shippedWebhook is kube-apiserver with the shipped manifest applied and the webhook command
@@ -513,7 +525,7 @@ func leaveOut(t *testing.T, obj *unstructured.Unstructured, namespaces []string)
 			}
 		}
 		if !left {
-			t.Fatalf("%s: no namespaceSelector NotIn expression to leave namespaces out of", webhookManifest)
+			t.Fatalf("%s: no namespaceSelector NotIn expression to leave namespaces out of", webhookKustomization)
 		}
 		if err := unstructured.SetNestedSlice(h.(map[string]any), exprs, "namespaceSelector", "matchExpressions"); err != nil {
 			t.Fatal(err)
@@ -524,7 +536,7 @@ func leaveOut(t *testing.T, obj *unstructured.Unstructured, namespaces []string)
 	}
 }
 
-// startShippedWebhook applies deploy/webhook as shipped to a real stock kube-apiserver v1.37.2
+// startShippedWebhook applies deploy/webhook as shipped (the kustomization rendered) to a real stock kube-apiserver v1.37.2
 // (RBAC, serving o.ServiceClusterIPRange) that presents the client certificate of
 // deploy/webhook/kube-apiserver to the webhook, through its --admission-control-config-file: every
 // object is created as it is, the Deployment too, which no node runs here. In its place it runs
@@ -555,7 +567,7 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	})
 	waitForDefaultServiceCIDR(t, api.Client)
 	ctx := t.Context()
-	objs := manifestObjects(t, filepath.Join(rbacDir, webhookManifest))
+	objs := testenv.Kustomize(t, webhookKustomization)
 	groups, err := restmapper.GetAPIGroupResources(api.Client.Discovery())
 	if err != nil {
 		t.Fatal(err)
@@ -603,12 +615,7 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	for _, obj := range objs {
 		switch obj.GetKind() {
 		case "MutatingWebhookConfiguration":
-			// Its caBundle is a placeholder, which does not decode: the rest does.
-			o := obj.DeepCopy()
-			for _, h := range o.Object["webhooks"].([]any) {
-				unstructured.RemoveNestedField(h.(map[string]any), "clientConfig", "caBundle")
-			}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &hooks); err != nil {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &hooks); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -621,30 +628,31 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 				t.Fatal(err)
 			}
 		}
-		create(obj, webhookManifest)
+		create(obj, webhookKustomization)
 	}
-	// The NetworkPolicy, with its placeholder filled in, is valid and selects the webhook's Pods.
-	// (Nothing enforces it here: that takes a network plugin.)
-	for _, obj := range manifestObjects(t, filepath.Join(rbacDir, "../webhook/networkpolicy.yaml")) {
-		raw, err := json.Marshal(obj.Object)
-		if err != nil {
-			t.Fatal(err)
+	// The NetworkPolicy of the example overlay for managed clusters (the component
+	// deploy/webhook-networkpolicy, its control plane's addresses filled in) is valid and selects
+	// the webhook's Pods. (Nothing enforces it here: that takes a network plugin.)
+	var policies int
+	for _, obj := range testenv.Kustomize(t, managedClusterExample) {
+		if obj.GetKind() != "NetworkPolicy" {
+			continue
 		}
+		policies++
 		var np networkingv1.NetworkPolicy
-		if err := json.Unmarshal(bytes.ReplaceAll(raw, []byte("CONTROL_PLANE_CIDR"), []byte("192.0.2.0/24")), &np); err != nil {
-			t.Fatal(err)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, &np, true); err != nil {
+			t.Fatalf("%s: NetworkPolicy %s: %v", managedClusterExample, obj.GetName(), err)
 		}
 		if np.Namespace != deploy.Namespace || !maps.Equal(np.Spec.PodSelector.MatchLabels, deploy.Spec.Template.Labels) {
-			t.Errorf("networkpolicy.yaml: NetworkPolicy %s/%s selects %v, want the webhook's Pods %s %v", np.Namespace, np.Name, np.Spec.PodSelector.MatchLabels, deploy.Namespace, deploy.Spec.Template.Labels)
+			t.Errorf("%s: NetworkPolicy %s/%s selects %v, want the webhook's Pods %s %v", managedClusterExample, np.Namespace, np.Name, np.Spec.PodSelector.MatchLabels, deploy.Namespace, deploy.Spec.Template.Labels)
 		}
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&np)
-		if err != nil {
-			t.Fatal(err)
-		}
-		create(&unstructured.Unstructured{Object: u}, "networkpolicy.yaml")
+		create(obj, managedClusterExample)
+	}
+	if policies != 1 {
+		t.Errorf("%s: %d NetworkPolicies, want one", managedClusterExample, policies)
 	}
 	if len(deploy.Spec.Template.Spec.Containers) != 1 || len(svc.Spec.Ports) != 1 {
-		t.Fatalf("%s: want a Deployment of one container and a Service of one port", webhookManifest)
+		t.Fatalf("%s: want a Deployment of one container and a Service of one port", webhookKustomization)
 	}
 	// What the test rewrites must have been right: each webhook calls the Service, at its port,
 	// which is 443, so that kube-apiserver presents the credentials of the kubeconfig user named
@@ -652,14 +660,14 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	for _, h := range hooks.Webhooks {
 		ref := h.ClientConfig.Service
 		if ref == nil || ref.Namespace != svc.Namespace || ref.Name != svc.Name || ref.Port == nil || *ref.Port != svc.Spec.Ports[0].Port {
-			t.Errorf("%s: webhook %s calls %+v, want the Service %s/%s at port %d", webhookManifest, h.Name, ref, svc.Namespace, svc.Name, svc.Spec.Ports[0].Port)
+			t.Errorf("%s: webhook %s calls %+v, want the Service %s/%s at port %d", webhookKustomization, h.Name, ref, svc.Namespace, svc.Name, svc.Spec.Ports[0].Port)
 		}
 	}
 	if want := svc.Name + "." + svc.Namespace + ".svc"; shippedWebhookUser != want || svc.Spec.Ports[0].Port != 443 {
 		t.Errorf("%s: the webhook's credentials are for %s, want %s at port 443 (the Service's port is %d)", apiserverWebhookFiles, shippedWebhookUser, want, svc.Spec.Ports[0].Port)
 	}
 	if len(hooks.Webhooks) == 0 {
-		t.Fatalf("%s: no MutatingWebhookConfiguration with webhooks", webhookManifest)
+		t.Fatalf("%s: no MutatingWebhookConfiguration with webhooks", webhookKustomization)
 	}
 	pod := deploy.Spec.Template.Spec
 	container := pod.Containers[0]
@@ -682,20 +690,20 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 					t.Fatal(err)
 				}
 			default:
-				t.Fatalf("%s: the container mounts volume %s, which the test does not know", webhookManifest, v.Name)
+				t.Fatalf("%s: the container mounts volume %s, which the test does not know", webhookKustomization, v.Name)
 			}
 			mounts[vm.MountPath] = dir
 		}
 	}
 	if caPEM == nil || len(mounts) != 2 {
-		t.Fatalf("%s: the container mounts %v, want the TLS Secret and the client CA ConfigMap", webhookManifest, container.VolumeMounts)
+		t.Fatalf("%s: the container mounts %v, want the TLS Secret and the client CA ConfigMap", webhookKustomization, container.VolumeMounts)
 	}
 	ports := map[string]int32{} // the container's ports by name
 	for _, p := range container.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
 	if port := svc.Spec.Ports[0].TargetPort; port.String() != "https" || ports["https"] == 0 {
-		t.Fatalf("%s: the Service's targetPort %s, want the container's port https", webhookManifest, port.String())
+		t.Fatalf("%s: the Service's targetPort %s, want the container's port https", webhookKustomization, port.String())
 	}
 	// Each of the process's addresses: the flag, the container port it must listen on, and what
 	// the test listens on instead.
@@ -714,7 +722,7 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 		given[flag]++
 		if lf, ok := listenFlags[flag]; ok {
 			if _, port, err := net.SplitHostPort(v); err != nil || ports[lf.port] == 0 || port != strconv.Itoa(int(ports[lf.port])) {
-				t.Errorf("%s: %s, want the container's port %s (%d)", webhookManifest, a, lf.port, ports[lf.port])
+				t.Errorf("%s: %s, want the container's port %s (%d)", webhookKustomization, a, lf.port, ports[lf.port])
 			}
 			args[i] = flag + "=" + lf.addr
 		}
@@ -724,7 +732,7 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	}
 	for _, flag := range []string{"--listen", "--health-probe-bind-address", "--metrics-bind-address", "--client-ca-file"} {
 		if given[flag] != 1 {
-			t.Fatalf("%s: the container's args %q give %s %d times, want once", webhookManifest, container.Args, flag, given[flag])
+			t.Fatalf("%s: the container's args %q give %s %d times, want once", webhookKustomization, container.Args, flag, given[flag])
 		}
 	}
 	args = append(args, o.Args...)
@@ -744,28 +752,53 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 		}
 		get := probe.HTTPGet
 		if get == nil || (get.Scheme != "" && get.Scheme != corev1.URISchemeHTTP) || get.Port.String() != "probes" {
-			t.Errorf("%s: a probe %+v, want an HTTP GET at the container's port probes", webhookManifest, probe.ProbeHandler)
+			t.Errorf("%s: a probe %+v, want an HTTP GET at the container's port probes", webhookKustomization, probe.ProbeHandler)
 			continue
 		}
 		resp, err := plain.Get("http://" + p.probes + get.Path)
 		if err != nil {
-			t.Fatalf("%s: probe %s: %v", webhookManifest, get.Path, err)
+			t.Fatalf("%s: probe %s: %v", webhookKustomization, get.Path, err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: probe %s: %s, want 200", webhookManifest, get.Path, resp.Status)
+			t.Errorf("%s: probe %s: %s, want 200", webhookKustomization, get.Path, resp.Status)
 		}
 	}
 	if container.ReadinessProbe == nil || container.LivenessProbe == nil {
-		t.Errorf("%s: the container has no readiness or no liveness probe: a new Pod would get requests before its informers synced", webhookManifest)
+		t.Errorf("%s: the container has no readiness or no liveness probe: a new Pod would get requests before its informers synced", webhookKustomization)
 	}
 	hookConfig := shippedWebhookConfiguration(t, p.addr, caPEM)
 	if len(o.NotSent) > 0 {
 		leaveOut(t, hookConfig, o.NotSent)
 	}
-	create(hookConfig, webhookManifest)
+	if len(o.Drop) > 0 {
+		dropWebhooks(t, hookConfig, o.Drop)
+	}
+	create(hookConfig, webhookKustomization)
 	waitForWebhook(t, api.Client)
 	return &shippedWebhook{api: api, p: p, args: args, env: env, caPEM: caPEM, plain: plain, spare: spare}
+}
+
+// dropWebhooks removes the webhooks named names from the MutatingWebhookConfiguration config,
+// each of which it must have.
+func dropWebhooks(t *testing.T, config *unstructured.Unstructured, names []string) {
+	t.Helper()
+	hooks, _, err := unstructured.NestedSlice(config.Object, "webhooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := hooks[:0]
+	for _, h := range hooks {
+		if name, _, _ := unstructured.NestedString(h.(map[string]any), "name"); !slices.Contains(names, name) {
+			kept = append(kept, h)
+		}
+	}
+	if len(hooks)-len(kept) != len(names) {
+		t.Fatalf("%s: dropping %q left %d of %d webhooks", webhookKustomization, names, len(kept), len(hooks))
+	}
+	if err := unstructured.SetNestedSlice(config.Object, kept, "webhooks"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore runs the shipped webhook (see

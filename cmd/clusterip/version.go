@@ -17,7 +17,8 @@ import (
 type versionInfo struct {
 	// ClusteripVersion is the version of the module the command was built from: the release's
 	// (v0.1.0) when installed with go install …@v0.1.0, "(devel)" when built from a work tree
-	// without version control information, a pseudo-version when built from a clone with it.
+	// without version control information, a pseudo-version when built from a clone with it, the
+	// image's version in a container image's binary (stampedVersion).
 	ClusteripVersion string `json:"clusteripVersion"`
 	// GoVersion is the Go release the binary was built with.
 	GoVersion string `json:"goVersion"`
@@ -44,8 +45,16 @@ type kubeAPIServerVersions struct {
 	Demo string `json:"demo"`
 }
 
-// currentVersion returns the versions of this binary; build is its build information, if any.
-func currentVersion(build *debug.BuildInfo) versionInfo {
+// stampedVersion is the version an image build gives the binary at link time (go build -ldflags
+// "-X main.stampedVersion=v0.1.0", as hack/image.sh and the Dockerfile do): their go build of a
+// work tree records no module version ("(devel)"). Empty in any other build. It is set by the
+// linker only and never changes while the program runs.
+var stampedVersion string
+
+// currentVersion returns the versions of this binary; build is its build information, if any,
+// and stamped its stampedVersion, which takes the place of the main module's version when it is
+// not empty.
+func currentVersion(build *debug.BuildInfo, stamped string) versionInfo {
 	v := versionInfo{
 		ClusteripVersion: "(unknown)",
 		GoVersion:        runtime.Version(),
@@ -57,7 +66,10 @@ func currentVersion(build *debug.BuildInfo) versionInfo {
 			Demo:     localcluster.KubeAPIServerVersion,
 		},
 	}
-	if build != nil && build.Main.Version != "" {
+	switch {
+	case stamped != "":
+		v.ClusteripVersion = stamped
+	case build != nil && build.Main.Version != "":
 		v.ClusteripVersion = build.Main.Version
 	}
 	return v
@@ -87,7 +99,7 @@ func (o *versionOptions) validate(cmd *cobra.Command) error {
 	case "", "json", "yaml":
 		return nil
 	}
-	return fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(versionOutputs, ", "))
+	return outputError(o.output, versionOutputs)
 }
 
 // print writes v to out as o.output asks: three lines of text by default.
@@ -119,11 +131,12 @@ behaviour it has, the one it behaves as by default, the newest build it knows an
 				return err
 			}
 			build, _ := debug.ReadBuildInfo()
-			return o.print(cmd.OutOrStdout(), currentVersion(build))
+			return o.print(cmd.OutOrStdout(), currentVersion(build, stampedVersion))
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: one of "+strings.Join(versionOutputs, ", ")+" (default: text)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "deprecated: use -o json")
 	_ = cmd.Flags().MarkHidden("json")
+	completeOutputs(cmd, versionOutputs)
 	return cmd
 }

@@ -83,8 +83,8 @@ func TestVersionRefusesBadOutputBeforePrinting(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown format", []string{"version", "-o", "xml"}, `-o "xml": want one of json, yaml`},
-		{"kubectl's wide", []string{"version", "-o", "wide"}, `-o "wide": want one of json, yaml`},
+		{"unknown format", []string{"version", "-o", "xml"}, `unable to match a printer suitable for the output format "xml", allowed formats are: json,yaml`},
+		{"kubectl's wide", []string{"version", "-o", "wide"}, `unable to match a printer suitable for the output format "wide", allowed formats are: json,yaml`},
 		{"--json and -o", []string{"version", "--json", "-o", "yaml"}, "--json is the deprecated spelling of -o json: give one of them"},
 	}
 	for _, tt := range tests {
