@@ -305,7 +305,10 @@ func (d *DualWriteAllocator) Allocate(ctx context.Context, ip netip.Addr, owner 
 // it does, it tries again (up to maxRechecks) the addresses it passed over whose IPAddress
 // objects a read from the API server shows gone (needs WithClient), and those the primary offered
 // whose bits a fresh read of the bitmap shows cleared, since a peer's transient bit or a lagging
-// informer is no full range. A failed read is returned as an error, not as ErrFull. Other errors
+// informer is no full range. Last, it reads every IPAddress object in one consistent List and
+// waits up to 375 ms for the bits set without an object to be given back (a peer's dual write
+// holds one for a moment; a Legacy peer's stays). A failed read is returned as an error, not as
+// ErrFull. Other errors
 // of the two allocators are returned at once. While the stored bitmap is of another range than
 // the mirror's (the flag range changed; see bitmap.NewPersistent), it takes an address from the
 // primary alone, as kube-apiserver v1.33 does when its bitmap fails. An owner without a Resource
@@ -431,8 +434,8 @@ func (p *passedOver) total() uint64 {
 // after their delete (a read from the API server tells); and refusedBits, those the primary
 // offered whose bits were set, by a peer that may have given them back since (a fresh read of
 // the bitmap tells). recheck reads once, then tries a dual write on each address the reads show
-// free, at most maxRechecks in all, and returns the first that succeeds; it returns full only
-// when none does, and a failed read as an error of its own.
+// free, at most maxRechecks in all, and returns the first that succeeds; when none does, it
+// waits for the bits without an object (allocateGivenBack). A failed read is an error of its own.
 func (d *DualWriteAllocator) recheck(ctx context.Context, owner allocator.Owner, passed, refusedBits []netip.Addr, full error) (netip.Addr, error) {
 	var cands []netip.Addr
 	if r, ok := d.mirror.(refresher); ok && len(refusedBits) > 0 {
@@ -463,27 +466,18 @@ func (d *DualWriteAllocator) recheck(ctx context.Context, owner allocator.Owner,
 		}
 	}
 	logger := klog.FromContext(ctx)
-	for _, ip := range cands[:min(len(cands), maxRechecks)] {
-		err := d.mirror.Allocate(ctx, ip, owner)
-		if errors.Is(err, allocator.ErrAllocated) {
-			continue
-		}
+	cands = cands[:min(len(cands), maxRechecks)]
+	for _, ip := range cands {
+		got, err := d.tryAddr(ctx, ip, owner)
 		if err != nil {
-			return netip.Addr{}, fmt.Errorf("clusterip: set %s in the bitmap of %s: %w", ip, d.window, err)
+			return netip.Addr{}, err
 		}
-		if err = d.primary.Allocate(ctx, ip, owner); err != nil {
-			err = d.settle(ctx, ip, owner, err)
-		}
-		switch {
-		case err == nil:
+		if got {
 			logger.V(2).Info("Allocated an address that looked held before answering full", "ip", ip, "owner", owner)
 			return ip, nil
-		case errors.Is(err, allocator.ErrAllocated):
-			continue
 		}
-		return netip.Addr{}, err
 	}
-	return netip.Addr{}, full
+	return d.allocateGivenBack(ctx, owner, cands, full)
 }
 
 // outsideAllocator is a primary that can choose an address outside a prefix, as

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -792,4 +793,81 @@ func TestDualWriteAllocateNextRetriesAnOfferedAddressWhoseBitWasGivenBack(t *tes
 		t.Errorf("Stats().Refused = %d, want %d", got, maxFallbacks)
 	}
 	f.checkInvariant()
+}
+
+// TestDualWriteAllocateNextNotFullWhileAPeerHoldsABitItWillGiveBack replays the interleaving that
+// the finish history stops at (issue 38 item 1): a range with one free address, 10.0.0.1, whose bit
+// a peer's dual write holds for a moment (its create found an IPAddressOnly peer's object, which
+// has been deleted since, and its undo has not landed yet). The caller finds every bit set and no
+// ServiceCIDR outside the window; before it answers ErrFull it must find the bit without an
+// object, wait for the peer to give it back, and take the address. A bit that stays set (a Legacy
+// peer's) is never taken, and the answer is then ErrFull, after a bounded wait.
+func TestDualWriteAllocateNextNotFullWhileAPeerHoldsABitItWillGiveBack(t *testing.T) {
+	tests := []struct {
+		name       string
+		givesBack  bool // the peer clears its bit once the caller has seen the range full
+		withClient bool
+		wantFull   bool
+	}{
+		{name: "a peer's bit given back while the caller confirms full", givesBack: true, withClient: true},
+		{name: "a Legacy peer's bit that stays", withClient: true, wantFull: true},
+		{name: "without a client to read the objects", givesBack: true, wantFull: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newDualFixture(t, "10.0.0.0/30") // 10.0.0.1 and 10.0.0.2
+			free, held := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+			if err := f.dw.Allocate(f.ctx, held, testOwner); err != nil {
+				t.Fatalf("Allocate(%v) = %v", held, err)
+			}
+			f.setBits(free) // the peer's bit, with no object
+			var gaveBack atomic.Bool
+			if tt.givesBack {
+				// The peer's undo lands once the caller has found the range full and reads the
+				// objects to confirm it (or, without a client, at once: the caller must still
+				// answer as before).
+				giveBack := func() {
+					if gaveBack.Swap(true) {
+						return
+					}
+					a, _, err := bitmap.Load(context.Background(), f.store, f.flag)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = a.Release(context.Background(), free)
+					f.store.Put(a.Snapshot())
+				}
+				f.client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+					giveBack()
+					return false, nil, nil
+				})
+				if !tt.withClient {
+					t.Cleanup(giveBack)
+				}
+			}
+			var opts []DualWriteOption
+			if tt.withClient {
+				opts = append(opts, WithClient(f.client))
+			}
+			dw, err := NewDualWrite(f.sc, f.bm, opts...)
+			if err != nil {
+				t.Fatalf("NewDualWrite() = %v", err)
+			}
+			ip, err := dw.AllocateNext(f.ctx, testOwner)
+			if tt.wantFull {
+				if !errors.Is(err, allocator.ErrFull) {
+					t.Errorf("AllocateNext() = %v, %v; want ErrFull", ip, err)
+				}
+				if got := f.objects(); !slices.Equal(got, []netip.Addr{held}) {
+					t.Errorf("IPAddress objects = %v, want only %v: nothing taken", got, held)
+				}
+				return
+			}
+			if err != nil || ip != free {
+				t.Fatalf("AllocateNext() = %v, %v; want %v (bits then: %v)", ip, err, free, f.describeBits())
+			}
+			f.checkInvariant()
+		})
+	}
 }
