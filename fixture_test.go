@@ -233,6 +233,20 @@ func (f *dualFixture) setBits(ips ...netip.Addr) {
 	f.store.Put(a.Snapshot())
 }
 
+// clearBits clears stored bits directly, as a peer giving its bits back would. It may be called
+// from any goroutine: it reports a failure with Error, not Fatal.
+func (f *dualFixture) clearBits(ips ...netip.Addr) {
+	a, _, err := bitmap.Load(context.Background(), f.store, f.flag)
+	if err != nil {
+		f.t.Error(err)
+		return
+	}
+	for _, ip := range ips {
+		_ = a.Release(context.Background(), ip)
+	}
+	f.store.Put(a.Snapshot())
+}
+
 // checkInvariant fails t unless every IPAddress object inside the window has its bit set, and
 // every bit set, other than the legacy ones, has an IPAddress object.
 func (f *dualFixture) checkInvariant(legacy ...netip.Addr) {

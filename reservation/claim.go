@@ -209,9 +209,10 @@ func (c *Claimer) CheckService(old, svc *corev1.Service) *field.Error {
 // refuses is logged, and the address released or kept by a cooldown alone): it updates the IPAddress object of ip, the Service's allocation, into a
 // reservation kept for svc's namespace and name, with the end [KeptOnDelete] gives, in one
 // update guarded by the object's resourceVersion, so no allocator can take the address at any
-// instant; it reports true. It reports false, changing nothing, when neither the policy nor
-// a cooldown keeps ip, the policy annotation does not parse, or the object is not svc's
-// allocation (another parent, or none): the caller then releases ip as usual. A cooldown
+// instant ([Keep]); it reports true, also when the object already is that reservation (a delete
+// retried). It reports false, changing nothing, when neither the policy nor a cooldown keeps ip,
+// the policy annotation does not parse, or the object is not svc's allocation (another parent,
+// or none): the caller then releases ip as usual. A cooldown
 // annotation that does not parse is logged (klog, from ctx) and counts as none. An API error
 // other than a Conflict is returned.
 func (c *Claimer) Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr) (bool, error) {
@@ -230,13 +231,7 @@ func (c *Claimer) Retain(ctx context.Context, svc *corev1.Service, ip netip.Addr
 		return false, nil
 	}
 	owner := allocator.Owner{Resource: serviceResource, Namespace: svc.Namespace, Name: svc.Name}
-	kept, err := c.update(ctx, ip, func(obj *networkingv1.IPAddress) bool {
-		if !c.allocationOf(obj, owner) {
-			return false
-		}
-		obj.Labels, obj.Annotations = want.Labels, want.Annotations
-		return true
-	})
+	kept, err := Keep(ctx, c.client, want, func(obj *networkingv1.IPAddress) bool { return c.allocationOf(obj, owner) })
 	if err != nil {
 		return false, fmt.Errorf("reservation: retain %s of %s: %w", ip, svcKey, err)
 	}

@@ -241,10 +241,29 @@ func (c *Client) Release(ctx context.Context, addr netip.Addr) error {
 // left out; [Client.Release] still deletes them. Expired reservations are listed: nothing in this
 // package deletes them (see [Reservation.Expired]).
 func (c *Client) List(ctx context.Context) ([]Reservation, error) {
+	objs, err := c.ListObjects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Reservation, 0, len(objs))
+	for i := range objs {
+		r, _ := FromObject(&objs[i]) // ListObjects keeps only those it takes
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ListObjects returns the IPAddress objects of the reservations [Client.List] returns, in the
+// same order, read the same way: for a caller that keeps or prints the objects whole.
+func (c *Client) ListObjects(ctx context.Context) ([]networkingv1.IPAddress, error) {
 	if err := c.ready(); err != nil {
 		return nil, err
 	}
-	var out []Reservation
+	type item struct {
+		addr netip.Addr
+		obj  *networkingv1.IPAddress
+	}
+	var items []item
 	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return c.client.NetworkingV1().IPAddresses().List(ctx, opts)
 	})
@@ -252,7 +271,7 @@ func (c *Client) List(ctx context.Context) ([]Reservation, error) {
 	err := p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
 		if ipa, ok := obj.(*networkingv1.IPAddress); ok {
 			if r, ok := FromObject(ipa); ok {
-				out = append(out, r)
+				items = append(items, item{r.Addr, ipa})
 			}
 		}
 		return nil
@@ -260,6 +279,10 @@ func (c *Client) List(ctx context.Context) ([]Reservation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reservation: list IPAddresses: %w", err)
 	}
-	slices.SortFunc(out, func(a, b Reservation) int { return a.Addr.Compare(b.Addr) })
+	slices.SortFunc(items, func(a, b item) int { return a.addr.Compare(b.addr) })
+	out := make([]networkingv1.IPAddress, 0, len(items))
+	for _, it := range items {
+		out = append(out, *it.obj)
+	}
 	return out, nil
 }

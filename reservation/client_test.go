@@ -386,6 +386,17 @@ func TestListReturnsEveryReservationByAddress(t *testing.T) {
 	if diff := cmp.Diff(want, got, addrs); diff != "" {
 		t.Errorf("List() (-want +got):\n%s", diff)
 	}
+	objects, err := c.ListObjects(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range objects {
+		names = append(names, o.Name)
+	}
+	if diff := cmp.Diff([]string{"10.96.0.2", "10.96.0.10", "fd00::9"}, names); diff != "" {
+		t.Errorf("ListObjects() names (-want +got):\n%s", diff)
+	}
 }
 
 func TestListOfNoReservationsIsEmpty(t *testing.T) {

@@ -274,6 +274,11 @@ func TestClaimerRetainKeepsAnAddressForItsServiceCIDRsCooldown(t *testing.T) {
 			if got := strings.Contains(r.Reason, "default/web") && strings.Contains(r.Reason, "cooldown"); got != tt.wantReason {
 				t.Errorf("reason %q; want one naming default/web and the cooldown: %v", r.Reason, tt.wantReason)
 			}
+			// A delete retried after the address was kept: it is still kept, and the registry
+			// must not release it.
+			if again, err := c.Retain(ctx, svc, netip.MustParseAddr(tt.ip)); err != nil || !again {
+				t.Errorf("Retain(%s) again = %v, %v; want true, nil: the reservation stands", tt.ip, again, err)
+			}
 		})
 	}
 }

@@ -4,18 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
-	"slices"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/pager"
 
 	"github.com/kube-ipam/clusterip/reservation"
 )
@@ -65,38 +61,22 @@ func reservationsPrinter(format string, stderr io.Writer) (func(io.Writer, *netw
 	return func(w io.Writer, list *networkingv1.IPAddressList, _ time.Time) error { return p.PrintObj(list, w) }, nil
 }
 
-// listReservations returns the reservations' IPAddress objects as an IPAddressList, sorted by
-// address, with their kinds set as kubectl prints them. It reads what reservation.Client.List
-// reads, the IPAddress objects labelled managed-by reservation.ManagedBy, in pages of 500, and
-// leaves out those reservation.FromObject refuses (malformed by hand) as it does; unlike it, it
-// keeps the objects, which -o json and -o yaml print whole.
+// listReservations returns the reservations' IPAddress objects (reservation.Client.ListObjects)
+// as an IPAddressList, sorted by address, with their kinds set as kubectl prints them: -o json
+// and -o yaml print them whole.
 func listReservations(ctx context.Context, client kubernetes.Interface) (*networkingv1.IPAddressList, error) {
-	type item struct {
-		addr netip.Addr
-		obj  networkingv1.IPAddress
-	}
-	var items []item
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return client.NetworkingV1().IPAddresses().List(ctx, opts)
-	})
-	selector := labels.Set{networkingv1.LabelManagedBy: reservation.ManagedBy}.AsSelector().String()
-	err := p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
-		if ipa, ok := obj.(*networkingv1.IPAddress); ok {
-			if r, ok := reservation.FromObject(ipa); ok {
-				items = append(items, item{r.Addr, *ipa})
-			}
-		}
-		return nil
-	})
+	rc, err := reservation.New(client)
 	if err != nil {
-		return nil, fmt.Errorf("list the reservations' IPAddress objects: %w", err)
+		return nil, err
 	}
-	slices.SortFunc(items, func(a, b item) int { return a.addr.Compare(b.addr) })
-	list := &networkingv1.IPAddressList{Items: make([]networkingv1.IPAddress, 0, len(items))}
+	objs, err := rc.ListObjects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	list := &networkingv1.IPAddressList{Items: objs}
 	list.SetGroupVersionKind(ipAddressListGVK)
-	for _, it := range items {
-		it.obj.SetGroupVersionKind(ipAddressGVK)
-		list.Items = append(list.Items, it.obj)
+	for i := range list.Items {
+		list.Items[i].SetGroupVersionKind(ipAddressGVK)
 	}
 	return list, nil
 }

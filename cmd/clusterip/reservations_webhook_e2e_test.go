@@ -36,7 +36,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -67,21 +66,11 @@ func manifestObjects(t *testing.T, path string) []*unstructured.Unstructured {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var out []*unstructured.Unstructured
-	for {
-		var obj map[string]any
-		err := dec.Decode(&obj)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if obj != nil {
-			out = append(out, &unstructured.Unstructured{Object: obj})
-		}
+	out, err := testenv.DecodeObjects(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
+	return out
 }
 
 // webhookProcess is "clusterip reservations webhook" running as a child process of the test.

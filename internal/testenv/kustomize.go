@@ -38,16 +38,26 @@ func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.Bytes())
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	out, err := DecodeObjects(&stdout)
+	if err != nil {
+		t.Fatalf("kustomize build %s: its output: %v", dir, err)
+	}
+	return out
+}
+
+// DecodeObjects returns the objects of a stream of YAML or JSON documents, in order; empty
+// documents are left out.
+func DecodeObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	var out []*unstructured.Unstructured
 	for {
 		var obj map[string]any
 		err := dec.Decode(&obj)
 		if errors.Is(err, io.EOF) {
-			return out
+			return out, nil
 		}
 		if err != nil {
-			t.Fatalf("kustomize build %s: its output: %v", dir, err)
+			return nil, err
 		}
 		if obj != nil {
 			out = append(out, &unstructured.Unstructured{Object: obj})

@@ -283,9 +283,9 @@ func (c *Controller) keepInPlace(ctx context.Context, svc *corev1.Service) ([]ne
 		if err != nil {
 			continue
 		}
-		kept, err := c.keepObject(ctx, item.For, want)
+		kept, err := reservation.Keep(ctx, c.client, want, func(obj *networkingv1.IPAddress) bool { return isServiceAllocation(obj, item.For) })
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("webhook: keep %s for %s: %w", want.Name, item.For, err)
 		}
 		if !kept {
 			rest = append(rest, ip)
@@ -295,45 +295,6 @@ func (c *Controller) keepInPlace(ctx context.Context, svc *corev1.Service) ([]ne
 		klog.FromContext(ctx).V(2).Info("Kept the address of a Service being deleted as its reservation", "ip", ip, "service", item.For, "expires", r.Expires)
 	}
 	return rest, nil
-}
-
-// keepObject updates the IPAddress object of want, the allocation of the Service svc, into want,
-// the reservation kept for svc (its labels and annotations; the parentRef is the same), guarded
-// by the resourceVersion read, and reports whether the object is that reservation now: true too
-// when it was already. False, with no error, when the object is gone or another's.
-func (c *Controller) keepObject(ctx context.Context, svc types.NamespacedName, want *networkingv1.IPAddress) (bool, error) {
-	kept := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		obj, err := c.client.Get(ctx, want.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if r, ok := reservation.FromObject(obj); ok && r.For == svc {
-			kept = true
-			return nil
-		}
-		if reservation.IsReservation(obj) || !isServiceAllocation(obj, svc) {
-			return nil
-		}
-		obj = obj.DeepCopy()
-		obj.Labels, obj.Annotations = want.Labels, want.Annotations
-		_, err = c.client.Update(ctx, obj, metav1.UpdateOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		kept = true
-		return nil
-	})
-	if err != nil {
-		return false, fmt.Errorf("webhook: keep %s for %s: %w", want.Name, svc, err)
-	}
-	return kept, nil
 }
 
 // uidSet is a set of Service UIDs. The zero uidSet is empty and ready; it is safe for concurrent
