@@ -11,7 +11,8 @@
 # (test/, forks/, internal/kubeapiserver*/ and hack/modproxy are modules that are never published.)
 # On main the command's go.mod replaces the other two with their directories, which
 # `go install …@version` refuses, so the release commit is main's commit (REV, default HEAD) with
-# only cmd/clusterip/go.mod and go.sum changed: no replace, and both siblings required at vX.Y.Z,
+# cmd/clusterip/go.mod and go.sum changed (no replace, and both siblings required at vX.Y.Z) and
+# the image tag of deploy/'s kustomizations set to vX.Y.Z,
 # with go.sum lines whose hashes are computed from REV's files as the module proxy will compute
 # them from the tags (hack/modproxy). The commit is made with git plumbing (a temporary index, no
 # checkout) and is on no branch: the tags keep it.
@@ -129,20 +130,40 @@ git archive "$base" cmd/clusterip | tar -x -C "$tmp/src"
 	fi
 )
 
-# The release commit: $base with the command's go.mod and go.sum changed (a temporary index).
+# The kustomizations that name the image (the webhook base and the check CronJob example) pull
+# the release's own: their newTag becomes $version.
+kustomizations=(deploy/webhook/kustomization.yaml deploy/examples/check-cronjob/kustomization.yaml)
+for k in "${kustomizations[@]}"; do
+	mkdir -p "$tmp/src/$(dirname "$k")"
+	git show "$base:$k" | sed "s/^\(    newTag: \).*\$/\1$version/" >"$tmp/src/$k"
+	if ! grep -qx "    newTag: $version" "$tmp/src/$k"; then
+		echo "release: $k: no image newTag to set to $version" >&2
+		exit 1
+	fi
+done
+
+# The release commit: $base with the command's go.mod and go.sum and the kustomizations' image
+# tags changed (a temporary index).
 export GIT_INDEX_FILE=$tmp/index
 git read-tree "$base"
-for f in go.mod go.sum; do
-	blob=$(git hash-object -w "$tmp/src/cmd/clusterip/$f")
-	git update-index --cacheinfo "100644,$blob,cmd/clusterip/$f"
+for f in cmd/clusterip/go.mod cmd/clusterip/go.sum "${kustomizations[@]}"; do
+	blob=$(git hash-object -w "$tmp/src/$f")
+	git update-index --cacheinfo "100644,$blob,$f"
 done
 tree=$(git write-tree)
 unset GIT_INDEX_FILE
 release=$(git commit-tree "$tree" -p "$base" -m "release $version
 
 cmd/clusterip requires $lib and $etcdserver at $version,
-with no replace directive, so that go install $cmd@$version works.")
+with no replace directive, so that go install $cmd@$version works;
+deploy/ pulls the image ghcr.io/kube-ipam/clusterip:$version.")
 git diff --stat "$base" "$release"
+for k in "${kustomizations[@]}"; do
+	if ! git show "$release:$k" | grep -qx "    newTag: $version"; then
+		echo "release: the release commit's $k does not pull the image at $version" >&2
+		exit 1
+	fi
+done
 "$tmp/modproxy" -repo "$root" -rev "$release" -version "$version" -dir "$proxy" cmd/clusterip
 
 # go install as a user runs it: no workspace, outside the repository.
