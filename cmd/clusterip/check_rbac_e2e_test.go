@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -316,6 +317,22 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 			t.Errorf("after the release of the Retain Service %s/db, %s = %v, %v; want its reservation", ns, db.Spec.ClusterIPs[0], obj, err)
 		}
 		log.checkUsedExactly(t, from, "registry-reservations", grants.of("registry-reservations"))
+	})
+
+	t.Run("check reports each namespace's reservations against its cap", func(t *testing.T) {
+		// The registry's subtest above left one reservation in the namespace "retaining" (its
+		// Retain Service db, released), whose cap is 4; no ServiceCIDR is capped. It also left
+		// the allocation of the Service web, which exists only in the registry: a finding, so
+		// check exits 1.
+		rep := checkJSON(t, exitProblem, "check", "--kubeconfig", kubeconfigOf("checker"), "-o", "json")
+		want := &repair.Caps{Namespaces: []repair.CapUsage{{Namespace: "retaining", Reserved: 1, Cap: "4", State: repair.CapOK}}}
+		if diff := cmp.Diff(want, rep.Caps); diff != "" {
+			t.Errorf("check's caps (-want +got):\n%s", diff)
+		}
+		r := clusterip(t, "check", "--kubeconfig", kubeconfigOf("checker"))
+		if row := regexp.MustCompile(`(?m)^\s*retaining\s+1\s+4\s+ok\s*$`); r.code != exitProblem || !row.MatchString(r.stdout) {
+			t.Errorf("check's table: exit %d; want %d and a row %q\nstdout:\n%s", r.code, exitProblem, row, r.stdout)
+		}
 	})
 
 	t.Run("the lifecycle role runs the ServiceCIDR lifecycle controller", func(t *testing.T) {
