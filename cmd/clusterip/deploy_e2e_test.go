@@ -26,9 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
 	"github.com/kube-ipam/clusterip/internal/testenv"
@@ -202,17 +200,7 @@ func TestShippedKustomizationsApplyToStockKubeAPIServer(t *testing.T) {
 	start := time.Now()
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", AuthorizationMode: "RBAC"})
 	ctx := t.Context()
-	if _, err := api.Client.CoreV1().Namespaces().Patch(ctx, metav1.NamespaceSystem, types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/warn":"restricted"}}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	warnings := &warningRecorder{}
-	cfg := rest.CopyConfig(api.Config)
-	cfg.WarningHandler = warnings
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn, warnings := warnedDynamicClient(t, api)
 	installCRDs(t, dyn, certManagerCRDs(t))
 	groups, err := restmapper.GetAPIGroupResources(api.Client.Discovery())
 	if err != nil {

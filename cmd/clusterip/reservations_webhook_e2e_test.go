@@ -318,6 +318,25 @@ func (r *warningRecorder) take() []string {
 	return got
 }
 
+// warnedDynamicClient sets Pod Security admission's warn level of kube-system to restricted on
+// api, and returns a dynamic client of api whose warnings the recorder keeps: a workload of the
+// shipped manifests that the level would refuse is then a warning the test sees.
+func warnedDynamicClient(t *testing.T, api *testenv.KubeAPIServer) (dynamic.Interface, *warningRecorder) {
+	t.Helper()
+	if _, err := api.Client.CoreV1().Namespaces().Patch(t.Context(), metav1.NamespaceSystem, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/warn":"restricted"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	warnings := &warningRecorder{}
+	cfg := rest.CopyConfig(api.Config)
+	cfg.WarningHandler = warnings
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn, warnings
+}
+
 // optInToRetain annotates Namespace ns with reservation.AnnotationMaxRetained "100", so that its
 // Services may retain (retaining is opt-in per namespace), once kube-apiserver has created it.
 func optInToRetain(t *testing.T, client kubernetes.Interface, ns string) {
@@ -565,18 +584,8 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	// Pod Security admission warns of a Deployment whose Pods the namespace's warn level would
 	// refuse: the webhook's Pod meets the restricted standard, so that it runs in a namespace that
 	// enforces it.
-	if _, err := api.Client.CoreV1().Namespaces().Patch(ctx, metav1.NamespaceSystem, types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/warn":"restricted"}}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	dyn, warnings := warnedDynamicClient(t, api)
 	optInToRetain(t, api.Client, metav1.NamespaceDefault)
-	warnings := &warningRecorder{}
-	cfg := rest.CopyConfig(api.Config)
-	cfg.WarningHandler = warnings
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	create := func(obj *unstructured.Unstructured, from string) {
 		t.Helper()
 		gvk := obj.GroupVersionKind()
