@@ -25,7 +25,8 @@ var bitWaits = [...]time.Duration{25 * time.Millisecond, 100 * time.Millisecond,
 // the primary nor the rechecked addresses had room. A bit with no IPAddress object is held by a
 // Legacy peer, by a peer's dual write that will give it back, or by nobody (a leak repair frees);
 // while a peer holds it for a moment the range is not full, and answering ErrFull would refuse a
-// create while an address is free. allocateGivenBack reads every IPAddress object in one
+// create while an address is free. When the primary's informer shows such a bit (a window whose
+// every bit has an object costs no API call), allocateGivenBack reads every IPAddress object in one
 // consistent List (needs WithClient and a mirror that can read its stored state again), finds the
 // bits set without an object (at most maxRechecks, leaving out tried), and reads the bitmap again
 // after each of bitWaits; the first of those addresses whose bit was given back and whose dual
@@ -33,7 +34,7 @@ var bitWaits = [...]time.Duration{25 * time.Millisecond, 100 * time.Millisecond,
 // of the call. A failed read is returned as an error of its own.
 func (d *DualWriteAllocator) allocateGivenBack(ctx context.Context, owner allocator.Owner, tried []netip.Addr, full error) (netip.Addr, error) {
 	r, ok := d.mirror.(refresher)
-	if !ok || d.client == nil {
+	if !ok || d.client == nil || !d.hasBareBit(tried) {
 		return netip.Addr{}, full
 	}
 	if err := r.Refresh(ctx); err != nil {
@@ -91,6 +92,18 @@ func (d *DualWriteAllocator) allocateGivenBack(ctx context.Context, owner alloca
 		}
 	}
 	return netip.Addr{}, full
+}
+
+// hasBareBit reports whether the mirror has a bit set, other than those of tried, whose address
+// the primary does not hold as far as its informer shows: the cheap test, with no API call, that
+// spares a full window whose every bit has an object the List of allocateGivenBack.
+func (d *DualWriteAllocator) hasBareBit(tried []netip.Addr) bool {
+	for ip := range d.mirror.All() {
+		if !d.primary.Has(ip) && !slices.Contains(tried, ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // tryAddr makes one dual write of ip for owner, as AllocateNext's last steps do for an address a

@@ -858,3 +858,33 @@ func TestDualWriteAllocateNextNotFullWhileAPeerHoldsABitItWillGiveBack(t *testin
 		})
 	}
 }
+
+// TestDualWriteAllocateNextFullWithoutAListWhenEveryBitHasAnObject checks that a window full of
+// dual writes, every bit with its IPAddress object, answers ErrFull without reading the objects
+// from the API server: the List of the wait for bits given back is only for bits without one.
+func TestDualWriteAllocateNextFullWithoutAListWhenEveryBitHasAnObject(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/30")
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
+		if err := f.dw.Allocate(f.ctx, netip.MustParseAddr(ip), testOwner); err != nil {
+			t.Fatalf("Allocate(%s) = %v", ip, err)
+		}
+	}
+	testenv.WaitFor(t, "the informer to show both objects", func() bool {
+		return f.sc.Has(netip.MustParseAddr("10.0.0.1")) && f.sc.Has(netip.MustParseAddr("10.0.0.2"))
+	})
+	var lists atomic.Int32
+	f.client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
+	dw, err := NewDualWrite(f.sc, f.bm, WithClient(f.client))
+	if err != nil {
+		t.Fatalf("NewDualWrite() = %v", err)
+	}
+	if ip, err := dw.AllocateNext(f.ctx, testOwner); !errors.Is(err, allocator.ErrFull) {
+		t.Errorf("AllocateNext() = %v, %v; want ErrFull", ip, err)
+	}
+	if n := lists.Load(); n != 0 {
+		t.Errorf("AllocateNext() listed the IPAddress objects %d times, want none", n)
+	}
+}
