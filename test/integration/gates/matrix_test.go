@@ -156,6 +156,7 @@ func TestGateServiceMatrix(t *testing.T) {
 			api := testenv.NewKubeAPIServer(t, etcd, testenv.KubeAPIServerOptions{
 				ServiceClusterIPRange: strings.Join(shape.Ranges, ","),
 				EtcdPrefix:            "/registry-" + shape.Name,
+				FeatureGates:          clustertest.ListsFromEtcd,
 			})
 			clustertest.WaitForKubernetesService(t, api.Client)
 			cl := matrixCluster{name: shape.Name, ranges: ranges, etcd: ec, api: api.Client}

@@ -146,6 +146,15 @@ func EtcdBits(t testing.TB, c *clientv3.Client, key string, r netip.Prefix) (bit
 	return sets.New(slices.Collect(a.All())...), true
 }
 
+// ListsFromEtcd is the --feature-gates value that makes a test's kube-apiserver (of
+// testenv.KubeAPIServerVersion, v1.33, where the gate can still be turned off) serve a consistent
+// List from etcd rather than from its watch cache. The watch cache answers one only once it has
+// seen etcd's current revision, and when that revision has moved on through writes it does not
+// watch (the bitmaps of Legacy and DualWrite allocators) it asks etcd for progress every 100 ms
+// and waits: about 50 ms a List, which a test that checks the objects after every step pays
+// thousands of times. The answers are the same.
+const ListsFromEtcd = "ConsistentListFromCache=false"
+
 // APIIPAddresses lists the IPAddress objects from the API server (not from a cache). It fails t if
 // the list fails or a name is not an address.
 func APIIPAddresses(t testing.TB, c kubernetes.Interface) sets.Set[netip.Addr] {
