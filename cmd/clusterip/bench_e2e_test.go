@@ -132,6 +132,7 @@ func TestBenchSaysWhyItSkipsTheKubeAPIServerRows(t *testing.T) {
 // TestBenchMeasuresThroughKubeAPIServer runs the IPAddress and DualWrite allocators through a
 // real kube-apiserver v1.33 on a small range, one batch per measurement.
 func TestBenchMeasuresThroughKubeAPIServer(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}
@@ -176,6 +177,7 @@ func TestBenchCouldNotRunExitsTwoWithOneLine(t *testing.T) {
 // kube-apiserver binary is at hand. It takes about a minute on a loaded 2-core machine, most of
 // it filling the ranges; -short skips it.
 func TestBenchWithItsDefaultFlags(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping the default bench (about a minute) in -short mode")
 	}

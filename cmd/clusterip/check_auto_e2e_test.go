@@ -14,6 +14,7 @@ import (
 // (its /version's emulationMajor and emulationMinor), not by its binary. With --etcd-servers the
 // report names the mode it audited.
 func TestCheckModeAutoFollowsTheServersEmulatedVersion(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		release string
 		args    []string

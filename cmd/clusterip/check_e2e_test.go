@@ -41,6 +41,7 @@ import (
 // and the seeded checks follow at once; what the server repairs during or after repair only
 // helps the last check.
 func TestCheckAuditsAndRepairsARealCluster(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx := t.Context()

@@ -87,6 +87,7 @@ const roleSuffix = "#Role"
 // No request of a bound user is refused (403), and the verbs each user used are exactly those
 // its roles grant: the roles are enough, and no broader than the code.
 func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	var users []localcluster.User
 	for name := range rbacUsers {
@@ -433,6 +434,7 @@ func TestShippedRolesGrantExactlyWhatEachUserNeeds(t *testing.T) {
 // As in the v1.33 test, no request of a bound user is refused, and the verbs each used are those
 // its roles grant (for bitmap removal: the Role's, and no others than granted).
 func TestShippedRolesOfReservationsAndBitmapRemovalGrantExactlyWhatEachUserNeeds(t *testing.T) {
+	t.Parallel()
 	const flag = "10.96.0.0/24"
 	e := testenv.NewEtcd(t)
 	var users []localcluster.User

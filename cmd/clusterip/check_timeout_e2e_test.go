@@ -166,6 +166,7 @@ func lastLine(s string) string {
 // line saying etcd did not answer, never wait forever (before, the audit's bitmap read and
 // repair's compare-and-swaps ran with no deadline).
 func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	testenv.WaitForKubernetesService(t, api.Client)
@@ -236,6 +237,7 @@ func TestCheckGivesUpOnAnEtcdThatStopsAnswering(t *testing.T) {
 // Service first: kube-apiserver creates that Service's IPAddress before the Service, so a repair
 // pass in between would count a second leak.
 func TestCheckRepairTimeoutBoundsTheWholeRepair(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	waitForDefaultServiceCIDR(t, api.Client)

@@ -35,6 +35,7 @@ import (
 // missing or of another CA, a CA bundle that does not verify the server, or unusable files, it
 // exits 2 with one line saying which, soon after --request-timeout.
 func TestCheckReadsAnEtcdThatRequiresClientCertificates(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("skipping kube-apiserver test in -short mode")
 	}

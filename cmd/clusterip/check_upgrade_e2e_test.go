@@ -18,6 +18,7 @@ import (
 // Restarted at its own 1.37, its Lease advertises its peer address, where check reads its
 // version: ready.
 func TestCheckUpgradePreflightNamesTheServersThatStillWriteBitmaps(t *testing.T) {
+	t.Parallel()
 	const flag = "10.96.0.0/24"
 	e := testenv.NewEtcd(t)
 

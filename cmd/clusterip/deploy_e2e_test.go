@@ -197,6 +197,7 @@ func checkWebhookBase(t *testing.T, objs renderedObjects) *appsv1.Deployment {
 // CA; a ServiceAccount bound to every role of deploy/rbac; and the CronJob that runs check
 // read-only.
 func TestShippedKustomizationsApplyToStockKubeAPIServer(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", AuthorizationMode: "RBAC"})
 	ctx := t.Context()

@@ -104,6 +104,7 @@ func TestKlogVerbosityFlagIsAccepted(t *testing.T) {
 // TestCouldNotRunExitsTwoWithOneLine checks the "could not run" contract: exit code 2 and one
 // line on stderr saying why.
 func TestCouldNotRunExitsTwoWithOneLine(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
@@ -167,6 +168,7 @@ func writeKubeconfig(t *testing.T, server string) string {
 // TestCheckAndRepairCouldNotRunExitTwoWithOneLine: check and repair take the same flags and
 // refuse the same mistakes, before they contact anything.
 func TestCheckAndRepairCouldNotRunExitTwoWithOneLine(t *testing.T) {
+	t.Parallel()
 	unreachable := writeKubeconfig(t, "https://127.0.0.1:1")
 	tests := []struct {
 		name string
@@ -222,6 +224,7 @@ func TestCheckAndRepairCouldNotRunExitTwoWithOneLine(t *testing.T) {
 // does what it did, after a warning on stderr that names the new spelling, and the one line
 // saying why the command could not run (the tests reach nothing) comes last.
 func TestPreviousSpellingsWarnAndStillWork(t *testing.T) {
+	t.Parallel()
 	unreachable := writeKubeconfig(t, "https://127.0.0.1:1")
 	warning := func(old, current string) string {
 		return "clusterip: warning: " + old + " is deprecated and will be removed in the next release; use " + current

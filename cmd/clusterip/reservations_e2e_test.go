@@ -17,6 +17,7 @@ import (
 // cooldown, list them as a table (and wide), their names, and an IPAddressList in JSON and YAML, see bad input refused with exit 2 and nothing
 // written, and delete one.
 func TestReservationsVerbsOnARealCluster(t *testing.T) {
+	t.Parallel()
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
 	waitForDefaultServiceCIDR(t, api.Client)
 	kc := []string{"--kubeconfig", writeKubeconfigWithToken(t, api.Config.Host, api.Config.BearerToken)}

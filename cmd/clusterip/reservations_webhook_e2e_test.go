@@ -809,6 +809,7 @@ func dropWebhooks(t *testing.T, config *unstructured.Unstructured, names []strin
 // Terminating with its address, and once the process is back is gone with its address kept for
 // it, which a create of the same name gets back.
 func TestShippedWebhookManifestKeepsAServicesAddressesAcrossARestore(t *testing.T) {
+	t.Parallel()
 	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/24,fd00:10:96::/112"})
 	api, ctx := s.api, t.Context()
 

@@ -24,6 +24,7 @@ import (
 // asking for any address is refused, since kube-apiserver's dynamic pick of X is refused as if X
 // existed and it finds no other, and X has no IPAddress object after; web asking for X gets it.
 func TestShippedWebhookGuardsAnAddressHandedOut(t *testing.T) {
+	t.Parallel()
 	webKey := types.NamespacedName{Namespace: "default", Name: "web"}
 	s := startShippedWebhook(t, shippedOptions{ServiceClusterIPRange: "10.96.0.0/28"})
 	api, ctx := s.api.Client, t.Context()

@@ -26,6 +26,7 @@ import (
 // kube-apiserver frees it, and the reservation, if the other Service did not take the address,
 // is a new object.
 func TestShippedWebhookKeepsARetainServicesAddressWithNoWindow(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name           string
 		drop           []string
