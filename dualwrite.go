@@ -22,6 +22,7 @@ import (
 	"github.com/kube-ipam/clusterip/bitmap"
 	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/sharedread"
 	"github.com/kube-ipam/clusterip/ipaddress"
 )
 
@@ -62,13 +63,14 @@ const (
 // holds.
 //
 // A DualWriteAllocator is safe for concurrent use; the zero value is not usable (see
-// NewDualWrite). It holds no lock of its own.
+// NewDualWrite). It holds no lock across a call to either allocator or to the API server.
 type DualWriteAllocator struct {
 	primary allocator.Interface
 	mirror  allocator.Interface
-	window  netip.Prefix         // the mirror's range
-	slots   uint64               // the mirror's slots: offsets [0, slots) of window
-	client  kubernetes.Interface // reads back IPAddress objects after ambiguous creates; may be nil
+	window  netip.Prefix                              // the mirror's range
+	slots   uint64                                    // the mirror's slots: offsets [0, slots) of window
+	client  kubernetes.Interface                      // reads back IPAddress objects after ambiguous creates; may be nil
+	objects sharedread.Reads[map[netip.Addr]struct{}] // allocateGivenBack's Lists, shared by the callers that find the window full
 
 	skipped    atomic.Uint64
 	undone     atomic.Uint64

@@ -27,7 +27,9 @@ var bitWaits = [...]time.Duration{25 * time.Millisecond, 100 * time.Millisecond,
 // while a peer holds it for a moment the range is not full, and answering ErrFull would refuse a
 // create while an address is free. When the primary's informer shows such a bit (a window whose
 // every bit has an object costs no API call), allocateGivenBack reads every IPAddress object in one
-// consistent List (needs WithClient and a mirror that can read its stored state again), finds the
+// consistent List (needs WithClient and a mirror that can read its stored state again; callers
+// that find the window full at once share Lists, so a tenant who keeps creating Services against
+// a full range costs the API server one List at a time, not one per create), finds the
 // bits set without an object (at most maxRechecks, leaving out tried), and reads the bitmap again
 // after each of bitWaits; the first of those addresses whose bit was given back and whose dual
 // write succeeds is returned. Otherwise the answer is full: each address had a bit at an instant
@@ -37,16 +39,11 @@ func (d *DualWriteAllocator) allocateGivenBack(ctx context.Context, owner alloca
 	if !ok || d.client == nil || !d.hasBareBit(tried) {
 		return netip.Addr{}, full
 	}
+	since := time.Now()
 	if err := r.Refresh(ctx); err != nil {
 		return netip.Addr{}, fmt.Errorf("clusterip: the bitmap of %s looked full; reading it again: %w", d.window, err)
 	}
-	objects := make(map[netip.Addr]struct{})
-	err := ipaddress.List(ctx, d.client, func(o *networkingv1.IPAddress) error {
-		if ip, err := netip.ParseAddr(o.Name); err == nil && d.InWindow(ip) {
-			objects[ip] = struct{}{}
-		}
-		return nil
-	})
+	objects, err := d.objects.Since(ctx, since, d.listObjects)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("clusterip: the bitmap of %s looked full; reading the IPAddress objects: %w", d.window, err)
 	}
@@ -92,6 +89,22 @@ func (d *DualWriteAllocator) allocateGivenBack(ctx context.Context, owner alloca
 		}
 	}
 	return netip.Addr{}, full
+}
+
+// listObjects returns the addresses of the window that have an IPAddress object, read in one
+// consistent List.
+func (d *DualWriteAllocator) listObjects(ctx context.Context) (map[netip.Addr]struct{}, error) {
+	objects := make(map[netip.Addr]struct{})
+	err := ipaddress.List(ctx, d.client, func(o *networkingv1.IPAddress) error {
+		if ip, err := netip.ParseAddr(o.Name); err == nil && d.InWindow(ip) {
+			objects[ip] = struct{}{}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return objects, nil
 }
 
 // hasBareBit reports whether the mirror has a bit set, other than those of tried, whose address

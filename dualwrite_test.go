@@ -859,6 +859,66 @@ func TestDualWriteAllocateNextNotFullWhileAPeerHoldsABitItWillGiveBack(t *testin
 	}
 }
 
+// TestDualWriteFullWindowListsAreShared checks that callers that find the window full behind a
+// bit without an object (here a Legacy peer's, which stays) share the List that reads the
+// objects: a tenant who keeps creating Services against a full range costs the API server one
+// List at a time, not one per create. Callers that come while a List is in flight do not use it
+// (it may show what the server held before they were called): they share the next one.
+func TestDualWriteFullWindowListsAreShared(t *testing.T) {
+	f := newDualFixture(t, "10.0.0.0/30") // 10.0.0.1 and 10.0.0.2
+	held, legacy := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.1")
+	if err := f.dw.Allocate(f.ctx, held, testOwner); err != nil {
+		t.Fatalf("Allocate(%v) = %v", held, err)
+	}
+	testenv.WaitFor(t, "the informer to show "+held.String(), func() bool { return f.sc.Has(held) })
+	f.setBits(legacy) // a Legacy peer's bit, with no object
+	var lists atomic.Int32
+	release := make(chan struct{})
+	tracker := f.client.Tracker()
+	f.client.PrependReactor("list", "ipaddresses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		obj, err := tracker.List(action.GetResource(), action.(k8stesting.ListActionImpl).GetKind(), "")
+		<-release
+		return true, obj, err
+	})
+	dw, err := NewDualWrite(f.sc, f.bm, WithClient(f.client))
+	if err != nil {
+		t.Fatalf("NewDualWrite() = %v", err)
+	}
+	call := func() <-chan error {
+		ch := make(chan error, 1)
+		go func() {
+			_, err := dw.AllocateNext(f.ctx, testOwner)
+			ch <- err
+		}()
+		return ch
+	}
+	first := call()
+	testenv.WaitFor(t, "the first List", func() bool { return lists.Load() == 1 })
+	const later = 7
+	results := []<-chan error{first}
+	for range later {
+		results = append(results, call())
+	}
+	testenv.WaitFor(t, "the later callers waiting for the List in flight", func() bool { return dw.objects.Waiting() == later })
+	release <- struct{}{} // the first List answers; one later caller starts the next
+	testenv.WaitFor(t, "the second List, and the other later callers waiting for it", func() bool {
+		return lists.Load() == 2 && dw.objects.Waiting() == later-1
+	})
+	close(release) // every List answers at once from now on
+	for i, ch := range results {
+		if err := <-ch; !errors.Is(err, allocator.ErrFull) {
+			t.Errorf("caller %d: AllocateNext() = %v; want ErrFull", i, err)
+		}
+	}
+	if got := lists.Load(); got != 2 {
+		t.Errorf("%d Lists for %d callers of a full window, want 2: the first caller's, and one the %d later callers share", got, later+1, later)
+	}
+	if got := f.objects(); !slices.Equal(got, []netip.Addr{held}) {
+		t.Errorf("IPAddress objects = %v, want only %v: nothing taken", got, held)
+	}
+}
+
 // TestDualWriteAllocateNextFullWithoutAListWhenEveryBitHasAnObject checks that a window full of
 // dual writes, every bit with its IPAddress object, answers ErrFull without reading the objects
 // from the API server: the List of the wait for bits given back is only for bits without one.

@@ -25,6 +25,7 @@ import (
 	"github.com/kube-ipam/clusterip/internal/allocbase"
 	"github.com/kube-ipam/clusterip/internal/freeindex"
 	"github.com/kube-ipam/clusterip/internal/ipmath"
+	"github.com/kube-ipam/clusterip/internal/sharedread"
 )
 
 var _ allocator.Interface = (*Allocator)(nil)
@@ -64,7 +65,7 @@ type Allocator struct {
 	staleEvents uint64 // informer events ignored as older than an assumed write (for tests and logs)
 	events      uint64 // informer events of the range taken by the handler (for tests)
 
-	full fullLists // the Lists that confirm a full index, shared by the callers that find it full
+	full sharedread.Reads[[]uint64] // the Lists that confirm a full index (listOffsets), shared by the callers that find it full
 }
 
 // New returns an Allocator for cidr that reads IPAddress objects from informer and writes them with

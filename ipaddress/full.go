@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -32,9 +31,9 @@ const maxUnseen = 16
 // address of the range or each address tried turned out to exist: the range was full, address by
 // address, at an instant of the call. An error of the List is returned wrapped, not as ErrFull,
 // since it tells nothing of the range. Callers that find the index full at once share Lists
-// (heldSince), so a full range costs the API server one List at a time, not one per create.
+// (a.full), so a full range costs the API server one List at a time, not one per create.
 func (a *Allocator) allocateUnseen(ctx context.Context, owner allocator.Owner, called time.Time) (netip.Addr, error) {
-	held, err := a.heldSince(ctx, called)
+	held, err := a.full.Since(ctx, called, a.listOffsets)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("ipaddress: %s looks full; confirming it: %w", a.cidr, err)
 	}
@@ -59,62 +58,6 @@ func (a *Allocator) allocateUnseen(ctx context.Context, owner allocator.Owner, c
 		return netip.Addr{}, fmt.Errorf("ipaddress: create IPAddress %s: %w", ip, err)
 	}
 	return netip.Addr{}, allocator.ErrFull
-}
-
-// fullLists coalesces the Lists that confirm a full index: at most one is in flight, and every
-// caller that waits for it and was called no later than it started uses its result.
-type fullLists struct {
-	mu      sync.Mutex
-	flight  *listFlight // the List in flight; nil if none
-	waiting int         // callers waiting for a List another caller started (for tests)
-}
-
-// listFlight is one List of fullLists: when it started, and, once done is closed, what it read.
-type listFlight struct {
-	start time.Time
-	done  chan struct{}
-	held  []uint64 // shared by every caller that uses it: read only
-	err   error
-}
-
-// heldSince returns listOffsets' offsets as read by a List that started at or after since, so
-// that what it shows held was held at an instant after since. It starts that List, or waits for
-// the one in flight: if that one started before since, or failed, it then starts or joins the
-// next. The error is that of the caller's own List, or ctx's.
-func (a *Allocator) heldSince(ctx context.Context, since time.Time) ([]uint64, error) {
-	fl := &a.full
-	for {
-		fl.mu.Lock()
-		f := fl.flight
-		if f == nil {
-			f = &listFlight{start: time.Now(), done: make(chan struct{})}
-			fl.flight = f
-			fl.mu.Unlock()
-			f.held, f.err = a.listOffsets(ctx)
-			fl.mu.Lock()
-			fl.flight = nil
-			fl.mu.Unlock()
-			close(f.done)
-			return f.held, f.err
-		}
-		fl.waiting++
-		fl.mu.Unlock()
-		var err error
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		fl.mu.Lock()
-		fl.waiting--
-		fl.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		if f.err == nil && !f.start.Before(since) {
-			return f.held, nil
-		}
-	}
 }
 
 // listOffsets returns, sorted, the offsets of the range that have an IPAddress object, read in

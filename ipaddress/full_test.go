@@ -188,9 +188,7 @@ func TestFullIndexListsAreShared(t *testing.T) {
 	waiting := func(t *testing.T, a *Allocator, n int) {
 		t.Helper()
 		testenv.WaitFor(t, fmt.Sprintf("%d callers waiting for the List in flight", n), func() bool {
-			a.full.mu.Lock()
-			defer a.full.mu.Unlock()
-			return a.full.waiting == n
+			return a.full.Waiting() == n
 		})
 	}
 
@@ -210,9 +208,7 @@ func TestFullIndexListsAreShared(t *testing.T) {
 		waiting(t, f.a, later)
 		lists.release <- struct{}{} // the first List answers; one later caller starts the next
 		testenv.WaitFor(t, "the second List, and the other later callers waiting for it", func() bool {
-			f.a.full.mu.Lock()
-			defer f.a.full.mu.Unlock()
-			return lists.calls.Load() == 2 && f.a.full.waiting == later-1
+			return lists.calls.Load() == 2 && f.a.full.Waiting() == later-1
 		})
 		close(lists.release) // every List answers at once from now on
 		for i, ch := range append(results, first) {
