@@ -123,6 +123,7 @@ func ipAddressWrites(t *testing.T, s *testenv.KubeAPIServer, user, ip string) []
 // the fork's allocator writes are audited as system:apiserver's, and refused by the policy with
 // the answer stock gives; with the registry write path, an operator's choice, they are neither.
 func TestForkAuditsAndAdmitsIPAddressWritesAsStock(t *testing.T) {
+	t.Parallel()
 	sides := forkSides(t)
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {
 		t.Run(mode.String(), func(t *testing.T) {

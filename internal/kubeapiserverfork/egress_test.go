@@ -134,6 +134,7 @@ func unreachable(t *testing.T, endpoint string) string {
 // bitmap, with an etcd that only the egress selector's HTTP CONNECT proxy reaches: each starts,
 // allocates, and stores the bit of the address in the bitmap.
 func TestForkReachesEtcdThroughTheEgressSelector(t *testing.T) {
+	t.Parallel()
 	fork, stock := forkBinary(t), stockBinary(t)
 	if !slices.ContainsFunc(modeGates(t), func(mg modeGate) bool { return mg.mode != featuregate.IPAddressOnly }) {
 		t.Skipf("kube-apiserver %s keeps no bitmap in any mode: the fork has no etcd client of its own", release())

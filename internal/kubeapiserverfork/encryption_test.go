@@ -169,6 +169,7 @@ func deleteService(ctx context.Context, t *testing.T, s *testenv.KubeAPIServer, 
 // with each of the fork's write paths: each stores its IPAddress objects encrypted; the fork
 // reads, and so frees, the object stock wrote, and stock the fork's.
 func TestForkEncryptsIPAddressesAsStock(t *testing.T) {
+	t.Parallel()
 	fork, stock := forkBinary(t), stockBinary(t)
 	for _, identity := range []bool{true, false} {
 		for _, wp := range writePaths {
@@ -220,6 +221,7 @@ func TestForkEncryptsIPAddressesAsStock(t *testing.T) {
 // frees its address. Only IPAddress objects are encrypted here: with "*.*" the rewrite would have
 // to cover every resource before the old key goes, which is the operator's part, not the fork's.
 func TestForkIPAddressesSurviveKeyRotation(t *testing.T) {
+	t.Parallel()
 	fork, stock := forkBinary(t), stockBinary(t)
 	for _, wp := range writePaths {
 		t.Run(wp.name, func(t *testing.T) {

@@ -188,6 +188,7 @@ const (
 // address is granted and a taken one refused with kube-apiserver's message, and that a Service's delete
 // frees its addresses for reuse.
 func TestForkAllocatesInEveryMode(t *testing.T) {
+	t.Parallel()
 	bin := forkBinary(t)
 	ranges, err := clusterip.ParseRanges(v4Range + "," + v6Range)
 	if err != nil {
@@ -294,6 +295,7 @@ var pickedAddress = regexp.MustCompile(`IPAddress\.networking\.k8s\.io "[0-9a-f.
 // TestForkErrorsMatchStock asks the fork and stock kube-apiserver of its release, in the same mode,
 // for the same refused ClusterIPs, and compares the messages.
 func TestForkErrorsMatchStock(t *testing.T) {
+	t.Parallel()
 	fork := forkBinary(t)
 	stock := stockBinary(t)
 	cases := []struct {
@@ -369,6 +371,7 @@ func TestForkErrorsMatchStock(t *testing.T) {
 // the fork and through stock kube-apiserver of its release in each mode and compares how many
 // Services each admits and the refusal that follows.
 func TestForkFullRangeMatchesStock(t *testing.T) {
+	t.Parallel()
 	fork := forkBinary(t)
 	stock := stockBinary(t)
 	for _, mg := range modeGates(t) {
@@ -411,6 +414,7 @@ func TestForkFullRangeMatchesStock(t *testing.T) {
 // IPAddressOnly; v1.35.4's and v1.36.3's, the three; v1.38's in IPAddressOnly), creating and deleting Services from both
 // as besideStock does: no two Services may ever get the same ClusterIP.
 func TestForkBesideStockNoDuplicates(t *testing.T) {
+	t.Parallel()
 	fork := forkBinary(t)
 	stock := stockBinary(t)
 	peers, ok := forkPeers[release()]
@@ -431,6 +435,7 @@ func TestForkBesideStockNoDuplicates(t *testing.T) {
 // skew of the upgrade to v1.38), as TestForkBesideStockNoDuplicates does beside its own release,
 // and then one repair pass of the fork's mode must leave an audit with no finding.
 func TestForkBesidePreviousReleaseNoDuplicates(t *testing.T) {
+	t.Parallel()
 	skew, ok := skewPeers[release()]
 	if !ok {
 		t.Skipf("no previous release is paired with the kube-apiserver %s fork (skewPeers)", release())
@@ -694,6 +699,7 @@ func audit(ctx context.Context, t *testing.T, mode featuregate.Mode, etcd *teste
 // writes the objects are the same but for uid, resourceVersion, creation time and the times of
 // their managedFields; the registry path writes no managedFields.
 func TestForkIPAddressObjectsMatchStock(t *testing.T) {
+	t.Parallel()
 	sides := forkSides(t)
 	const ip = "10.96.0.9"
 	for _, mode := range []featuregate.Mode{featuregate.DualWrite, featuregate.IPAddressOnly} {

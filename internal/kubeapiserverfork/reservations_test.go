@@ -36,6 +36,7 @@ const reservationsOn = "CLUSTERIP_RESERVATIONS=on"
 // malformed release policy with 422, writing nothing, and holds a deleted Service's address for
 // its ServiceCIDR's release cooldown.
 func TestForkKeepsReservations(t *testing.T) {
+	t.Parallel()
 	fork := forkBinary(t)
 	stock := stockBinary(t)
 	mg, ok := modeOf(t, featuregate.IPAddressOnly)

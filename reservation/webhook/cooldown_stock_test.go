@@ -68,6 +68,7 @@ func alreadyAllocated(err error) bool {
 // still refuses it just before the end, and gives it within a bounded time after (the
 // ExpiryController deleted the reservation), never before. No window is lost without churn.
 func TestStockKubeAPIServerKeepsAReleasedAddressForItsServiceCIDRsCooldown(t *testing.T) {
+	t.Parallel()
 	s := startStockWithWebhook(t)
 	ctx := context.Background()
 	svcs := s.api.CoreV1().Services("default")

@@ -179,6 +179,7 @@ func (s *stockWithHandouts) counter(t *testing.T, name string) int {
 // answer, to another Service that asks for it by spec.clusterIP, and is reserved again after the
 // bound.
 func TestStockKubeAPIServerGetsBackAReservationHandedToAFailedCreate(t *testing.T) {
+	t.Parallel()
 	s := startStockWithHandouts(t)
 	ctx := context.Background()
 	svcs := s.api.CoreV1().Services("default")

@@ -21,6 +21,7 @@ import (
 // a namespace without the annotation may not retain at all; and a ServiceCIDR's max-reserved
 // makes a Retain Service's delete release its address, counted.
 func TestStockKubeAPIServerWithWebhookCapsRetain(t *testing.T) {
+	t.Parallel()
 	s := startStockWithWebhook(t)
 	ctx := context.Background()
 	optIn(t, s.api, "team-a", "3")

@@ -194,6 +194,7 @@ func (s *stockWithWebhook) createWeb(ctx context.Context) (*corev1.Service, erro
 // address back (as Velero restores do), a malformed policy is refused by kube-apiserver, and
 // under churn every window lost is counted.
 func TestStockKubeAPIServerWithWebhook(t *testing.T) {
+	t.Parallel()
 	s := startStockWithWebhook(t)
 	ctx := context.Background()
 	svcs := s.api.CoreV1().Services("default")

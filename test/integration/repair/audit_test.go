@@ -24,6 +24,7 @@ import (
 // leaked IPAddress, one missing IPAddress and one stale bit and checks that each is reported
 // once, with its class.
 func TestAuditOfARealDualWriteCluster(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	cli := e.TestClient(t)

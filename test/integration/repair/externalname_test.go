@@ -25,6 +25,7 @@ import (
 // a managed-by label of the test's own (Config.ManagedBy), which kube-apiserver's own repair
 // leaves alone, so what goes is what clusterip's repair deleted.
 func TestRepairHoldsTheIPAddressOfAnExternalNameServiceForAMinute(t *testing.T) {
+	t.Parallel()
 	const managedBy = "clusterip-repair-test"
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{Release: "v1.37.2", ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx := t.Context()

@@ -33,6 +33,7 @@ import (
 // the follow window after the last pass), and within one pass per Service: a Service that
 // already has its object brings no pass forward.
 func TestRepairFollowsTheServicesOfALegacyKubeAPIServer(t *testing.T) {
+	t.Parallel()
 	const flag = "10.96.0.0/24"
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{

@@ -23,6 +23,7 @@ import (
 // "please recreate Service" Event (before, both were out-of-range: check exited 1 on every
 // ServiceCIDR removal, and repair told healthy Services to be recreated).
 func TestRepairDuringAServiceCIDRRemovalOnARealAPIServer(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: "10.96.0.0/24"})
 	ctx := t.Context()

@@ -36,6 +36,7 @@ var spellings = testenv.ClusterIPSpellings()
 // repair loop compares an object's name with the Service's ClusterIPs as strings, so it deletes
 // the object of a non-canonical spelling as a "wrong reference" itself, at times of its own.
 func TestRepairKeepsNonCanonicalClusterIPsOfARealAPIServer(t *testing.T) {
+	t.Parallel()
 	const range4, range6 = "10.96.0.0/24", "fd00:10:96::/112"
 	e := testenv.NewEtcd(t)
 	api := testenv.NewKubeAPIServer(t, e, testenv.KubeAPIServerOptions{ServiceClusterIPRange: range4 + "," + range6})

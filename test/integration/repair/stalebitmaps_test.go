@@ -29,6 +29,7 @@ import (
 //   - a bitmap written after the audit read it is left, with an error matching
 //     bitmap.ErrConflict.
 func TestStaleBitmapsAreRemovedOnlyOnceNoServerCanWriteThem(t *testing.T) {
+	t.Parallel()
 	const flag = "10.96.0.0/24"
 	e := testenv.NewEtcd(t)
 	cli := e.TestClient(t)
