@@ -256,6 +256,10 @@ func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Add
 	if err := release(uctx, ip); err != nil {
 		d.undoFailed.Add(1)
 		klog.FromContext(ctx).Error(err, "Could not undo half of a dual write; repair will free the address", "ip", ip, "store", what)
+		return
+	}
+	if what == "bitmap" {
+		bitGivenBack(ctx, ip)
 	}
 }
 

@@ -948,3 +948,61 @@ func TestDualWriteAllocateNextFullWithoutAListWhenEveryBitHasAnObject(t *testing
 		t.Errorf("AllocateNext() listed the IPAddress objects %d times, want none", n)
 	}
 }
+
+// TestDualWriteTraceReportsTheBitsACallGivesBack checks that a call made with a DualWriteTrace
+// reports each address whose bit it set and cleared again, and nothing else: in a window whose
+// one free address is 10.0.0.1, an AllocateNext whose first create is refused (the object was
+// there) reports it and then takes it; an Allocate whose create is refused reports its address;
+// a call that takes its first pick reports nothing.
+func TestDualWriteTraceReportsTheBitsACallGivesBack(t *testing.T) {
+	free, held := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	tests := []struct {
+		name     string
+		refusals int // how many creates of free are refused (AlreadyExists)
+		call     func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error)
+		wantErr  error
+		wantBack []netip.Addr
+	}{
+		{"an AllocateNext whose first create is refused", 1,
+			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) { return dw.AllocateNext(ctx, testOwner) },
+			nil, []netip.Addr{free}},
+		{"an Allocate whose create is refused", 1,
+			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) { return free, dw.Allocate(ctx, free, testOwner) },
+			allocator.ErrAllocated, []netip.Addr{free}},
+		{"an AllocateNext that takes its first pick", 0,
+			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) { return dw.AllocateNext(ctx, testOwner) },
+			nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newDualFixture(t, "10.0.0.0/30") // 10.0.0.1 and 10.0.0.2
+			if err := f.dw.Allocate(f.ctx, held, testOwner); err != nil {
+				t.Fatalf("Allocate(%v) = %v", held, err)
+			}
+			refusals := tt.refusals
+			f.setFailCreate(func(ip string) error {
+				if ip == free.String() && refusals > 0 {
+					refusals--
+					return apierrors.NewAlreadyExists(networkingv1.Resource("ipaddresses"), ip)
+				}
+				return nil
+			})
+			var back []netip.Addr
+			ctx := WithDualWriteTrace(f.ctx, &DualWriteTrace{BitGivenBack: func(ip netip.Addr) { back = append(back, ip) }})
+			ip, err := tt.call(ctx, f.dw)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Errorf("call = %v, %v; want %v", ip, err, tt.wantErr)
+				}
+				if f.bm.Has(free) {
+					t.Errorf("the bit of %v is still set", free)
+				}
+			} else if err != nil || ip != free {
+				t.Errorf("call = %v, %v; want %v", ip, err, free)
+			}
+			if !slices.Equal(back, tt.wantBack) {
+				t.Errorf("bits given back = %v, want %v", back, tt.wantBack)
+			}
+		})
+	}
+}

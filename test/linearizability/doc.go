@@ -14,7 +14,9 @@
 // set for nobody: one an unknown dual write left behind for repair (Op.LeavesBit), one
 // kube-apiserver v1.33 left when it refused an allocation (Op.RefusalLeavesBit) or kept when its
 // repair loop deleted the IPAddress object of a Service create cut short (Op.RepairFrees), one a
-// refused dual write held until it undid it (Op.TransientBit), and one a DualWrite release holds
+// refused dual write held until it undid it (Op.TransientBit), one a DualWrite AllocateNext set and
+// gave back before it returned (a GiveBack, which the allocator process records from
+// clusterip.DualWriteTrace), and one a DualWrite release holds
 // between deleting the IPAddress object and clearing the bit (Op.ClearsBitLast). A dual write's
 // allocation sets the bit before it creates the IPAddress object (Op.SetsBitFirst), so the model
 // checks it in two steps: in between, the bit is set for its owner and an IPAddressOnly caller

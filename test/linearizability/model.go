@@ -21,8 +21,8 @@ const (
 	Allocate Kind = iota
 	AllocateNext
 	Release
-	// Undo is the second half of a refusal with Op.TransientBit or of a Release with
-	// Op.ClearsBitLast that is OK: the caller clearing the bit it left set. The history gets one
+	// Undo is the second half of a refusal with Op.TransientBit, of a GiveBack or of a Release
+	// with Op.ClearsBitLast that is OK: the caller clearing the bit it left set. The history gets one
 	// for each such operation, over the same interval ([WithUndos]); nobody calls it.
 	Undo
 	// Repair is kube-apiserver's repair loop deleting the IPAddress object of an allocation
@@ -56,6 +56,13 @@ const (
 	// Op.Owner after it set the address's bit. The history gets one for each such allocation,
 	// over the same interval and with the same outcome ([WithUndos]); nobody calls it.
 	Create
+	// GiveBack is a bit our DualWrite allocator set and cleared again during one of its calls
+	// (clusterip.DualWriteTrace's BitGivenBack), over the interval of that call: it found the
+	// bit of Op.Addr clear and set it, so callers that read the bitmap were refused the address
+	// meanwhile, and the Undo that follows it ([WithUndos]) clears it. It says nothing of who
+	// holds the address: an AllocateNext gives back the bit of an address whose object it finds
+	// there, or that the primary's informer shows held. Recorded, not called.
+	GiveBack
 )
 
 func (k Kind) String() string {
@@ -80,6 +87,8 @@ func (k Kind) String() string {
 		return "Claim"
 	case Create:
 		return "Create"
+	case GiveBack:
+		return "GiveBack"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -256,7 +265,7 @@ const RepairGrace = 59 * time.Second
 
 // WithUndos returns history with the second halves of operations that take two steps, each
 // over the same interval as its first: an Undo after each refused Allocate with
-// Op.TransientBit and each OK Release with Op.ClearsBitLast, a Delete, with the Release's
+// Op.TransientBit, each GiveBack and each OK Release with Op.ClearsBitLast, a Delete, with the Release's
 // outcome, after each Release with Op.ClearsBitFirst that is OK or unknown, and a Create, with
 // the allocation's outcome, after each allocation that [setsBitFirst].
 func WithUndos(history []Op) []Op {
@@ -268,7 +277,7 @@ func WithUndos(history []Op) []Op {
 			create.Kind, create.Err = Create, ""
 			out = append(out, create)
 		}
-		if (op.TransientBit && op.Kind == Allocate && op.Outcome == Refused) || (op.ClearsBitLast && op.Bitmap && op.Kind == Release && op.Outcome == OK) {
+		if (op.TransientBit && op.Kind == Allocate && op.Outcome == Refused) || (op.ClearsBitLast && op.Bitmap && op.Kind == Release && op.Outcome == OK) || op.Kind == GiveBack {
 			undo := op
 			undo.Kind, undo.Owner, undo.Outcome, undo.TransientBit, undo.Err = Undo, "", OK, false, ""
 			out = append(out, undo)
@@ -305,7 +314,7 @@ func (op Op) String() string {
 		s += op.Addr.String() + ", " + op.Owner
 	case AllocateNext:
 		s += op.Owner
-	case Release, Undo, Delete, Unreserve:
+	case Release, Undo, Delete, Unreserve, GiveBack:
 		s += op.Addr.String()
 		if op.Retains {
 			s += ", retain for " + op.Owner
@@ -452,6 +461,10 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		leaves := op.LeavesBit && op.Bitmap
 		refusalLeaves := allowLeftBits && op.RefusalLeavesBit && op.Bitmap
 		switch {
+		case op.Kind == GiveBack:
+			if writes {
+				next = append(next, with(pendingBit)) // the Undo clears it
+			}
 		case op.Kind == Unreserve:
 			switch {
 			case isReservation(h):

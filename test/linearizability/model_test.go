@@ -134,6 +134,45 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Ok,
 		},
 		{
+			name: "kube-apiserver refused an address nobody held while a DualWrite AllocateNext had its bit (GiveBack)",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: AllocateNext, Addr: addrB, Owner: "d", Call: 15, Return: 60, Outcome: OK, Bitmap: true},
+				{Client: 1, Process: "dualwrite-0#0", Kind: GiveBack, Addr: addrA, Call: 15, Return: 60, Outcome: OK, Bitmap: true},
+				{Client: 2, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "k", Call: 40, Return: 50, Outcome: Refused, Bitmap: true},
+			}),
+			want: porcupine.Ok,
+		},
+		{
+			name: "the same refusal without the GiveBack that explains it",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: AllocateNext, Addr: addrB, Owner: "d", Call: 15, Return: 60, Outcome: OK, Bitmap: true},
+				{Client: 2, Process: "kube-apiserver", Kind: Allocate, Addr: addrA, Owner: "k", Call: 40, Return: 50, Outcome: Refused, Bitmap: true},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a GiveBack of a bit its holder kept set the whole time: it could not have set it",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "h", Call: 0, Return: 10, Outcome: OK, Bitmap: true},
+				{Client: 1, Process: "dualwrite-0#0", Kind: GiveBack, Addr: addrA, Call: 20, Return: 30, Outcome: OK, Bitmap: true},
+				{Client: 0, Process: "dualwrite-2#0", Kind: Release, Addr: addrA, Call: 40, Return: 50, Outcome: OK, Bitmap: true},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a GiveBack does not make an allocation of a held address legal",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: GiveBack, Addr: addrA, Call: 20, Return: 60, Outcome: OK, Bitmap: true},
+				{Client: 2, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "j", Call: 30, Return: 40, Outcome: OK},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
 			name:    "an IPAddressOnly caller takes and frees the address between a dual write's bit and its IPAddress object",
 			history: WithUndos(bitBeforeObjectHistory),
 			want:    porcupine.Ok,

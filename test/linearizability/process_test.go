@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -237,11 +238,15 @@ func (w worker) run() {
 		op.Call = time.Now().UnixNano()
 		w.emit(id, op)
 		ctx, cancel := context.WithTimeout(context.Background(), w.spec.OpTimeout)
+		var givenBack givenBackBits
 		var err error
 		switch op.Kind {
 		case Allocate:
 			err = w.a.Allocate(ctx, op.Addr, owner)
 		case AllocateNext:
+			if w.spec.Mode == featuregate.DualWrite.String() {
+				ctx = clusterip.WithDualWriteTrace(ctx, &clusterip.DualWriteTrace{BitGivenBack: givenBack.add})
+			}
 			op.Addr, err = w.a.AllocateNext(ctx, owner)
 		case Release:
 			err = w.a.Release(ctx, op.Addr)
@@ -262,11 +267,38 @@ func (w worker) run() {
 			op.Addr = netip.Addr{}
 		}
 		w.emit(id, op)
+		for k, ip := range givenBack.addrs() {
+			gb := Op{Client: w.client, Process: w.spec.Name, Kind: GiveBack, Addr: ip.Unmap(), Call: op.Call, Outcome: OK, Bitmap: true}
+			gid := -(id*1000 + k + 1) // apart from the IDs of called operations
+			w.emit(gid, gb)
+			gb.Return = op.Return
+			w.emit(gid, gb)
+		}
 		if op.Kind != Release && op.Outcome == OK {
 			held = append(held, op.Addr)
 		}
 		w.pause(op.Outcome)
 	}
+}
+
+// givenBackBits collects the addresses whose bits one DualWrite call gave back
+// (clusterip.DualWriteTrace), which the history records as GiveBack operations over the call's
+// interval. The zero value is empty.
+type givenBackBits struct {
+	mu  sync.Mutex
+	ips []netip.Addr
+}
+
+func (g *givenBackBits) add(ip netip.Addr) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ips = append(g.ips, ip)
+}
+
+func (g *givenBackBits) addrs() []netip.Addr {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.ips)
 }
 
 // pause waits before the next operation, longer after one whose outcome is unknown.
