@@ -362,12 +362,23 @@ const free = "(free)"
 //
 // A holder may also be marked releasing: its release (Op.ClearsBitFirst) has cleared its bit
 // and not yet deleted its IPAddress object, which the Delete that follows does.
+//
+// An address may also be marked orphaned: an IPAddress object is there that no Service holds.
+// kube-apiserver v1.33 deletes a Service and then releases its addresses, the bit first and the
+// object second (Op.ClearsBitFirst); cut short in between (killed, or its etcd lost), it leaves
+// the object behind for its repair loop, which deletes it once it is older than a minute. A
+// Delete whose outcome is unknown may so leave the address free and orphaned. Callers that read
+// IPAddress objects (IPAddressOnly, DualWrite, kube-apiserver, reservations) find it held;
+// callers that read only the bitmap (Legacy) cannot see it and may take the address, beside the
+// object, while its bit is clear: no two Services hold it. The mark stays until the Repair that
+// the partition adds for each such Release ([orphanRepairOf]) clears it.
 const (
 	ownBit     = "+own"
 	leftBit    = "+bit"
 	stuckBit   = "+stuck"
 	pendingBit = "+pending"
 	releasing  = "+releasing"
+	orphaned   = "+orphan"
 )
 
 // takingPrefix starts the mark of a bit set by an allocation for its owner before it creates
@@ -382,11 +393,13 @@ type holding struct {
 	holder    string // free, or an owner
 	bit       string // who wrote the bit: ownBit, leftBit, stuckBit, pendingBit, a takingBit; "" when it is clear
 	releasing bool   // the holder's Op.ClearsBitFirst release is between its two halves
+	orphan    bool   // an IPAddress object that no Service holds is there too (see orphaned)
 }
 
 func parseHolding(e string) holding {
 	var x holding
 	e, x.releasing = strings.CutSuffix(e, releasing)
+	e, x.orphan = strings.CutSuffix(e, orphaned)
 	if i := strings.Index(e, takingPrefix); i >= 0 {
 		x.holder, x.bit = e[:i], e[i:]
 		return x
@@ -403,6 +416,9 @@ func parseHolding(e string) holding {
 
 func (x holding) String() string {
 	s := x.holder + x.bit
+	if x.orphan {
+		s += orphaned
+	}
 	if x.releasing {
 		s += releasing
 	}
@@ -425,6 +441,15 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 	for _, e := range strings.Split(state, "\n") {
 		x := parseHolding(e)
 		h, mark := x.holder, x.bit
+		if op.Kind == Repair && op.Owner == orphanRepairer {
+			next = append(next, e) // nothing orphaned yet, or repaired later
+			if x.orphan {
+				x.orphan = false
+				next = append(next, x.String()) // the orphaned object deleted
+			}
+			continue
+		}
+		start := len(next) // the holdings after op that follow from e; an orphaned object stays in each
 		// seen is whether op's caller sees a bit; kept, the mark after op, when op does not
 		// set the bit itself.
 		seen := mark != "" && op.Bitmap
@@ -435,25 +460,26 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		case mark == ownBit:
 			kept = leftBit // a release that does not write the bitmap leaves the holder's bit
 		}
-		held := h != free || seen
+		held := h != free || seen || x.orphan && seesObjects(op)
+		objectThere := h != free || x.orphan // an IPAddress object is there, a Service's or orphaned
 		released := free + kept
 		taken := op.Owner + kept
 		if op.Bitmap {
 			taken = op.Owner + ownBit
 		}
 		// with returns the holding with the bit written by another than the holder.
-		with := func(bit string) string { return holding{h, bit, x.releasing}.String() }
+		with := func(bit string) string { return holding{h, bit, x.releasing, false}.String() }
 		// fallback is op's holding when it takes the address by its IPAddress object alone
 		// (Op.FallsBackToObjects), which it can only do where nobody holds it: the bit stays
 		// as it was, and one that no other Release would clear is cleared by the holder's,
 		// since kube-apiserver's clears the bit whoever set it.
 		fallback := ""
-		if op.FallsBackToObjects && op.Kind == AllocateNext && h == free && !x.releasing {
+		if op.FallsBackToObjects && op.Kind == AllocateNext && h == free && !x.releasing && !x.orphan {
 			fb := mark
 			if fb == stuckBit {
 				fb = leftBit
 			}
-			fallback = holding{op.Owner, fb, false}.String()
+			fallback = holding{op.Owner, fb, false, false}.String()
 		}
 		// writes is whether op's caller, which reads the bitmap, finds the bit clear and sets
 		// it while the IPAddress object is there or not.
@@ -485,14 +511,14 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			}
 		case op.Kind == Claim:
 			mine := h == ReservedFor(op.Owner)
-			claimed := holding{op.Owner, mark, false}.String() // the object updated, the bit as it was
+			claimed := holding{op.Owner, mark, false, false}.String() // the object updated, the bit as it was
 			switch {
 			case op.Elsewhere: // it got another address, so its reservation was not here
 				if !mine {
 					next = append(next, e)
 				}
 			case op.Outcome == OK: // its reservation, or an address nobody holds
-				if mine || h == free {
+				if mine || h == free && !x.orphan {
 					next = append(next, claimed)
 				}
 			default:
@@ -502,7 +528,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 				}
 			}
 		case op.Kind == Release && op.Retains:
-			retained := holding{ReservedFor(h), mark, false}.String()
+			retained := holding{ReservedFor(h), mark, false, false}.String()
 			switch {
 			case h == op.Owner && op.Outcome == OK:
 				next = append(next, retained)
@@ -520,7 +546,7 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		case op.Kind == Create:
 			switch {
 			case mark == takingBit(op.Owner):
-				if h == free && !x.releasing {
+				if h == free && !x.releasing && !x.orphan {
 					next = append(next, op.Owner+ownBit) // the object created where nobody holds one
 				}
 				if op.Outcome != OK {
@@ -540,6 +566,9 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			}
 			if op.Outcome != OK {
 				next = append(next, e)
+				if x.releasing { // the Service deleted, its object left behind
+					next = append(next, holding{free, mark, false, true}.String())
+				}
 			}
 		case op.Kind == Repair:
 			next = append(next, e)
@@ -553,13 +582,13 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		case op.Kind == Release && op.Outcome == OK && op.ClearsBitLast && op.Bitmap:
 			next = append(next, free+pendingBit) // the object deleted; the Undo clears the bit
 		case op.Kind == Release && op.Outcome == OK && op.ClearsBitFirst && op.Bitmap && h != free:
-			next = append(next, holding{h, kept, true}.String()) // the bit cleared; the Delete frees
+			next = append(next, holding{h, kept, true, false}.String()) // the bit cleared; the Delete frees
 		case op.Kind == Release && op.Outcome == OK:
 			next = append(next, released)
 		case op.Kind == Release:
 			next = append(next, e, released)
 			if op.ClearsBitFirst && op.Bitmap && h != free {
-				next = append(next, holding{h, kept, true}.String())
+				next = append(next, holding{h, kept, true, false}.String())
 			}
 			if leaves && mark != stuckBit { // the IPAddress object deleted, the bit not cleared
 				next = append(next, free+leftBit)
@@ -585,10 +614,10 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 		case op.Outcome == Refused: // Allocate or Reserve of a held address
 			if held {
 				next = append(next, e)
-				if refusalLeaves && writes && h != free {
+				if refusalLeaves && writes && objectThere {
 					next = append(next, with(stuckBit))
 				}
-				if op.TransientBit && writes && h != free {
+				if op.TransientBit && writes && objectThere {
 					next = append(next, with(pendingBit))
 				}
 			}
@@ -611,11 +640,39 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 				next = append(next, with(leftBit))
 			}
 		}
+		if x.orphan {
+			for i := start; i < len(next); i++ {
+				y := parseHolding(next[i])
+				y.orphan = true
+				next[i] = y.String()
+			}
+		}
 	}
 	if len(next) == 0 {
 		return false, state
 	}
 	return true, stateOf(next)
+}
+
+// seesObjects reports whether op's caller reads IPAddress objects, so that an orphaned one
+// ([holding]) makes the address held for it: every caller but a Legacy one, which reads the
+// bitmap alone.
+func seesObjects(op Op) bool { return !op.Bitmap || op.SetsBitFirst || op.FallsBackToObjects }
+
+// orphanRepairer is the owner of the Repairs that delete an orphaned IPAddress object.
+const orphanRepairer = "(kube-apiserver's repair of an orphaned object)"
+
+// orphanRepairOf returns the Repair that may delete the IPAddress object o, a Release with
+// Op.ClearsBitFirst whose outcome is unknown, left behind ([holding]), over o's interval: ok is
+// false for any other operation.
+func orphanRepairOf(o porcupine.Operation) (porcupine.Operation, bool) {
+	op := o.Input.(Op)
+	if op.Kind != Release || !op.ClearsBitFirst || !op.Bitmap || op.Outcome != Unknown {
+		return porcupine.Operation{}, false
+	}
+	r := Op{Client: op.Client, Process: "kube-apiserver's repair", Kind: Repair, Addr: op.Addr, Owner: orphanRepairer,
+		Call: o.Call, Return: o.Return, Outcome: OK}
+	return porcupine.Operation{ClientId: o.ClientId, Input: r, Output: r, Call: r.Call, Return: r.Return}, true
 }
 
 // Model is the porcupine model of the ClusterIP space: the history of every address is checked
@@ -685,6 +742,9 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 			anywhere = append(anywhere, porcupine.Operation{ClientId: o.ClientId, Input: lost, Output: lost, Call: o.Call, Return: o.Return, Metadata: o.Metadata})
 		default:
 			byAddr[op.Addr] = append(byAddr[op.Addr], o)
+			if r, ok := orphanRepairOf(o); ok {
+				byAddr[op.Addr] = append(byAddr[op.Addr], r)
+			}
 			if r, ok := repairOf(o, op.Addr); ok {
 				byAddr[op.Addr] = append(byAddr[op.Addr], r)
 			}

@@ -134,6 +134,22 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Ok,
 		},
 		{
+			name:    "kube-apiserver cut short between a Service delete's bit and its object: Legacy callers take the address beside the orphaned object, others are refused",
+			history: WithUndos(orphanHistory(100, 200)),
+			want:    porcupine.Ok,
+		},
+		{
+			name: "two Legacy holders at once beside an orphaned object",
+			history: WithUndos(append(orphanHistory(100, 200),
+				Op{Client: 4, Process: "legacy-1#0", Kind: Allocate, Addr: addrA, Owner: "l2", Call: 205, Return: 208, Outcome: OK, Bitmap: true})),
+			want: porcupine.Illegal,
+		},
+		{
+			name:    "a Legacy allocation before kube-apiserver's delete began",
+			history: WithUndos(orphanHistory(300, 200)),
+			want:    porcupine.Illegal,
+		},
+		{
 			name: "kube-apiserver refused an address nobody held while a DualWrite AllocateNext had its bit (GiveBack)",
 			history: WithUndos([]Op{
 				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
@@ -720,5 +736,23 @@ func TestCheckerVerdictsOnReservations(t *testing.T) {
 				t.Errorf("Check() = %v, want %v", res.Verdict, tt.want)
 			}
 		})
+	}
+}
+
+// orphanHistory is kube-apiserver v1.33 holding addrA for a Service, then deleting it from
+// deleteAt on, cut short (its Release, and so its Delete, unknown): a Legacy caller takes the
+// address at legacyAt and frees it, a DualWrite Allocate is refused by the IPAddress object
+// (which is left behind, orphaned), and the Legacy caller takes it again.
+func orphanHistory(deleteAt, legacyAt int64) []Op {
+	const end = 1000
+	k := Op{Client: 0, Process: "kube-apiserver", Bitmap: true, LeavesBit: true, RefusalLeavesBit: true, ClearsBitFirst: true, RepairFrees: true, FallsBackToObjects: true, SetsBitFirst: true}
+	alloc, rel := k, k
+	alloc.Kind, alloc.Addr, alloc.Owner, alloc.Call, alloc.Return, alloc.Outcome = AllocateNext, addrA, "default/s", 0, 10, OK
+	rel.Kind, rel.Addr, rel.Call, rel.Return, rel.Outcome = Release, addrA, deleteAt, end, Unknown
+	return []Op{alloc, rel,
+		{Client: 1, Process: "legacy-0#0", Kind: AllocateNext, Addr: addrA, Owner: "l", Call: legacyAt, Return: legacyAt + 10, Outcome: OK, Bitmap: true},
+		{Client: 1, Process: "legacy-0#0", Kind: Release, Addr: addrA, Call: legacyAt + 20, Return: legacyAt + 30, Outcome: OK, Bitmap: true},
+		{Client: 2, Process: "dualwrite-1#0", Kind: Allocate, Addr: addrA, Owner: "d", Call: legacyAt + 40, Return: legacyAt + 60, Outcome: Refused, Bitmap: true, LeavesBit: true, TransientBit: true, ClearsBitLast: true, SetsBitFirst: true},
+		{Client: 1, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l", Call: legacyAt + 70, Return: legacyAt + 80, Outcome: OK, Bitmap: true},
 	}
 }
