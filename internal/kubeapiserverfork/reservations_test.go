@@ -143,6 +143,7 @@ func TestForkKeepsReservations(t *testing.T) {
 	t.Run("a claim given up on update never stands in for a later allocation's release", func(t *testing.T) {
 		ip := addr("10.96.0.43") // reserved here: the subtests after this one find it free
 		reserve(ctx, t, s.Client, nil, map[string][]netip.Addr{"gone": {ip}})
+		waitForServerToSee(ctx, t, svcs, "gone", ip)
 		got, err := svcs.Create(ctx, testenv.ClusterIPService("gone", ""), metav1.CreateOptions{})
 		if err != nil || got.Spec.ClusterIP != ip.String() {
 			t.Fatalf("create default/gone: %v, %v; want its reserved %s", got.Spec.ClusterIPs, err, ip)
@@ -443,6 +444,20 @@ func reserve(ctx context.Context, t *testing.T, c kubernetes.Interface, anonymou
 			}
 		}
 	}
+}
+
+// waitForServerToSee waits until a dry run of the create of Service default/<name> gets ip: the
+// server has seen the reservation of ip kept for it. A reservation takes effect once the API
+// server's informer has it; a create in the same instant may not find it (it gets a dynamic
+// address, as docs/reservations.md says), which a loaded machine made this test see.
+func waitForServerToSee(ctx context.Context, t *testing.T, svcs interface {
+	Create(context.Context, *corev1.Service, metav1.CreateOptions) (*corev1.Service, error)
+}, name string, ip netip.Addr) {
+	t.Helper()
+	testenv.WaitFor(t, "the server to see the reservation of "+ip.String()+" for default/"+name, func() bool {
+		got, err := svcs.Create(ctx, testenv.ClusterIPService(name, ""), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && got.Spec.ClusterIP == ip.String()
+	})
 }
 
 // wantReservation fails t unless the IPAddress object of ip is a reservation kept for
