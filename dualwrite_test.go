@@ -964,13 +964,19 @@ func TestDualWriteTraceReportsTheBitsACallGivesBack(t *testing.T) {
 		wantBack []netip.Addr
 	}{
 		{"an AllocateNext whose first create is refused", 1,
-			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) { return dw.AllocateNext(ctx, testOwner) },
+			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) {
+				return dw.AllocateNext(ctx, testOwner)
+			},
 			nil, []netip.Addr{free}},
 		{"an Allocate whose create is refused", 1,
-			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) { return free, dw.Allocate(ctx, free, testOwner) },
+			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) {
+				return free, dw.Allocate(ctx, free, testOwner)
+			},
 			allocator.ErrAllocated, []netip.Addr{free}},
 		{"an AllocateNext that takes its first pick", 0,
-			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) { return dw.AllocateNext(ctx, testOwner) },
+			func(ctx context.Context, dw *DualWriteAllocator) (netip.Addr, error) {
+				return dw.AllocateNext(ctx, testOwner)
+			},
 			nil, nil},
 	}
 	for _, tt := range tests {
