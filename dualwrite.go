@@ -233,7 +233,7 @@ func (d *DualWriteAllocator) confirm(ctx context.Context, ip netip.Addr, owner a
 // bit unless the object is known absent. It returns nil if the allocation stands.
 func (d *DualWriteAllocator) settle(ctx context.Context, ip netip.Addr, owner allocator.Owner, err error) error {
 	if refused(err) {
-		d.undo(ctx, "bitmap", ip, d.mirror.Release)
+		d.giveBackBit(ctx, ip)
 		return err
 	}
 	switch d.confirm(ctx, ip, owner, err) {
@@ -248,17 +248,24 @@ func (d *DualWriteAllocator) settle(ctx context.Context, ip netip.Addr, owner al
 	return fmt.Errorf("clusterip: %s: the IPAddress create's outcome is unknown, so its bit stays set for repair: %w", ip, err)
 }
 
-// undo runs release(ip) to take back the first half of a dual write, even when ctx is done.
-func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Addr, release func(context.Context, netip.Addr) error) {
+// undo runs release(ip) to take back the first half of a dual write, even when ctx is done, and
+// reports whether it did; what names the store for the log.
+func (d *DualWriteAllocator) undo(ctx context.Context, what string, ip netip.Addr, release func(context.Context, netip.Addr) error) bool {
 	d.undone.Add(1)
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), allocator.UndoTimeout)
 	defer cancel()
 	if err := release(uctx, ip); err != nil {
 		d.undoFailed.Add(1)
 		klog.FromContext(ctx).Error(err, "Could not undo half of a dual write; repair will free the address", "ip", ip, "store", what)
-		return
+		return false
 	}
-	if what == "bitmap" {
+	return true
+}
+
+// giveBackBit clears the bit this call set for ip and, once it is clear, reports it to the
+// call's DualWriteTrace.
+func (d *DualWriteAllocator) giveBackBit(ctx context.Context, ip netip.Addr) {
+	if d.undo(ctx, "bitmap", ip, d.mirror.Release) {
 		bitGivenBack(ctx, ip)
 	}
 }
@@ -357,7 +364,7 @@ func (d *DualWriteAllocator) AllocateNext(ctx context.Context, owner allocator.O
 			// Its IPAddress object still exists as far as the primary knows (a mirror that cannot
 			// pass it over took it, or the primary learnt of it meanwhile): give it back untried.
 			passed.add(ip)
-			d.undo(ctx, "bitmap", ip, d.mirror.Release)
+			d.giveBackBit(ctx, ip)
 			continue
 		}
 		err = d.primary.Allocate(ctx, ip, owner)
