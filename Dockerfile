@@ -4,7 +4,7 @@
 #   docker build --build-arg VERSION=v0.1.0 -t ghcr.io/kube-ipam/clusterip:v0.1.0 .
 #
 # It makes what hack/image.sh makes without a daemon and without pulling a base image: the
-# command's slim build (-tags clusterip_slim: no demo, no bench), static (CGO_ENABLED=0), alone on
+# command's slim build (-tags clusterip_slim,grpcnotrace: no demo, no bench, no grpc tracing), static (CGO_ENABLED=0), alone on
 # an empty base (scratch) as /clusterip, the entrypoint, run as 65532:65532, with the version
 # stamped in (clusterip version prints VERSION) and in the labels. CI does not run this file (it
 # has no Docker daemon); .ci/image-check proves hack/image.sh's image, which is the one to push.
@@ -28,7 +28,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
 	cd cmd/clusterip && CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-	go build -buildvcs=false -trimpath -tags clusterip_slim \
+	go build -buildvcs=false -trimpath -tags clusterip_slim,grpcnotrace \
 		-ldflags "-s -w -X main.stampedVersion=${VERSION}" -o /out/clusterip .
 
 FROM scratch

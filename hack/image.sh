@@ -3,7 +3,7 @@
 #
 #   hack/image.sh [-version V] [-repository R] [-arch ARCH] DIR
 #
-# The binary is the command's slim build (-tags clusterip_slim: no demo, no bench, so no etcd
+# The binary is the command's slim build (-tags clusterip_slim,grpcnotrace: no demo, no bench, so no etcd
 # server and no plotting code), static (CGO_ENABLED=0), for linux/ARCH (default: go env GOARCH),
 # built with -trimpath -ldflags "-s -w" and its version stamped in (clusterip version prints V).
 # hack/image, a module of its own (go-containerregistry stays out of the library's and the
@@ -55,7 +55,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/clusterip-image.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # The workspace (go.work) builds the command from this work tree's library.
 (cd cmd/clusterip && CGO_ENABLED=0 GOOS=linux GOARCH=$arch \
-	go build -trimpath -tags clusterip_slim -ldflags "-s -w -X main.stampedVersion=$version" \
+	go build -trimpath -tags clusterip_slim,grpcnotrace -ldflags "-s -w -X main.stampedVersion=$version" \
 	-o "$tmp/clusterip" .)
 echo "binary: $(($(stat -c %s "$tmp/clusterip") / 1000000)) MB (linux/$arch, slim, static, stripped)"
 (cd hack/image && GOWORK=off go run . build -binary "$tmp/clusterip" -version "$version" \

@@ -14,9 +14,9 @@
 // kube-apiserver's (--etcd-servers, --etcd-cafile, --etcd-certfile, --etcd-keyfile, --etcd-prefix).
 // A spelling this release replaced works until the next, with a warning on stderr.
 //
-// Built with -tags clusterip_slim (the container image's binary, see Dockerfile and hack/image),
-// it has neither demo nor bench: it links no etcd server and no plotting code, and its help lists
-// only the verbs it has.
+// Built with -tags clusterip_slim,grpcnotrace (the container image's binary, see Dockerfile and
+// hack/image), it has neither demo nor bench: it links no etcd server, no plotting code and no
+// grpc tracing, and its help lists only the verbs it has.
 //
 // Installed as kubectl-clusterip on PATH, it is a kubectl plugin: kubectl clusterip check, and its
 // help says so.

@@ -29,13 +29,13 @@ func verbsOf(help string) []string {
 	return verbs
 }
 
-// TestSlimBuildHelpListsOnlyItsVerbs: the slim build (-tags clusterip_slim, the container
+// TestSlimBuildHelpListsOnlyItsVerbs: the slim build (-tags clusterip_slim,grpcnotrace, the container
 // image's binary) refuses nothing silently. Its help lists the verbs it has and names neither
 // demo nor bench, which it lacks, not even in its examples; "demo" is an unknown command there,
 // and the verbs the image runs work.
 func TestSlimBuildHelpListsOnlyItsVerbs(t *testing.T) {
 	slim := filepath.Join(t.TempDir(), "clusterip")
-	if out, err := exec.Command("go", "build", "-tags", "clusterip_slim", "-o", slim, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-tags", slimTags, "-o", slim, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the slim command: %v\n%s", err, out)
 	}
 	run := func(args ...string) result {
