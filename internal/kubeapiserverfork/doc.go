@@ -12,14 +12,17 @@
 //     alloc.go.patch makes the Service registry hand the Service to any allocator that takes
 //     one, instead of only kube-apiserver's MetaAllocator, so that IPAddress objects name it.
 //   - files/: the new file only that release adds, pkg/registry/core/rest/clusterip_release.go:
-//     the mode its feature gates select and the bitmaps' etcd client, built as its storage
-//     builds its own.
+//     the mode its feature gates select and what its storage adds to the bitmaps' etcd client
+//     (gRPC metrics, tracing and the wait for the connection).
 //   - and forks/common/files: the new files every release adds, kept once.
-//     pkg/registry/core/rest/clusterip.go is the adapter from clusterip's allocator.Interface to
-//     kube-apiserver's ipallocator.Interface: net.IP to unmapped netip.Addr, the Service as the
-//     owner, each error mapped to kube-apiserver's own (so clients read its messages), each
-//     call under a timeout, and the start of the allocators and of repair from the PostStartHook
-//     start-service-ip-repair-controllers, which keeps waiting for the first repair pass.
+//     pkg/registry/core/rest/clusterip.go builds clusterip's allocators in place of
+//     kube-apiserver's; clusterip_ipallocator.go is the adapter from clusterip's
+//     allocator.Interface to kube-apiserver's ipallocator.Interface: net.IP to unmapped
+//     netip.Addr, the Service as the owner, each error mapped to kube-apiserver's own (so clients
+//     read its messages), each call under a timeout; clusterip_repair.go starts the allocators
+//     and repair from the PostStartHook start-service-ip-repair-controllers, which keeps waiting
+//     for the first repair pass; clusterip_etcd.go builds the bitmaps' etcd client as every
+//     release's storage builds its own.
 //     clusterip_ipaddresses.go chooses how the allocators write their IPAddress objects (below),
 //     and clusterip_reservations.go turns reservations on (CLUSTERIP_RESERVATIONS=on).
 //

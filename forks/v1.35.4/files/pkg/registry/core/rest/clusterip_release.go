@@ -1,27 +1,17 @@
 // This file is not part of Kubernetes: the kube-apiserver v1.35.4 fork of
 // github.com/kube-ipam/clusterip (forks/v1.35.4 in its repository) adds it to package
 // k8s.io/kubernetes/pkg/registry/core/rest, beside clusterip.go: what the adapter does as this
-// release of kube-apiserver does it, the mode its feature gates select and the etcd client of
-// the bitmaps, built as its storage builds its own.
+// release of kube-apiserver does it, the mode its feature gates select and what its storage adds
+// to the etcd client of the bitmaps (clusterip_etcd.go builds the rest, as every release does).
 
 package rest
 
 import (
-	"context"
-	"crypto/tls"
-	"fmt"
-	"net"
-	"time"
-
 	grpcprom "github.com/grpc-ecosystem/go-grpc-prometheus"
-	"go.etcd.io/etcd/client/pkg/v3/logutil"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	genericfeatures "k8s.io/apiserver/pkg/features"
-	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/tracing"
@@ -46,26 +36,15 @@ func clusterIPMode() featuregate.Mode {
 	return featuregate.IPAddressOnly
 }
 
-// The etcd client settings kube-apiserver's storage uses for its own clients.
-const (
-	etcdDialTimeout      = 20 * time.Second
-	etcdKeepaliveTime    = 30 * time.Second
-	etcdKeepaliveTimeout = 10 * time.Second
-)
-
 // newClusterIPEtcdClient returns a client of the etcd servers t names, built as kube-apiserver's
 // storage builds its own: t's TLS files (none: plain HTTP), its egress selector's dialer for etcd
 // (--egress-selector-config-file), OpenTelemetry tracing with t's TracerProvider when
 // APIServerTracing is enabled, the gRPC client metrics of the legacy registry, and the same dial
 // and keepalive timeouts. It blocks until a connection is up or the dial times out.
 func newClusterIPEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
-	var tlsConfig *tls.Config
-	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
-		var err error
-		tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}
-		if tlsConfig, err = tlsInfo.ClientConfig(); err != nil {
-			return nil, err
-		}
+	tlsConfig, err := clusterIPEtcdTLS(t)
+	if err != nil {
+		return nil, err
 	}
 	dialOptions := []grpc.DialOption{
 		grpc.WithBlock(),
@@ -79,28 +58,5 @@ func newClusterIPEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client,
 			otelgrpc.WithTracerProvider(t.TracerProvider),
 		)))
 	}
-	if t.EgressLookup != nil {
-		egressDialer, err := t.EgressLookup(egressselector.Etcd.AsNetworkContext())
-		if err != nil {
-			return nil, fmt.Errorf("the egress selector's dialer for etcd: %w", err)
-		}
-		if egressDialer != nil {
-			dialOptions = append(dialOptions, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return egressDialer(ctx, "tcp", addr)
-			}))
-		}
-	}
-	logger, err := logutil.CreateDefaultZapLogger(zap.InfoLevel)
-	if err != nil {
-		logger = zap.NewNop()
-	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:            t.ServerList,
-		TLS:                  tlsConfig,
-		DialTimeout:          etcdDialTimeout,
-		DialKeepAliveTime:    etcdKeepaliveTime,
-		DialKeepAliveTimeout: etcdKeepaliveTimeout,
-		DialOptions:          dialOptions,
-		Logger:               logger.Named("clusterip-etcd-client"),
-	})
+	return dialClusterIPEtcd(t, tlsConfig, dialOptions)
 }

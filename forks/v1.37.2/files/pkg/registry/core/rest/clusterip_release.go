@@ -1,29 +1,23 @@
 // This file is not part of Kubernetes: the kube-apiserver v1.37.2 fork of
 // github.com/kube-ipam/clusterip (forks/v1.37.2 in its repository) adds it to package
 // k8s.io/kubernetes/pkg/registry/core/rest, beside clusterip.go: what the adapter does as this
-// release of kube-apiserver does it, the mode its feature gates select and the etcd client of
-// the bitmaps, built as its storage builds its own.
+// release of kube-apiserver does it, the mode its feature gates select and what its storage adds
+// to the etcd client of the bitmaps (clusterip_etcd.go builds the rest, as every release does).
 
 package rest
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"go.etcd.io/etcd/client/pkg/v3/logutil"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -49,13 +43,6 @@ func clusterIPMode() featuregate.Mode {
 	return featuregate.IPAddressOnly
 }
 
-// The etcd client settings kube-apiserver's storage uses for its own clients.
-const (
-	etcdDialTimeout      = 20 * time.Second
-	etcdKeepaliveTime    = 30 * time.Second
-	etcdKeepaliveTimeout = 10 * time.Second
-)
-
 // clusterIPEtcdMetrics are the gRPC client metrics of the bitmaps' etcd client, registered in the
 // legacy registry once. kube-apiserver v1.37's storage keeps its own client metrics unexported, so
 // these are a set of their own, under the "clusterip" namespace (clusterip_grpc_client_…).
@@ -70,13 +57,9 @@ var (
 // still propagates the context), gRPC client metrics (clusterIPEtcdMetrics), the same dial and
 // keepalive timeouts, and a wait until the connection is ready or the dial times out.
 func newClusterIPEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
-	var tlsConfig *tls.Config
-	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
-		var err error
-		tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}
-		if tlsConfig, err = tlsInfo.ClientConfig(); err != nil {
-			return nil, err
-		}
+	tlsConfig, err := clusterIPEtcdTLS(t)
+	if err != nil {
+		return nil, err
 	}
 	registerEtcdMetrics.Do(func() { legacyregistry.RawMustRegister(clusterIPEtcdMetrics) })
 	dialOptions := []grpc.DialOption{
@@ -88,30 +71,7 @@ func newClusterIPEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client,
 			otelgrpc.WithTracerProvider(t.TracerProvider),
 		)),
 	}
-	if t.EgressLookup != nil {
-		egressDialer, err := t.EgressLookup(egressselector.Etcd.AsNetworkContext())
-		if err != nil {
-			return nil, fmt.Errorf("the egress selector's dialer for etcd: %w", err)
-		}
-		if egressDialer != nil {
-			dialOptions = append(dialOptions, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return egressDialer(ctx, "tcp", addr)
-			}))
-		}
-	}
-	logger, err := logutil.CreateDefaultZapLogger(zap.InfoLevel)
-	if err != nil {
-		logger = zap.NewNop()
-	}
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:            t.ServerList,
-		TLS:                  tlsConfig,
-		DialTimeout:          etcdDialTimeout,
-		DialKeepAliveTime:    etcdKeepaliveTime,
-		DialKeepAliveTimeout: etcdKeepaliveTimeout,
-		DialOptions:          dialOptions,
-		Logger:               logger.Named("clusterip-etcd-client"),
-	})
+	client, err := dialClusterIPEtcd(t, tlsConfig, dialOptions)
 	if err != nil {
 		return nil, err
 	}
