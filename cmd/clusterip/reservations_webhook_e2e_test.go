@@ -448,6 +448,8 @@ func forgedReview(t *testing.T, ns, name string) []byte {
 
 // shippedOptions are what a test changes of the shipped webhook's setting.
 type shippedOptions struct {
+	// Release is the stock kube-apiserver release (default v1.37.2).
+	Release string
 	// ServiceClusterIPRange is kube-apiserver's --service-cluster-ip-range.
 	ServiceClusterIPRange string
 	// NotSent are namespaces the MutatingWebhookConfiguration's namespaceSelector leaves out
@@ -569,8 +571,12 @@ func startShippedWebhook(t *testing.T, o shippedOptions) *shippedWebhook {
 	}
 	clientCA := newTestCA(t, "kube-apiserver-webhook-client-ca")
 	admissionConfig := writeShippedAdmissionConfiguration(t, t.TempDir(), webhookAddr, spare, clientCA.issue(t, "kube-apiserver", x509.ExtKeyUsageClientAuth))
+	release := o.Release
+	if release == "" {
+		release = "v1.37.2"
+	}
 	api := testenv.NewKubeAPIServer(t, testenv.NewEtcd(t), testenv.KubeAPIServerOptions{
-		Release: "v1.37.2", ServiceClusterIPRange: o.ServiceClusterIPRange, AuthorizationMode: "RBAC",
+		Release: release, ServiceClusterIPRange: o.ServiceClusterIPRange, AuthorizationMode: "RBAC",
 		ExtraArgs: []string{"--admission-control-config-file=" + admissionConfig},
 	})
 	waitForDefaultServiceCIDR(t, api.Client)
