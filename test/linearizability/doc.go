@@ -54,5 +54,5 @@
 // verdict.
 //
 // The harness (the tests of this package) runs allocator processes in mixed modes beside a real
-// kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.
+// kube-apiserver v1.33.13 on a three-member etcd, with the faults of nemesis_test.go.
 package linearizability
