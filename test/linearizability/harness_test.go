@@ -73,7 +73,7 @@ type procSlot struct {
 	child       *testenv.Child
 }
 
-func runHistory(t *testing.T, bin string, w window, d time.Duration, out string) historyStats {
+func runHistory(t *testing.T, bin, stock string, w window, d time.Duration, out string) historyStats {
 	h := &harness{t: t, w: w, rg: netip.MustParsePrefix(historyRange), bin: bin, rec: newRecorder(), out: out, faults: map[string]int{}}
 	ctx := context.Background()
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -183,18 +183,17 @@ func runHistory(t *testing.T, bin string, w window, d time.Duration, out string)
 	if raw, err := json.Marshal(ops); err == nil {
 		os.WriteFile(filepath.Join(out, w.name+".json"), raw, 0o644)
 	}
-	res, err := Check(ops, checkTimeout, filepath.Join(out, w.name+".html"))
+	j, err := Judge(ops, JudgeOptions{Stock: stock, Timeout: checkTimeout, PartTimeout: partTimeout, AttributeTimeout: attributeTimeout, HTML: filepath.Join(out, w.name+".html")})
 	if err != nil {
 		t.Error(err)
 	}
+	res := j.Result
 	s.check = res
 	t.Logf("%s: %d operations on %d addresses (%d ok, %d refused, %d unknown) in %v; faults %s; reservations %s; checker: %s in %v",
 		w.name, len(ops), res.Addresses, s.outcomes[OK], s.outcomes[Refused], s.outcomes[Unknown],
 		time.Duration(end-t0.UnixNano()).Round(time.Second), faultString(h.faults), reservationString(s.reservations), res.Verdict, res.Elapsed.Round(time.Millisecond))
 	if res.Verdict != porcupine.Ok {
-		bad := IllegalAddresses(Model, ops, partTimeout)
-		t.Errorf("the %s history is %s, want linearizable; timeline: %s (history %s); not linearizable at %v, explained in %s",
-			w.name, res.Verdict, res.HTML, filepath.Join(out, w.name+".json"), bad, explainAll(t, ops, bad, filepath.Join(out, w.name)))
+		report(t, fmt.Sprintf("the %s history (%s)", w.name, filepath.Join(out, w.name+".json")), j, ops, filepath.Join(out, w.name))
 	} else if left := IllegalAddresses(StrictModel, ops, partTimeout); len(left) > 0 {
 		s.leftBits = len(left)
 		t.Logf("%s: a refusal left its bit set (kube-apiserver v1.33, or a DualWrite create whose answer was lost) at %d addresses %v: the history is linearizable only with those bits (Op.RefusalLeavesBit)",
