@@ -93,19 +93,19 @@ func (a Attribution) String() string {
 // chooses which answers to stop believing.
 //
 // The rule: an answer is what a caller learnt of its call, an outcome OK or Refused (and an
-// AllocateNext's address); a call whose outcome is unknown has none. Counting the answers of
-// addr's part in the order they came, the first whose counting makes the part illegal, with
-// every earlier answer counted and every later one not, is blamed: no explanation of what came
-// before it allows it, whatever came after. Its process is blamed, not those whose earlier
-// answers it contradicts: a stock AllocateNext that hands out an address a Legacy process was
-// told it holds is stock's defect, and the Legacy process, whose answer came first and was
-// right, is not. The blamed answer is then no longer counted, and the search goes on with the
-// answers left, until the part is linearizable: so a defect that comes later, of another
-// process, is found too, and an address counts against clusterip as soon as one of its
-// processes gives a blamed answer.
+// AllocateNext's address); a call whose outcome is unknown has none. The part is checked as it
+// stood at the instant each answer came, as the recorder would have ended the history then: the
+// calls made by that instant, the answers that came by it counted, every other call taken as
+// lost. The first answer at which that part is illegal is blamed: no explanation of what came
+// before it allows it. Its process is blamed, not those whose earlier answers it contradicts:
+// a stock AllocateNext that hands out an address a Legacy process was told it holds is stock's
+// defect, and the Legacy process, whose answer came first and was right, is not. The blamed
+// answer is then no longer counted, and the search goes on with the answers left, until the
+// whole part is linearizable: so a defect that comes later, of another process, is found too,
+// and an address counts against clusterip as soon as one of its processes gives a blamed answer.
 //
-// An answer not counted is taken as lost, as the recorder takes one that never came: the call
-// may have taken effect at any instant from its call to the end of the history, or never (an
+// A call taken as lost is what the recorder makes of one whose answer never came: it may have
+// taken effect at any instant from its call to the end of the history, or never (an
 // AllocateNext, at any address: [Model]'s partition merges it with the other lost ones of its
 // kind of caller), with what the history derived from it made again for that outcome
 // ([WithUndos]); the bits it gave back (GiveBack) stay, as facts of the call. Taking a blamed
@@ -113,19 +113,21 @@ func (a Attribution) String() string {
 // handed to a Service stays held by that Service's IPAddress object once its first holder
 // releases it, and a DualWrite caller refused by that object is not blamed for it.
 //
-// The first such answer is found by bisection over the times the answers came, one check of the
-// part at each step. Counting one more answer never makes an illegal part linearizable again,
-// since an outcome not counted allows all that the answer does, but for one corner: an
-// AllocateNext that sets the bit first (Op.SetsBitFirst) is checked in two steps when its
-// answer is counted and, lost, in one; there the bisection still finds an answer whose counting
-// turns a linearizable part illegal, though maybe not the first. Answers that came at the same
+// The first such answer is found by bisection over the instants the answers came, one check of
+// the part at each step. A later instant never makes an illegal part linearizable again: it
+// adds calls, and a counted answer allows no more than the same call lost. Two corners escape
+// that: an AllocateNext that sets the bit first (Op.SetsBitFirst) is checked in two steps when
+// its answer is counted and, lost, in one; and a bit a call gave back after the instant may need
+// a call made after it, left out. There the bisection still finds an answer at which a
+// linearizable part turns illegal, though maybe not the first. Answers that came at the same
 // instant are blamed each where counting it alone with the earlier ones makes the part illegal,
 // all of them when none does.
 //
 // Each check runs within timeout (0: no limit); one that runs out, more than maxBlames blamed
-// answers, or a part illegal with no answer counted (the unknown calls and given back bits alone)
-// leave the address undecided, which counts against clusterip. Only the calls whose operations
-// can be in addr's part are looked at, so the cost is that of addr's part, not of the history.
+// answers, or a part illegal before its first answer (the unknown calls and given back bits
+// alone) leave the address undecided, which counts against clusterip. Only the calls whose
+// operations can be in addr's part are looked at, so the cost is that of addr's part, not of the
+// history.
 func Attribute(m porcupine.Model, history []Op, addr netip.Addr, stockRelease string, timeout time.Duration) (att Attribution) {
 	began := time.Now()
 	att.Addr = addr
@@ -141,15 +143,15 @@ func Attribute(m porcupine.Model, history []Op, addr netip.Addr, stockRelease st
 	calls, fixed := callsAt(m, history, addr, end)
 	whole := m
 	whole.Partition = nil
-	// check checks addr's part with the answers of the calls counted says counted, the others
-	// lost.
-	check := func(counted func(*aCall) bool) porcupine.CheckResult {
+	// check checks addr's part with each call as use says: left out, lost, or as recorded.
+	check := func(use func(*aCall) callUse) porcupine.CheckResult {
 		att.Checks++
 		h := slices.Clone(fixed)
 		for _, c := range calls {
-			if c.answered && !counted(c) {
+			switch use(c) {
+			case asLost:
 				h = append(h, c.lost...)
-			} else {
+			case asRecorded:
 				h = append(h, c.ops...)
 			}
 		}
@@ -161,11 +163,22 @@ func Attribute(m porcupine.Model, history []Op, addr netip.Addr, stockRelease st
 		return porcupine.Ok
 	}
 	blamed := map[*aCall]bool{}
-	upTo := func(t int64) func(*aCall) bool {
-		return func(c *aCall) bool { return !blamed[c] && c.at <= t }
+	// at returns how the part stood at instant t: the calls made by then, the answers that came
+	// by then counted but for those blamed and those count says not to, the other calls lost.
+	at := func(t int64, count func(*aCall) bool) func(*aCall) callUse {
+		return func(c *aCall) callUse {
+			switch {
+			case c.call > t:
+				return leftOut
+			case !c.answered || c.at <= t && !blamed[c] && count(c):
+				return asRecorded
+			}
+			return asLost
+		}
 	}
+	all := func(*aCall) bool { return true }
 	for {
-		switch check(upTo(end)) {
+		switch check(at(end, all)) {
 		case porcupine.Ok:
 			return att
 		case porcupine.Unknown:
@@ -184,12 +197,16 @@ func Attribute(m porcupine.Model, history []Op, addr netip.Addr, stockRelease st
 		}
 		slices.Sort(times)
 		times = slices.Compact(times)
-		// Counting the answers up to times[lo] is linearizable (lo -1: none), up to times[hi]
-		// is not.
+		if len(times) == 0 {
+			att.Undecided = "illegal with no answer counted"
+			return att
+		}
+		// The part as it stood at times[lo] is linearizable (lo -1: just before the first
+		// answer), at times[hi] it is not.
 		lo, hi := -1, len(times)-1
 		for hi-lo > 1 {
 			mid := (lo + hi) / 2
-			switch check(upTo(times[mid])) {
+			switch check(at(times[mid], all)) {
 			case porcupine.Unknown:
 				att.Undecided = fmt.Sprintf("a check ran out of its %v", timeout)
 				return att
@@ -199,14 +216,14 @@ func Attribute(m porcupine.Model, history []Op, addr netip.Addr, stockRelease st
 				lo = mid
 			}
 		}
-		if hi < 0 || lo < 0 && check(func(*aCall) bool { return false }) != porcupine.Ok {
-			att.Undecided = "illegal with no answer counted"
+		if lo < 0 && check(at(times[0]-1, all)) != porcupine.Ok {
+			att.Undecided = "illegal before its first answer"
 			return att
 		}
-		at := times[hi]
+		t := times[hi]
 		var tied []*aCall
 		for _, c := range calls {
-			if c.answered && !blamed[c] && c.at == at {
+			if c.answered && !blamed[c] && c.at == t {
 				tied = append(tied, c)
 			}
 		}
@@ -214,7 +231,7 @@ func Attribute(m porcupine.Model, history []Op, addr netip.Addr, stockRelease st
 		if len(tied) > 1 {
 			var alone []*aCall
 			for _, u := range tied {
-				if check(func(c *aCall) bool { return !blamed[c] && (c.at < at || c == u) }) == porcupine.Illegal {
+				if check(at(t, func(c *aCall) bool { return c.at < t || c == u })) == porcupine.Illegal {
 					alone = append(alone, u)
 				}
 			}
@@ -246,8 +263,18 @@ type callKey struct {
 
 func keyOf(op Op) callKey { return callKey{op.Process, op.Client, op.Call} }
 
+// callUse is how a check of [Attribute] takes a call.
+type callUse uint8
+
+const (
+	leftOut    callUse = iota // made after the instant checked
+	asLost                    // its answer not counted
+	asRecorded                // its answer, if any, counted
+)
+
 // aCall is one call of a history, with what the history derived from it.
 type aCall struct {
+	call     int64 // when it was made
 	ops      []Op  // as recorded: the operation, its second halves, the bits it gave back
 	answered bool  // whether the caller learnt an outcome of it, OK or Refused
 	at       int64 // when that answer came
@@ -296,7 +323,7 @@ func callsAt(m porcupine.Model, history []Op, addr netip.Addr, end int64) (calls
 	for _, op := range history {
 		c := byKey[keyOf(op)]
 		if c == nil {
-			c = &aCall{}
+			c = &aCall{call: op.Call}
 			byKey[keyOf(op)] = c
 			all = append(all, c)
 		}
