@@ -12,7 +12,7 @@ import (
 
 // maxBlames is how many answers [Attribute] holds against their processes at one address before
 // it gives up and leaves the address undecided.
-const maxBlames = 12
+const maxBlames = 64
 
 // Attribution is whom [Attribute] holds one address's illegal part against.
 type Attribution struct {
@@ -63,8 +63,10 @@ func (a Attribution) StockOnly() bool { return len(a.Blamed) > 0 && !a.CountsAga
 func (a Attribution) String() string {
 	var verdict string
 	switch {
-	case a.Undecided != "":
+	case a.Undecided != "" && !slices.ContainsFunc(a.Blamed, func(b Blame) bool { return !b.Origin.Stock }):
 		verdict = "undecided (" + a.Undecided + "), counts against clusterip"
+	case a.Undecided != "":
+		verdict = "counts against clusterip (then the search stopped: " + a.Undecided + ")"
 	case len(a.Blamed) == 0:
 		verdict = "linearizable, nobody to blame"
 	case a.StockOnly():

@@ -213,3 +213,13 @@ func TestOriginNamesStockAndClusterIPProcesses(t *testing.T) {
 		}
 	}
 }
+
+// The report of an address that is stock's defect alone says so, and names the release.
+func TestAttributionSaysStocksDefectAndItsRelease(t *testing.T) {
+	a := Attribute(Model, WithUndos([]Op{legacyHoldsA, stock(takesA)}), addrA, "v1.33.13", 0)
+	want := "10.96.0.20: stock's defect, not clusterip's; blamed: kube-apiserver (stock kube-apiserver v1.33.13)\n" +
+		"  kube-apiserver, called at 20.000 ms, answered at 30.000 ms: AllocateNext(default/h-1-1) → ok 10.96.0.20"
+	if got := a.String(); got != want {
+		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+}
