@@ -1,7 +1,9 @@
 package linearizability
 
 import (
+	"encoding/json"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -221,5 +223,33 @@ func TestAttributionSaysStocksDefectAndItsRelease(t *testing.T) {
 		"  kube-apiserver, called at 20.000 ms, answered at 30.000 ms: AllocateNext(default/h-1-1) → ok 10.96.0.20"
 	if got := a.String(); got != want {
 		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestSavedUpgradeExcerptIsStocksDefect attributes an excerpt of the 5-minute upgrade history of
+// 2026-12-03 18:55 (testdata/upgrade-10.96.0.28.json): the operations naming 10.96.0.28 from
+// 280 s on, and the allocation of the Legacy process that held it from 136 s, whose process
+// was killed later. At 297.6 s kube-apiserver v1.33.13's AllocateNext handed the address to a
+// Service: stock's defect alone, which fails no window.
+func TestSavedUpgradeExcerptIsStocksDefect(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "upgrade-10.96.0.28.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var history []Op
+	if err := json.Unmarshal(raw, &history); err != nil {
+		t.Fatal(err)
+	}
+	j, err := Judge(history, JudgeOptions{Stock: "v1.33.13", HTML: filepath.Join(t.TempDir(), "history.html")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParseAddr("10.96.0.28")
+	if len(j.Illegal) != 1 || j.Illegal[0].Addr != addr {
+		t.Fatalf("Judge() = %v at %v, want Illegal at %v alone", j.Verdict, addrsOf(j.Illegal), addr)
+	}
+	a := j.Illegal[0]
+	if !a.StockOnly() || j.Fails() || len(a.Blamed) != 1 || a.Blamed[0].Op.Owner != "default/h-8-7477" {
+		t.Errorf("attribution:\n%s\nwant stock's defect alone, the AllocateNext of default/h-8-7477, and no failure (Fails() = %v)", a, j.Fails())
 	}
 }
