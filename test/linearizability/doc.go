@@ -53,6 +53,15 @@
 // refused Allocate as its caller sees it) is left out of that address's part, which changes no
 // verdict.
 //
+// A history that is not linearizable is attributed address by address ([Judge], [Attribute]): at
+// an address whose part is illegal, the first answer that no explanation of the earlier answers
+// allows (with every later one not counted) is blamed on the process that gave it, taken as lost,
+// and the search goes on until the part is linearizable. [OriginOf] names each process a stock
+// kube-apiserver, of its release, or clusterip's (its library in a mode, or a fork). The model is
+// the same; a history counts against clusterip only where a blamed process is clusterip's, or
+// where the attribution could not finish: an address where only stock kube-apiserver's answers
+// are blamed is stock's defect, reported as such, and fails nothing.
+//
 // The harness (the tests of this package) runs allocator processes in mixed modes beside a real
-// kube-apiserver v1.33.13 on a three-member etcd, with the faults of history_test.go.
+// kube-apiserver v1.33.13 on a three-member etcd, with the faults of nemesis_test.go.
 package linearizability

@@ -1,12 +1,82 @@
 package linearizability
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// countUnknown returns how many operations of history have an unknown outcome.
+func countUnknown(history []Op) int {
+	n := 0
+	for _, op := range history {
+		if op.Outcome == Unknown {
+			n++
+		}
+	}
+	return n
+}
+
+// storedServices returns the address of each Service in the default namespace, by
+// "namespace/name", read once the history has ended; it retries for a minute while
+// kube-apiserver does not answer.
+func (h *harness) storedServices() (map[string]netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var list *corev1.ServiceList
+	for {
+		l, err := h.currentAPI().Client.CoreV1().Services(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			list = l
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("list the Services after the history: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stored := make(map[string]netip.Addr, len(list.Items))
+	for _, svc := range list.Items {
+		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		if err != nil {
+			return nil, fmt.Errorf("Service %s/%s: ClusterIP %q: %w", svc.Namespace, svc.Name, svc.Spec.ClusterIP, err)
+		}
+		stored[svc.Namespace+"/"+svc.Name] = ip
+	}
+	return stored, nil
+}
+
+// withStoredServices returns history with each Service create through kube-apiserver whose
+// outcome is unknown and whose Service exists after the history (stored, by Op.Owner) recorded
+// as taken effect: OK, at the Service's address, at some instant before the end of the
+// history. Such a create stored its Service and only its answer was lost, so kube-apiserver's
+// repair loop never frees its address (Op.RepairFrees keeps applying only to creates whose
+// Service does not exist), and a lost AllocateNext that stored its Service is no longer merged
+// with the others ([mergeLost]). Nothing deletes a Service whose create was not acknowledged,
+// so a Service that does not exist was never stored. It fails if such a Service holds another
+// address than the one its create asked for.
+func withStoredServices(history []Op, stored map[string]netip.Addr) ([]Op, error) {
+	out := make([]Op, 0, len(history))
+	for _, op := range history {
+		addr, ok := stored[op.Owner]
+		if ok && op.Process == "kube-apiserver" && op.Outcome == Unknown && (op.Kind == Allocate || op.Kind == AllocateNext) {
+			if op.Kind == Allocate && addr != op.Addr {
+				return nil, fmt.Errorf("Service %s holds %v, but its create asked for %v", op.Owner, addr, op.Addr)
+			}
+			op.Addr, op.Outcome = addr, OK
+			op.Err += " (its Service exists after the history)"
+		}
+		out = append(out, op)
+	}
+	return out, nil
+}
 
 // lostCreate is a Service create through kube-apiserver whose answer was lost, as the Service
 // workers record it: an Allocate of addr, or with an invalid addr an AllocateNext, returning at
