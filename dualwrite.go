@@ -242,9 +242,11 @@ func (d *DualWriteAllocator) settle(ctx context.Context, ip netip.Addr, owner al
 		return nil
 	case outcomeOthers:
 		d.kept.Add(1)
+		bitKept(ctx, ip)
 		return fmt.Errorf("clusterip: %s: its IPAddress belongs to another owner (after %v): %w", ip, err, allocator.ErrAllocated)
 	}
 	d.kept.Add(1)
+	bitKept(ctx, ip)
 	return fmt.Errorf("clusterip: %s: the IPAddress create's outcome is unknown, so its bit stays set for repair: %w", ip, err)
 }
 

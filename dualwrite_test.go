@@ -486,6 +486,8 @@ func TestDualWriteKeepsBitWhenIPAddressCreateIsAmbiguous(t *testing.T) {
 			ctx, cancel := context.WithCancel(f.ctx)
 			defer cancel()
 			answered := ambiguousCreate(f, tt.stored, func() error { return tt.answer(cancel) })
+			var kept []netip.Addr
+			ctx = WithDualWriteTrace(ctx, &DualWriteTrace{BitKept: func(ip netip.Addr) { kept = append(kept, ip) }})
 			var err error
 			ip := netip.MustParseAddr("10.0.0.20")
 			if tt.next {
@@ -510,6 +512,14 @@ func TestDualWriteKeepsBitWhenIPAddressCreateIsAmbiguous(t *testing.T) {
 			}
 			if !slices.Contains(f.bits(), ip) {
 				t.Errorf("bits = %v: the bit of %s was cleared although its IPAddress create was ambiguous", f.bits(), ip)
+			}
+			// A bit left set for an allocation that did not stand is reported to the trace.
+			var wantKept []netip.Addr
+			if err != nil {
+				wantKept = []netip.Addr{ip}
+			}
+			if !slices.Equal(kept, wantKept) {
+				t.Errorf("bits kept, as the trace reports them = %v, want %v", kept, wantKept)
 			}
 			if got := slices.Contains(f.objects(), ip); got != tt.stored {
 				t.Errorf("IPAddress %s exists = %t, want %t", ip, got, tt.stored)

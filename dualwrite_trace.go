@@ -17,6 +17,13 @@ type DualWriteTrace struct {
 	// (Legacy peers, kube-apiserver in dual write) were refused that address. It is called from
 	// the call's goroutine, before the call returns.
 	BitGivenBack func(ip netip.Addr)
+	// BitKept is called with each address whose bit the call set, finding it clear, and left
+	// set although the address is not the call's allocation: its IPAddress create had an
+	// ambiguous answer and the object was then found with another owner, or not found (it may
+	// yet be stored). The bit stays for repair; until then callers that read the bitmap are
+	// refused the address. An AllocateNext goes on to another address after one. It is called
+	// from the call's goroutine, before the call returns.
+	BitKept func(ip netip.Addr)
 }
 
 // dualWriteTraceKey is the context key of a *DualWriteTrace.
@@ -32,5 +39,12 @@ func WithDualWriteTrace(ctx context.Context, t *DualWriteTrace) context.Context 
 func bitGivenBack(ctx context.Context, ip netip.Addr) {
 	if t, ok := ctx.Value(dualWriteTraceKey{}).(*DualWriteTrace); ok && t != nil && t.BitGivenBack != nil {
 		t.BitGivenBack(ip)
+	}
+}
+
+// bitKept reports ip to the BitKept hook of ctx's trace, if any.
+func bitKept(ctx context.Context, ip netip.Addr) {
+	if t, ok := ctx.Value(dualWriteTraceKey{}).(*DualWriteTrace); ok && t != nil && t.BitKept != nil {
+		t.BitKept(ip)
 	}
 }
