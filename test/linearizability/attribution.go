@@ -110,7 +110,7 @@ func (a Attribution) String() string {
 // taken effect at any instant from its call to the end of the history, or never (an
 // AllocateNext, at any address: [Model]'s partition merges it with the other lost ones of its
 // kind of caller), with what the history derived from it made again for that outcome
-// ([WithUndos]); the bits it gave back (GiveBack) stay, as facts of the call. Taking a blamed
+// ([WithUndos]); the bits it gave back or kept (GiveBack, KeepBit) stay, as facts of the call. Taking a blamed
 // answer as lost, not as never made, keeps what it may have done: an address a stock fallback
 // handed to a Service stays held by that Service's IPAddress object once its first holder
 // releases it, and a DualWrite caller refused by that object is not blamed for it.
@@ -256,7 +256,7 @@ func partOf(part []porcupine.Operation, addr netip.Addr) bool {
 
 // callKey names one call of a history: the process and the client that made it, and when. The
 // second halves the history derives from an operation ([WithUndos]) and the bits an AllocateNext
-// gave back (GiveBack) have the key of that operation.
+// gave back or kept (GiveBack, KeepBit) have the key of that operation.
 type callKey struct {
 	process string
 	client  int
@@ -294,7 +294,7 @@ func (c *aCall) answer() Op {
 }
 
 // called reports whether operations of kind k are made by a caller, not derived by the history
-// from another (Undo, Create, Delete) or recorded of one (GiveBack).
+// from another (Undo, Create, Delete) or recorded of one (GiveBack, KeepBit).
 func called(k Kind) bool {
 	switch k {
 	case Allocate, AllocateNext, Release, Reserve, Unreserve, Claim:
@@ -377,7 +377,7 @@ func notCounted(ops []Op, end int64) []Op {
 	var out []Op
 	for _, op := range ops {
 		switch {
-		case op.Kind == GiveBack:
+		case op.Kind == GiveBack, op.Kind == KeepBit:
 			out = append(out, op)
 		case called(op.Kind):
 			if op.Outcome != Unknown {

@@ -16,7 +16,8 @@
 // repair loop deleted the IPAddress object of a Service create cut short (Op.RepairFrees), one a
 // refused dual write held until it undid it (Op.TransientBit), one a DualWrite AllocateNext set and
 // gave back before it returned (a GiveBack, which the allocator process records from
-// clusterip.DualWriteTrace), and one a DualWrite release holds
+// clusterip.DualWriteTrace) or left set for repair when it went on to another address (a
+// KeepBit, recorded the same way), and one a DualWrite release holds
 // between deleting the IPAddress object and clearing the bit (Op.ClearsBitLast). A dual write's
 // allocation sets the bit before it creates the IPAddress object (Op.SetsBitFirst), so the model
 // checks it in two steps: in between, the bit is set for its owner and an IPAddressOnly caller

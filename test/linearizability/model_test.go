@@ -189,6 +189,61 @@ func TestCheckerVerdicts(t *testing.T) {
 			want: porcupine.Illegal,
 		},
 		{
+			name: "a DualWrite AllocateNext kept the bit of an address an IPAddressOnly caller held (KeepBit): once that holder frees it, callers that read the bitmap are refused it and IPAddressOnly callers take it",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: AllocateNext, Addr: addrB, Owner: "d", Call: 5, Return: 30, Outcome: OK, Bitmap: true},
+				{Client: 1, Process: "dualwrite-0#0", Kind: KeepBit, Addr: addrA, Call: 5, Return: 30, Outcome: OK, Bitmap: true},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 40, Return: 50, Outcome: OK},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d2", Call: 60, Return: 70, Outcome: Refused, Bitmap: true},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "j", Call: 80, Return: 90, Outcome: OK},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 100, Return: 110, Outcome: OK},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d3", Call: 120, Return: 130, Outcome: Refused, Bitmap: true},
+			}),
+			want: porcupine.Ok,
+		},
+		{
+			name: "the same refusals without the KeepBit that explains them",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: AllocateNext, Addr: addrB, Owner: "d", Call: 5, Return: 30, Outcome: OK, Bitmap: true},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 40, Return: 50, Outcome: OK},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d2", Call: 60, Return: 70, Outcome: Refused, Bitmap: true},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "j", Call: 80, Return: 90, Outcome: OK},
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Release, Addr: addrA, Call: 100, Return: 110, Outcome: OK},
+				{Client: 2, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "d3", Call: 120, Return: 130, Outcome: Refused, Bitmap: true},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a kept bit is cleared by a Release that reads the bitmap, and the address is free again for its callers",
+			history: WithUndos([]Op{
+				{Client: 1, Process: "dualwrite-0#0", Kind: AllocateNext, Addr: addrB, Owner: "d", Call: 0, Return: 10, Outcome: OK, Bitmap: true},
+				{Client: 1, Process: "dualwrite-0#0", Kind: KeepBit, Addr: addrA, Call: 0, Return: 10, Outcome: OK, Bitmap: true},
+				{Client: 2, Process: "kube-apiserver", Kind: Release, Addr: addrA, Call: 20, Return: 30, Outcome: OK, Bitmap: true},
+				{Client: 3, Process: "legacy-0#0", Kind: Allocate, Addr: addrA, Owner: "l", Call: 40, Return: 50, Outcome: OK, Bitmap: true},
+			}),
+			want: porcupine.Ok,
+		},
+		{
+			name: "a KeepBit of a bit its holder kept set the whole time: it could not have set it",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "dualwrite-2#0", Kind: Allocate, Addr: addrA, Owner: "h", Call: 0, Return: 10, Outcome: OK, Bitmap: true},
+				{Client: 1, Process: "dualwrite-0#0", Kind: KeepBit, Addr: addrA, Call: 20, Return: 30, Outcome: OK, Bitmap: true},
+				{Client: 0, Process: "dualwrite-2#0", Kind: Release, Addr: addrA, Call: 40, Return: 50, Outcome: OK, Bitmap: true},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
+			name: "a KeepBit does not make an allocation of a held address legal",
+			history: WithUndos([]Op{
+				{Client: 0, Process: "ipaddressonly-1#0", Kind: Allocate, Addr: addrA, Owner: "i", Call: 0, Return: 10, Outcome: OK},
+				{Client: 1, Process: "dualwrite-0#0", Kind: KeepBit, Addr: addrA, Call: 20, Return: 60, Outcome: OK, Bitmap: true},
+				{Client: 2, Process: "ipaddressonly-1#1", Kind: Allocate, Addr: addrA, Owner: "j", Call: 30, Return: 40, Outcome: OK},
+			}),
+			want: porcupine.Illegal,
+		},
+		{
 			name:    "an IPAddressOnly caller takes and frees the address between a dual write's bit and its IPAddress object",
 			history: WithUndos(bitBeforeObjectHistory),
 			want:    porcupine.Ok,

@@ -57,6 +57,14 @@ const (
 	// holds the address: an AllocateNext gives back the bit of an address whose object it finds
 	// there, or that the primary's informer shows held. Recorded, not called.
 	GiveBack
+	// KeepBit is a bit our DualWrite allocator set during one of its calls and left set for
+	// repair (clusterip.DualWriteTrace's BitKept), over the interval of that call: it found the
+	// bit of Op.Addr clear and set it, and the IPAddress create's answer was ambiguous and the
+	// object then found with another owner or not at all, so the address is not the call's
+	// allocation. From then on the bit is set for nobody (as one left behind by Op.LeavesBit):
+	// callers that read the bitmap are refused the address until a Release from one of them
+	// clears it. It says nothing of who holds the address. Recorded, not called.
+	KeepBit
 )
 
 func (k Kind) String() string {
@@ -83,6 +91,8 @@ func (k Kind) String() string {
 		return "Create"
 	case GiveBack:
 		return "GiveBack"
+	case KeepBit:
+		return "KeepBit"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
@@ -259,7 +269,7 @@ func (op Op) String() string {
 		s += op.Addr.String() + ", " + op.Owner
 	case AllocateNext:
 		s += op.Owner
-	case Release, Undo, Delete, Unreserve, GiveBack:
+	case Release, Undo, Delete, Unreserve, GiveBack, KeepBit:
 		s += op.Addr.String()
 		if op.Retains {
 			s += ", retain for " + op.Owner

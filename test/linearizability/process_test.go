@@ -238,14 +238,14 @@ func (w worker) run() {
 		op.Call = time.Now().UnixNano()
 		w.emit(id, op)
 		ctx, cancel := context.WithTimeout(context.Background(), w.spec.OpTimeout)
-		var givenBack givenBackBits
+		var givenBack, kept givenBackBits
 		var err error
 		switch op.Kind {
 		case Allocate:
 			err = w.a.Allocate(ctx, op.Addr, owner)
 		case AllocateNext:
 			if w.spec.Mode == featuregate.DualWrite.String() {
-				ctx = clusterip.WithDualWriteTrace(ctx, &clusterip.DualWriteTrace{BitGivenBack: givenBack.add})
+				ctx = clusterip.WithDualWriteTrace(ctx, &clusterip.DualWriteTrace{BitGivenBack: givenBack.add, BitKept: kept.add})
 			}
 			op.Addr, err = w.a.AllocateNext(ctx, owner)
 		case Release:
@@ -267,12 +267,16 @@ func (w worker) run() {
 			op.Addr = netip.Addr{}
 		}
 		w.emit(id, op)
-		for k, ip := range givenBack.addrs() {
-			gb := Op{Client: w.client, Process: w.spec.Name, Kind: GiveBack, Addr: ip.Unmap(), Call: op.Call, Outcome: OK, Bitmap: true}
-			gid := -(id*1000 + k + 1) // apart from the IDs of called operations
-			w.emit(gid, gb)
-			gb.Return = op.Return
-			w.emit(gid, gb)
+		recorded := 0
+		for kind, ips := range map[Kind][]netip.Addr{GiveBack: givenBack.addrs(), KeepBit: kept.addrs()} {
+			for _, ip := range ips {
+				recorded++
+				gb := Op{Client: w.client, Process: w.spec.Name, Kind: kind, Addr: ip.Unmap(), Call: op.Call, Outcome: OK, Bitmap: true}
+				gid := -(id*1000 + recorded) // apart from the IDs of called operations
+				w.emit(gid, gb)
+				gb.Return = op.Return
+				w.emit(gid, gb)
+			}
 		}
 		if op.Kind != Release && op.Outcome == OK {
 			held = append(held, op.Addr)
@@ -281,9 +285,9 @@ func (w worker) run() {
 	}
 }
 
-// givenBackBits collects the addresses whose bits one DualWrite call gave back
-// (clusterip.DualWriteTrace), which the history records as GiveBack operations over the call's
-// interval. The zero value is empty.
+// givenBackBits collects the addresses whose bits one DualWrite call gave back or kept
+// (clusterip.DualWriteTrace), which the history records as GiveBack or KeepBit operations over
+// the call's interval. The zero value is empty.
 type givenBackBits struct {
 	mu  sync.Mutex
 	ips []netip.Addr

@@ -163,6 +163,10 @@ func step(state string, op Op, allowLeftBits bool) (bool, string) {
 			if writes {
 				next = append(next, with(pendingBit)) // the Undo clears it
 			}
+		case op.Kind == KeepBit:
+			if writes {
+				next = append(next, with(leftBit)) // a Release that reads the bitmap clears it
+			}
 		case op.Kind == Unreserve:
 			switch {
 			case isReservation(h):
