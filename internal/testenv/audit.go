@@ -11,7 +11,10 @@ import (
 // of a [KubeAPIServer] started with AuditLog.
 type AuditEvent struct {
 	Verb string
-	User struct{ Username string }
+	// RequestURI is the request's path and query, such as
+	// /api/v1/services?sendInitialEvents=true&watch=true.
+	RequestURI string `json:"requestURI"`
+	User       struct{ Username string }
 	// ObjectRef is nil for a request that is not for a resource, such as /version.
 	ObjectRef *struct {
 		Resource, APIGroup, Subresource, Namespace, Name string
